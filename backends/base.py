@@ -1,0 +1,77 @@
+"""The one backend contract: `stream(request) -> AsyncIterator[Event]`.
+
+A backend yields events and ends with exactly one `Finished` or `StreamError`. Expected
+failures (bad URL, 401, missing model) arrive as a `StreamError` event, not as an
+exception, so every consumer handles them in the same `match`.
+
+Cancellation is closing the iterator (`aclose()`, or leaving an `async for` early, or
+cancelling the task that iterates it): the local backend stops its generation thread at
+the next token and releases the llama.cpp context; the remote backend closes the HTTP
+response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from backends.events import Event, GenerationRequest, Message
+
+LoadState = Literal["idle", "loading", "ready", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A token count, with whether it came from the model's own tokenizer."""
+
+    tokens: int
+    estimated: bool
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the chat layer needs from any model provider."""
+
+    #: "local" or "openai"
+    kind: str
+    #: optional abilities, with safe defaults in concrete classes
+    supports_kv_stats: bool
+    exact_token_counts: bool
+
+    @property
+    def name(self) -> str:
+        """A short label: "local" or the endpoint profile's name."""
+        ...
+
+    @property
+    def model(self) -> str:
+        """The model name as the user should see it."""
+        ...
+
+    @property
+    def state(self) -> LoadState:
+        """Whether the backend is ready to stream."""
+        ...
+
+    @property
+    def state_detail(self) -> str:
+        """A one-line explanation of `state` (the load error, the device...)."""
+        ...
+
+    async def start(self) -> None:
+        """Load the model or probe the endpoint. Never raises for expected failures:
+        those set `state` to "failed" and `state_detail` to the reason."""
+        ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Generate one answer. See the module docstring for the protocol."""
+        ...
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        """Tokens the messages take as a prompt (chat template included)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the model or the HTTP client."""
+        ...

@@ -1,0 +1,197 @@
+"""Read a GGUF file's metadata without loading the model, and derive its KV geometry.
+
+Used by `doctor`, by the KV-cache gauge, and to reject a missing, truncated or
+not-GGUF file with a clear message before llama.cpp sees it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+GGUF_MAGIC = b"GGUF"
+
+# GGUF value types (ggml/include/gguf.h)
+_SCALARS: dict[int, str] = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING = 8
+_ARRAY = 9
+
+# Bytes per element of the KV-cache types llama.cpp accepts (`--cache-type-k/v`).
+KV_TYPE_BYTES: dict[str, float] = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}
+
+
+class GGUFError(ValueError):
+    """The file is not a readable GGUF model; the message says why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """What KV arithmetic needs from a model's metadata."""
+
+    architecture: str
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+    n_ctx_train: int
+    sliding_window: int | None
+    n_swa_layers: int
+    file_bytes: int
+
+    def kv_bytes(self, n_tokens: int, n_ctx: int, type_bytes: float = 2.0) -> int:
+        """KV bytes llama.cpp allocates/uses for `n_tokens` in a context of `n_ctx`.
+
+        Full-attention layers hold every token; sliding-window layers hold at most the
+        window (llama.cpp sizes their cache to the window, padded, not to n_ctx).
+        """
+        per_token_layer = self.n_kv_heads * (self.head_dim_k + self.head_dim_v) * type_bytes
+        full_layers = self.n_layers - self.n_swa_layers
+        total = full_layers * per_token_layer * min(n_tokens, n_ctx)
+        if self.n_swa_layers:
+            window = min(n_tokens, swa_cache_cells(self.sliding_window or n_ctx, n_ctx))
+            total += self.n_swa_layers * per_token_layer * window
+        return int(total)
+
+
+def swa_cache_cells(window: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512) -> int:
+    """Cells llama.cpp gives a sliding-window cache: window*n_seq + ubatch, padded to 256."""
+    cells = min(n_ctx, window * n_seq + n_ubatch)
+    return min(n_ctx, -(-cells // 256) * 256)
+
+
+def read_metadata(path: Path) -> dict[str, object]:
+    """All scalar and string metadata of a GGUF file (arrays are summarised by length)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            return _read(f, size)
+    except FileNotFoundError:
+        raise GGUFError(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise GGUFError(f"model path is a directory, not a GGUF file: {path}") from None
+    except PermissionError:
+        raise GGUFError(f"model file is not readable: {path}") from None
+    except (struct.error, EOFError):
+        raise GGUFError(f"model file is truncated (ends inside its header): {path}") from None
+
+
+def _read(f: BinaryIO, size: int) -> dict[str, object]:
+    magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise GGUFError(f"not a GGUF model file (starts with {magic!r}, expected b'GGUF')")
+    (version,) = _unpack(f, "<I")
+    if version not in (2, 3):
+        raise GGUFError(f"unsupported GGUF version {version}")
+    _n_tensors, n_kv = _unpack(f, "<QQ")
+    meta: dict[str, object] = {"__file_bytes__": size}
+    for _ in range(n_kv):
+        key = _string(f)
+        (vtype,) = _unpack(f, "<I")
+        meta[key] = _value(f, vtype)
+    return meta
+
+
+def _unpack(f: BinaryIO, fmt: str) -> tuple[int, ...]:
+    """Integer fields (the header, lengths, types)."""
+    return tuple(int(v) for v in _unpack_any(f, fmt))  # type: ignore[call-overload]
+
+
+def _unpack_any(f: BinaryIO, fmt: str) -> tuple[object, ...]:
+    n = struct.calcsize(fmt)
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError
+    return struct.unpack(fmt, data)
+
+
+def _string(f: BinaryIO) -> str:
+    (n,) = _unpack(f, "<Q")
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError
+    return data.decode("utf-8", errors="replace")
+
+
+def _value(f: BinaryIO, vtype: int) -> object:
+    if vtype in _SCALARS:
+        return _unpack_any(f, _SCALARS[vtype])[0]
+    if vtype == _STRING:
+        return _string(f)
+    if vtype == _ARRAY:
+        (etype, count) = _unpack(f, "<IQ")
+        if etype in _SCALARS:
+            fmt = _SCALARS[etype]
+            if count <= 4096:
+                return list(
+                    struct.unpack(f"<{count}{fmt[1]}", f.read(count * struct.calcsize(fmt)))
+                )
+            f.seek(count * struct.calcsize(fmt), 1)
+        else:
+            for _ in range(count):
+                _value(f, etype)
+        return f"<array of {count}>"
+    raise GGUFError(f"unknown GGUF value type {vtype}")
+
+
+def geometry(path: Path) -> Geometry:
+    """The KV geometry of a GGUF model, from its metadata alone."""
+    meta = read_metadata(path)
+    arch = str(meta.get("general.architecture", "unknown"))
+
+    def num(key: str, default: int | None = None) -> int:
+        value = meta.get(f"{arch}.{key}", default)
+        if isinstance(value, list):  # per-layer arrays: the KV heads of layer 0
+            value = value[0]
+        if not isinstance(value, int):
+            raise GGUFError(f"model metadata lacks {arch}.{key}")
+        return value
+
+    n_layers = num("block_count")
+    n_heads = num("attention.head_count")
+    embd = num("embedding_length")
+    head_k = num("attention.key_length", embd // n_heads)
+    head_v = num("attention.value_length", head_k)
+    window_raw = meta.get(f"{arch}.attention.sliding_window")
+    window = window_raw if isinstance(window_raw, int) and window_raw > 0 else None
+    return Geometry(
+        architecture=arch,
+        name=str(meta.get("general.name", path.stem)),
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=num("attention.head_count_kv", n_heads),
+        head_dim_k=head_k,
+        head_dim_v=head_v,
+        n_ctx_train=num("context_length", 0),
+        sliding_window=window,
+        n_swa_layers=_swa_layers(arch, n_layers, meta) if window else 0,
+        file_bytes=int(str(meta["__file_bytes__"])),
+    )
+
+
+def _swa_layers(arch: str, n_layers: int, meta: dict[str, object]) -> int:
+    """How many layers use sliding-window attention (llama.cpp's per-arch patterns)."""
+    if arch == "gemma3":
+        # llama.cpp: every 6th layer is global, the other five slide (set_swa_pattern(6)).
+        return n_layers - n_layers // 6
+    if arch == "gemma2":
+        return n_layers // 2
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 0:
+        return n_layers - n_layers // pattern
+    return 0

@@ -1,0 +1,415 @@
+"""The local backend: a GGUF model through llama-cpp-python, off the event loop.
+
+All llama.cpp calls run on one dedicated thread (a single-worker executor), so the model
+loads in the background, generation never blocks the UI, and requests are serialised
+without a lock. The thread talks to the event loop only through `call_soon_threadsafe`.
+
+We drive `Llama.generate` (token ids, C sampler chain) rather than
+`create_chat_completion`, and do chat templating, detokenisation and stop strings here:
+that gives exact prompt/cached/evaluated token counts, one event per token, and less
+Python per token than the completion API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.base import LoadState, TokenCount
+from backends.events import (
+    Event,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    KVStats,
+    Message,
+    PromptEvaluated,
+    StreamError,
+    TextDelta,
+)
+from backends.gguf import Geometry, GGUFError, geometry
+from backends.models import ModelNotFound, default_model_path
+from backends.stops import StopMatcher
+
+# Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
+_FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
+_NO_SYSTEM_ROLE = {"gemma"}
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (llama.cpp's best thread count)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    siblings: set[str] = set()
+    for cpu in cpus:
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            siblings.add(path.read_text().strip())
+        except OSError:
+            return len(cpus)
+    return max(1, len(siblings))
+
+
+@dataclass(frozen=True, slots=True)
+class LocalConfig:
+    """How to load a local model. None means "choose the sensible default"."""
+
+    model_path: Path | None = None
+    n_ctx: int = 4096
+    n_gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
+    threads: int | None = None  # None: physical cores
+    n_batch: int = 512
+    chat_format: str | None = None  # None: the GGUF's template, else by architecture
+    warmup: bool = True
+
+
+class LocalBackend:
+    """A `Backend` over llama-cpp-python."""
+
+    kind = "local"
+    supports_kv_stats = True
+    exact_token_counts = True
+
+    def __init__(self, config: LocalConfig | None = None) -> None:
+        self.config = config or LocalConfig()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._llm: Any = None
+        self._formatter: Callable[..., Any] | None = None
+        self._format_name = ""
+        self._state: LoadState = "idle"
+        self._detail = "not loaded"
+        self._path: Path | None = config.model_path if config else None
+        self.geometry: Geometry | None = None
+        self.gpu_layers = 0
+        self.threads = 0
+        self._eval_probe: Callable[[int, int], None] | None = None
+        self._piece: Callable[[int], bytes] = lambda token: b""
+        self._load_task: asyncio.Future[None] | None = None
+
+    # -- identity and state -------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return "local"
+
+    @property
+    def model(self) -> str:
+        return self._path.name if self._path else "(default model)"
+
+    @property
+    def model_path(self) -> Path | None:
+        return self._path
+
+    @property
+    def state(self) -> LoadState:
+        return self._state
+
+    @property
+    def state_detail(self) -> str:
+        return self._detail
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self._llm.n_ctx()) if self._llm is not None else self.config.n_ctx
+
+    # -- loading -------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the model on the llama thread; safe to call more than once."""
+        if self._load_task is None:
+            self._state, self._detail = "loading", "loading model"
+            loop = asyncio.get_running_loop()
+            self._load_task = loop.run_in_executor(self._executor, self._load)
+        await asyncio.shield(self._load_task)
+
+    def _load(self) -> None:
+        try:
+            self._load_inner()
+        except (GGUFError, ModelNotFound, ValueError, OSError) as exc:
+            self._state, self._detail = "failed", _one_line(exc)
+        except Exception as exc:  # llama.cpp raises bare errors on bad files
+            self._state, self._detail = "failed", f"model failed to load: {_one_line(exc)}"
+
+    def _load_inner(self) -> None:
+        import llama_cpp
+
+        path = self._path or default_model_path()
+        self._path = path
+        self.geometry = geometry(path)  # rejects missing / truncated / not-GGUF files
+        g = self.geometry
+        if g.n_ctx_train and self.config.n_ctx > g.n_ctx_train:
+            raise ValueError(
+                f"n_ctx {self.config.n_ctx} is larger than the model's trained context "
+                f"({g.n_ctx_train} tokens); use --n-ctx {g.n_ctx_train} or less"
+            )
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+        layers = self.config.n_gpu_layers
+        self.gpu_layers = (-1 if offload else 0) if layers is None else layers
+        self.threads = self.config.threads or physical_cores()
+        self._detail = f"loading {path.name}"
+        llm = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=self.config.n_ctx,
+            n_batch=self.config.n_batch,
+            n_gpu_layers=self.gpu_layers,
+            n_threads=self.threads,
+            n_threads_batch=self.threads,
+            chat_format=self.config.chat_format,
+            verbose=False,
+        )
+        self._formatter, self._format_name = _chat_formatter(llm, self.config.chat_format, g)
+        _install_eval_probe(llm, self)
+        self._piece = _piece_function(llm)
+        if self.config.warmup:
+            _warm_up(llm)
+        self._llm = llm
+        where = "CPU" if self.gpu_layers == 0 or not offload else f"GPU ({self.gpu_layers} layers)"
+        self._state = "ready"
+        self._detail = f"{path.name} · {self._format_name} · {self.threads} threads · {where}"
+
+    async def aclose(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, llm.close)
+        self._executor.shutdown(wait=False)
+        self._state, self._detail = "idle", "closed"
+
+    # -- prompts -------------------------------------------------------------------
+    def format_prompt(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
+        """Token ids of the chat-templated prompt, and the template's stop strings."""
+        assert self._llm is not None and self._formatter is not None
+        msgs = [{"role": m.role, "content": m.content} for m in messages]
+        if self._format_name in _NO_SYSTEM_ROLE:
+            msgs = _fold_system(msgs)
+        result = self._formatter(messages=msgs)
+        stop = result.stop
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        tokens = self._llm.tokenize(
+            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
+        )
+        return list(tokens), [s for s in stops if s]
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        if self._llm is None:
+            from telemetry.tokens import estimate_messages
+
+            return TokenCount(estimate_messages(messages), estimated=True)
+        tokens, _ = self.format_prompt(messages)
+        return TokenCount(len(tokens), estimated=False)
+
+    # -- generation ------------------------------------------------------------------
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Stream one answer; closing the iterator stops generation at the next token."""
+        if self._state != "ready":
+            if self._load_task is not None and self._state == "loading":
+                await asyncio.shield(self._load_task)
+            if self.state != "ready":  # the property: the load may have finished meanwhile
+                yield StreamError("model", f"local model not ready: {self._detail}")
+                return
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def emit(event: Event) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        job = loop.run_in_executor(self._executor, self._generate, request, emit, cancel)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, Finished | StreamError):
+                    break
+        finally:
+            cancel.set()
+            # Wait for the thread to stop so the context is free for the next request.
+            await asyncio.shield(job)
+
+    def _generate(
+        self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
+    ) -> None:
+        try:
+            reason = self._generate_inner(request, emit, cancel)
+        except _Handled:
+            return
+        except Exception as exc:  # a llama.cpp failure mid-generation
+            emit(StreamError("model", f"generation failed: {_one_line(exc)}"))
+            return
+        emit(self._kv_stats())
+        emit(Finished(reason))
+
+    def _generate_inner(
+        self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
+    ) -> FinishReason:
+        llm = self._llm
+        tokens, template_stops = self.format_prompt(request.messages)
+        n_ctx = int(llm.n_ctx())
+        if len(tokens) >= n_ctx:
+            emit(
+                StreamError(
+                    "context_overflow",
+                    f"the prompt is {len(tokens):,} tokens; the context holds {n_ctx:,}. "
+                    "Trim the history or raise --n-ctx.",
+                    detail={"prompt_tokens": len(tokens), "n_ctx": n_ctx},
+                )
+            )
+            raise _Handled
+        prompt_tokens = len(tokens)
+
+        def on_first_eval(cached: int, evaluated: int) -> None:
+            emit(PromptEvaluated(prompt_tokens, cached, evaluated))
+
+        self._eval_probe = on_first_eval
+        stops = StopMatcher([*request.stop, *template_stops])
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        detok = self._piece
+        eog = _eog_check(llm)
+        limit = min(request.max_tokens, n_ctx - prompt_tokens)
+        temp = max(0.0, request.temperature)
+        if request.seed is not None:
+            llm.set_seed(request.seed)
+        n = 0
+        reason: FinishReason = "length"
+        gen = llm.generate(tokens, temp=temp, top_k=40, top_p=0.95, min_p=0.05)
+        try:
+            for token in gen:
+                if cancel.is_set():
+                    reason = "cancelled"
+                    break
+                if eog(token):
+                    reason = "stop"
+                    break
+                n += 1
+                text, hit = stops.feed(decoder.decode(detok(token)))
+                emit(TextDelta(text, 1))
+                if hit:
+                    reason = "stop"
+                    break
+                if n >= limit:
+                    break
+        finally:
+            gen.close()
+            self._eval_probe = None
+        tail = stops.flush(decoder.decode(b"", final=True)) if reason != "stop" else ""
+        if tail:
+            emit(TextDelta(tail, 0))
+        return reason
+
+    def _kv_stats(self) -> KVStats:
+        import llama_cpp
+
+        llm = self._llm
+        used = int(llm.n_tokens)
+        cap = int(llm.n_ctx())
+        used_bytes = int(llama_cpp.llama_state_seq_get_size(llm.ctx, 0))
+        cap_bytes = self.geometry.kv_bytes(cap, cap) if self.geometry else 0
+        return KVStats(used, cap, used_bytes, cap_bytes)
+
+
+class _Handled(Exception):
+    """Raised after an error event was already emitted."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _fold_system(msgs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Formats without a system role get the system prompt prepended to the first user turn."""
+    system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
+    rest = [dict(m) for m in msgs if m["role"] != "system"]
+    if system and rest and rest[0]["role"] == "user":
+        rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
+    elif system:
+        rest.insert(0, {"role": "user", "content": system})
+    return rest
+
+
+def _chat_formatter(
+    llm: Any, chat_format: str | None, geo: Geometry
+) -> tuple[Callable[..., Any], str]:
+    """The prompt formatter: the GGUF's own Jinja template, else a named format."""
+    from llama_cpp import llama_chat_format as lcf
+
+    template = llm.metadata.get("tokenizer.chat_template")
+    if chat_format is None and template:
+        eos_id, bos_id = llm.token_eos(), llm.token_bos()
+        eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
+        formatter = lcf.Jinja2ChatFormatter(
+            template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id]
+        )
+        return formatter, "gguf template"
+    name = chat_format or _FORMAT_BY_ARCH.get(geo.architecture, "chatml")
+    func = getattr(lcf, "format_" + name.replace("-", "").replace(".", "_"), None)
+    if func is None:
+        raise ValueError(f"unknown chat format {name!r}")
+    return func, name
+
+
+def _piece_function(llm: Any) -> Callable[[int], bytes]:
+    """Token id -> its bytes, memoised (a vocabulary's pieces never change)."""
+    import ctypes
+
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    buf = ctypes.create_string_buffer(256)
+    cache: dict[int, bytes] = {}
+
+    def piece(token: int) -> bytes:
+        out = cache.get(token)
+        if out is None:
+            n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+            if n < 0:  # a longer piece than the buffer: never for real vocabularies
+                big = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(vocab, token, big, -n, 0, False)
+                out = big.raw[:n]
+            else:
+                out = buf.raw[:n]
+            cache[token] = out
+        return out
+
+    return piece
+
+
+def _eog_check(llm: Any) -> Callable[[int], bool]:
+    """End-of-generation test for this model's vocabulary (EOS, EOT, <end_of_turn>...)."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    return lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
+
+
+def _install_eval_probe(llm: Any, backend: LocalBackend) -> None:
+    """Wrap `Llama.eval` to see prefix reuse: on a request's first eval, `n_tokens` is the
+    count reused from the KV cache and `len(tokens)` the count about to be evaluated."""
+    original = llm.eval
+
+    def eval_probe(tokens: Sequence[int]) -> None:
+        probe = backend._eval_probe
+        if probe is not None:
+            backend._eval_probe = None
+            probe(int(llm.n_tokens), len(tokens))
+        original(tokens)
+
+    llm.eval = eval_probe
+
+
+def _warm_up(llm: Any) -> None:
+    """Pay the first-request cost (graph allocation, grows with n_ctx) during load:
+    one prompt-sized batch and one single-token decode, then forget them."""
+    bos = llm.token_bos()
+    seed = [bos if bos >= 0 else 0] * 8
+    llm.eval(seed)
+    llm.eval(seed[:1])
+    llm.reset()
+    llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None

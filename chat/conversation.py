@@ -1,0 +1,53 @@
+"""The conversation: what was said, by whom, and which backend and model answered."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from backends.events import Message, Role
+
+Status = Literal["complete", "streaming", "cancelled", "error"]
+_ids = itertools.count(1)
+
+
+@dataclass
+class ChatMessage:
+    """One message of the chat, with where it came from and how it ended."""
+
+    role: Role
+    content: str
+    backend: str | None = None
+    model: str | None = None
+    status: Status = "complete"
+    error: str | None = None
+    metrics: dict[str, object] | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    @property
+    def in_prompt(self) -> bool:
+        """Whether this message is sent back to the model as history.
+
+        A cancelled answer keeps its partial text (the user saw it); a failed answer
+        with no text is shown but not sent.
+        """
+        return bool(self.content) or self.role == "user"
+
+
+@dataclass
+class Conversation:
+    """The system prompt plus the messages, oldest first."""
+
+    system: str = ""
+    messages: list[ChatMessage] = field(default_factory=list)
+
+    def prompt_messages(self) -> tuple[Message, ...]:
+        """What a backend gets: the system prompt first, then every message in prompt."""
+        out = [Message("system", self.system)] if self.system else []
+        out.extend(Message(m.role, m.content) for m in self.messages if m.in_prompt)
+        return tuple(out)
+
+    def add(self, message: ChatMessage) -> ChatMessage:
+        self.messages.append(message)
+        return message

@@ -1,0 +1,41 @@
+"""Backend profiles: how a name on the command line or in the config becomes a Backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends.base import Backend
+from backends.local import LocalBackend, LocalConfig
+from backends.models import default_model_path, gemma3_model_path
+from backends.openai import RemoteBackend, RemoteConfig
+
+#: Short names for the bundled models, usable wherever a model path is expected.
+MODEL_ALIASES = {"smollm2": default_model_path, "gemma3": gemma3_model_path}
+
+
+def resolve_model_path(value: str | None) -> Path | None:
+    """A model path from `--model`: a bundled alias, or a file path (None: the default)."""
+    if value is None:
+        return None
+    if value in MODEL_ALIASES:
+        return MODEL_ALIASES[value]()
+    return Path(value).expanduser()
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """Which backend to build and with what settings."""
+
+    kind: str = "local"  # "local" or "openai"
+    local: LocalConfig = field(default_factory=LocalConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+
+
+def make_backend(spec: BackendSpec) -> Backend:
+    """A new, not yet started backend for `spec`."""
+    if spec.kind == "local":
+        return LocalBackend(spec.local)
+    if spec.kind == "openai":
+        return RemoteBackend(spec.remote)
+    raise ValueError(f"unknown backend {spec.kind!r} (expected local or openai)")

@@ -1,0 +1,3 @@
+from phasechat.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""`phasechat doctor`: what llama.cpp was built with, and what the default model is."""
+
+from __future__ import annotations
+
+from backends.gguf import GGUFError, geometry
+from backends.local import physical_cores
+from backends.models import ModelNotFound, default_model_path
+
+
+def report() -> str:
+    """A human-readable report, one fact per line."""
+    lines: list[str] = []
+    try:
+        import llama_cpp
+
+        info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+        lines += [
+            f"llama-cpp-python  {llama_cpp.__version__}",
+            f"system info       {info}",
+            f"GPU offload       {'yes' if offload else 'no (CPU-only build)'}",
+            f"--gpu-layers      default {'-1 (all layers)' if offload else '0'}",
+        ]
+    except ImportError as exc:
+        lines.append(f"llama-cpp-python  not importable: {exc}")
+    lines.append(f"physical cores    {physical_cores()} (default --threads)")
+    try:
+        path = default_model_path()
+        g = geometry(path)
+    except (ModelNotFound, GGUFError) as exc:
+        lines.append(f"default model     {exc}")
+        return "\n".join(lines)
+    kv_token = g.kv_bytes(1, g.n_ctx_train or 1)
+    swa = f", {g.n_swa_layers} sliding-window ({g.sliding_window})" if g.n_swa_layers else ""
+    lines += [
+        f"default model     {path}",
+        f"  name            {g.name} ({g.architecture}), {g.file_bytes / 2**20:.1f} MiB",
+        f"  layers          {g.n_layers}{swa}",
+        f"  heads           {g.n_heads} query, {g.n_kv_heads} KV",
+        f"  head dims       K {g.head_dim_k}, V {g.head_dim_v}",
+        f"  context         {g.n_ctx_train} tokens (trained)",
+        f"  KV per token    {kv_token:,} bytes at f16",
+    ]
+    return "\n".join(lines)

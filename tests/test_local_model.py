@@ -1,0 +1,144 @@
+"""The local backend against the real bundled SmolLM2 GGUF through llama-cpp-python."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from backends.events import (
+    Finished,
+    GenerationRequest,
+    KVStats,
+    Message,
+    PromptEvaluated,
+    StreamError,
+    TextDelta,
+)
+from backends.local import LocalBackend, LocalConfig
+from chat.session import ChatSession, Settings
+
+pytestmark = pytest.mark.model
+
+SYSTEM = Message("system", "You are a helpful assistant.")
+
+
+def req(text: str, max_tokens: int = 24) -> GenerationRequest:
+    return GenerationRequest((SYSTEM, Message("user", text)), max_tokens=max_tokens, temperature=0)
+
+
+async def test_answer_streams_token_by_token(local_backend: LocalBackend) -> None:
+    events = [e async for e in local_backend.stream(req("Name three colors."))]
+    assert isinstance(events[0], PromptEvaluated)
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert 1 < len(deltas) <= 24
+    assert all(d.tokens == 1 for d in deltas if d.tokens)
+    assert "".join(d.text for d in deltas).strip()
+    assert isinstance(events[-2], KVStats) and isinstance(events[-1], Finished)
+    kv = events[-2]
+    assert kv.capacity_tokens == 2048 and 0 < kv.used_tokens <= 2048 and kv.used_bytes > 0
+
+
+async def test_prompt_count_matches_tokenizer(local_backend: LocalBackend) -> None:
+    r = req("Count my tokens, please.", max_tokens=2)
+    count = local_backend.count_tokens(r.messages)
+    tokens, _ = local_backend.format_prompt(r.messages)
+    events = [e async for e in local_backend.stream(r)]
+    (prompt,) = [e for e in events if isinstance(e, PromptEvaluated)]
+    assert not count.estimated
+    assert prompt.prompt_tokens == count.tokens == len(tokens)
+
+
+async def test_cancel_stops_within_a_few_tokens_and_next_request_works(
+    local_backend: LocalBackend,
+) -> None:
+    stream = local_backend.stream(req("Write a long story about a dragon.", max_tokens=400))
+    seen = 0
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            seen += 1
+            if seen == 5:
+                break
+    await stream.aclose()  # returns once the llama thread has stopped
+    # The thread stopped at the next token: the KV cache holds prompt + ~5 answer tokens.
+    tokens, _ = local_backend.format_prompt(req("Write a long story about a dragon.").messages)
+    used = local_backend._llm.n_tokens
+    assert len(tokens) + 5 <= used <= len(tokens) + 8
+    events = [e async for e in local_backend.stream(req("Say hi.", max_tokens=4))]
+    assert isinstance(events[-1], Finished) and events[-1].reason in ("stop", "length")
+
+
+async def test_cancel_via_task_cancellation(local_backend: LocalBackend) -> None:
+    session = ChatSession(local_backend, Settings(max_tokens=400, temperature=0))
+
+    async def consume() -> None:
+        async for _ in session.send("Tell me about the sea, at length."):
+            pass
+
+    task = asyncio.create_task(consume())
+    while not session.exchanges or session.exchanges[-1].trace.tokens < 3:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    answer = session.exchanges[-1].answer
+    assert answer.status == "cancelled" and answer.content  # the partial answer is kept
+    assert session.exchanges[-1].metrics is not None
+
+
+async def test_second_turn_reuses_the_cached_prefix(local_backend: LocalBackend) -> None:
+    session = ChatSession(local_backend, Settings(max_tokens=8, temperature=0))
+    async for _ in session.send("What is 2+2?"):
+        pass
+    async for _ in session.send("And 3+3?"):
+        pass
+    first, second = (e.metrics for e in session.exchanges)
+    assert first is not None and second is not None
+    assert second.cached_tokens is not None and second.prompt_tokens is not None
+    # the whole first turn (system, question, answer) is reused
+    assert second.cached_tokens >= first.prompt_tokens  # type: ignore[operator]
+    assert second.evaluated_prompt_tokens == second.prompt_tokens - second.cached_tokens
+
+
+async def test_prompt_larger_than_context_is_refused_clearly(local_backend: LocalBackend) -> None:
+    huge = "word " * 3000
+    events = [e async for e in local_backend.stream(req(huge))]
+    (error,) = events
+    assert isinstance(error, StreamError) and error.kind == "context_overflow"
+    assert "2,048" in error.message
+    events = [e async for e in local_backend.stream(req("Hi", max_tokens=2))]
+    assert isinstance(events[-1], Finished)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "not found"),
+        (b"not a model at all", "not a GGUF"),
+        (b"GGUF\x03\x00\x00\x00\x10", "truncated"),
+    ],
+)
+async def test_bad_model_files_fail_with_one_line(
+    tmp_path: Path, content: bytes | None, expected: str
+) -> None:
+    path = tmp_path / "model.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    backend = LocalBackend(LocalConfig(model_path=path, warmup=False))
+    await backend.start()
+    assert backend.state == "failed"
+    assert expected in backend.state_detail and "\n" not in backend.state_detail
+    events = [e async for e in backend.stream(req("hi"))]
+    assert isinstance(events[0], StreamError) and events[0].kind == "model"
+    await backend.aclose()
+
+
+async def test_truncated_real_model_fails_cleanly(tmp_path: Path, model_path: Path) -> None:
+    path = tmp_path / "cut.gguf"
+    with model_path.open("rb") as f:
+        path.write_bytes(f.read(5_000_000))  # header intact, tensor data cut
+    backend = LocalBackend(LocalConfig(model_path=path, warmup=False))
+    await backend.start()
+    assert backend.state == "failed" and "\n" not in backend.state_detail
+    await backend.aclose()

@@ -1,0 +1,72 @@
+"""The TUI under `App.run_test()`, driving the real bundled model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Markdown
+
+from backends.local import LocalBackend
+from chat.session import Settings
+from tui.app import PhasechatApp
+from tui.widgets import MessageView, PromptInput
+
+pytestmark = pytest.mark.model
+
+
+async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 60) -> None:
+    async with asyncio.timeout(limit_s):
+        while not condition():
+            await pilot.pause(0.05)
+
+
+async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(settings=Settings(max_tokens=24, temperature=0), backend=local_backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.click("#prompt")
+        await pilot.press(*"Hello", "ctrl+j", *"there")
+        assert app.query_one(PromptInput).text == "Hello\nthere"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 1)
+        await wait_for(pilot, lambda: not app.generating)
+        exchange = app.session.exchanges[0]
+        assert exchange.user.content == "Hello\nthere"
+        assert exchange.answer.status == "complete" and exchange.answer.content
+        views = list(app.query(MessageView))
+        assert [v.message.role for v in views] == ["user", "assistant"]
+        md = views[1].query_one(Markdown)
+        assert md.source == exchange.answer.content
+        assert app.query_one(PromptInput).text == ""
+        footer = str(views[1].query_one(".footer").render())
+        assert "TTFT" in footer and "tok/s" in footer
+
+
+async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(settings=Settings(max_tokens=400, temperature=0), backend=local_backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        app.send("Write a very long story about the ocean.")
+        await wait_for(
+            pilot,
+            lambda: bool(app.session.exchanges) and app.session.exchanges[0].trace.tokens >= 5,
+        )
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not app.generating)
+        answer = app.session.exchanges[0].answer
+        assert answer.status == "cancelled" and answer.content
+        assert app.session.exchanges[0].trace.tokens < 400
+        # the app is usable again at once
+        app.send("Hi")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
+        assert app.session.exchanges[1].answer.status == "complete"
+
+
+async def test_empty_prompt_is_refused_and_nothing_sent(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(backend=local_backend)
+    async with app.run_test() as pilot:
+        await pilot.press("space", "enter")
+        await pilot.pause(0.1)
+        assert app.session.exchanges == []
+        assert any("empty prompt" in str(n.message) for n in app._notifications)

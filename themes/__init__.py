@@ -1,0 +1,80 @@
+"""phasechat's built-in themes, as Textual `Theme` data.
+
+Telemetry colours are app-specific theme variables (declared once, with defaults, in
+`VARIABLE_DEFAULTS`); a theme may override any of them in its `variables`.
+"""
+
+from __future__ import annotations
+
+from textual.theme import Theme
+
+#: App-specific variables and their fallbacks (values may reference base colours).
+VARIABLE_DEFAULTS: dict[str, str] = {
+    "phase-prefill": "#e0a030",
+    "phase-decode": "#3fb950",
+    "itl-spark": "#58a6ff",
+    "stall": "#f85149",
+    "kv-fill": "#a371f7",
+}
+
+PHASE_DARK = Theme(
+    name="phasechat-dark",
+    primary="#58a6ff",
+    secondary="#a371f7",
+    accent="#f0883e",
+    warning="#e0a030",
+    error="#f85149",
+    success="#3fb950",
+    foreground="#e6edf3",
+    background="#0d1117",
+    surface="#161b22",
+    panel="#1f2630",
+    dark=True,
+)
+
+PHASE_LIGHT = Theme(
+    name="phasechat-light",
+    primary="#0969da",
+    secondary="#8250df",
+    accent="#bc4c00",
+    warning="#9a6700",
+    error="#cf222e",
+    success="#1a7f37",
+    foreground="#1f2328",
+    background="#ffffff",
+    surface="#f6f8fa",
+    panel="#eaeef2",
+    dark=False,
+    variables={
+        "phase-prefill": "#9a6700",
+        "phase-decode": "#1a7f37",
+        "itl-spark": "#0969da",
+        "stall": "#cf222e",
+        "kv-fill": "#8250df",
+    },
+)
+
+PHASE_HIGH_CONTRAST = Theme(
+    name="phasechat-high-contrast",
+    primary="#00ffff",
+    secondary="#ff00ff",
+    accent="#ffff00",
+    warning="#ffff00",
+    error="#ff3030",
+    success="#00ff00",
+    foreground="#ffffff",
+    background="#000000",
+    surface="#000000",
+    panel="#101010",
+    dark=True,
+    variables={
+        "phase-prefill": "#ffff00",
+        "phase-decode": "#00ff00",
+        "itl-spark": "#00ffff",
+        "stall": "#ff3030",
+        "kv-fill": "#ff00ff",
+    },
+)
+
+BUILTIN_THEMES: tuple[Theme, ...] = (PHASE_DARK, PHASE_LIGHT, PHASE_HIGH_CONTRAST)
+DEFAULT_THEME = PHASE_DARK.name

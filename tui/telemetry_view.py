@@ -1,0 +1,111 @@
+"""Rendering telemetry as Textual `Content`: numbers in, styled text out.
+
+Colours are theme variables only; data never passes through markup parsing.
+"""
+
+from __future__ import annotations
+
+from textual.content import Content
+
+from telemetry.live import Live
+from telemetry.metrics import Metrics
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
+    """A number for humans, '-' when unknown."""
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def sparkline(values: tuple[float, ...] | list[float], width: int = 40) -> str:
+    """Block characters scaled to the largest of the last `width` values."""
+    vals = list(values)[-width:]
+    if not vals:
+        return ""
+    top = max(vals) or 1.0
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(v / top * (len(SPARKS) - 1)))] for v in vals)
+
+
+def phase_bar(prefill_ms: float | None, total_ms: float | None, width: int = 30) -> Content:
+    """`prefill | decode` as two coloured runs proportional to their share of the time."""
+    if not total_ms or prefill_ms is None:
+        return Content("")
+    pre = max(1, round(width * min(1.0, prefill_ms / total_ms)))
+    return Content.assemble(
+        ("█" * pre, "$phase-prefill"),
+        ("█" * (width - pre), "$phase-decode"),
+        (" prefill | decode", "dim"),
+    )
+
+
+def live_content(live: Live, kv: tuple[int, int, int] | None = None) -> Content:
+    """The live panel while a request runs (and just after)."""
+    parts: list[str | tuple[str, str] | Content] = []
+    if live.phase in ("waiting", "prefill"):
+        prompt = f"{live.prompt_tokens:,} tokens" if live.prompt_tokens else "the prompt"
+        progress = ""
+        if live.prefill_done is not None and live.prompt_tokens:
+            progress = f" ({live.prefill_done:,}/{live.prompt_tokens:,})"
+        parts += [
+            (f"prefilling {prompt}{progress}", "bold $phase-prefill"),
+            f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
+        ]
+        if live.cached_tokens:
+            parts.append(f"   cached prefix {live.cached_tokens:,}")
+    else:
+        approx = "~" if live.tokens_estimated else ""
+        parts += [
+            ("decoding" if live.phase == "decode" else "done", "bold $phase-decode"),
+            f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
+            "   ",
+            (f"{approx}{fmt(live.decode_tok_s)} tok/s", "bold $accent"),
+            f"   {fmt(live.chars_per_s, ' chars/s', 0)}",
+            f"   {approx}{live.tokens:,} {'chunks' if live.tokens_estimated else 'tokens'}",
+        ]
+        if live.cached_tokens:
+            parts.append(f"   cached prefix {live.cached_tokens:,}")
+    line2: list[str | tuple[str, str] | Content] = [
+        ("ITL ", "dim"),
+        (sparkline(live.recent_itl_ms), "$itl-spark"),
+    ]
+    if live.stall:
+        since = fmt((live.since_last_ms or 0) / 1000, " s", 1)
+        line2.append((f"  {live.stall}: no token for {since}", "bold $stall"))
+    out = [Content.assemble(*parts), Content.assemble(*line2)]
+    if live.phase != "waiting" and live.ttft_ms is not None:
+        out.append(phase_bar(live.ttft_ms, live.elapsed_ms))
+    if kv is not None:
+        out.append(kv_gauge(*kv))
+    return Content("\n").join(out)
+
+
+def kv_gauge(used: int, capacity: int, used_bytes: int, width: int = 20) -> Content:
+    """KV cache fill: a bar, tokens used / capacity, and MiB."""
+    frac = used / capacity if capacity else 0.0
+    filled = round(frac * width)
+    style = "$stall" if frac > 0.9 else "$kv-fill"
+    return Content.assemble(
+        ("KV ", "dim"),
+        ("■" * filled, style),
+        ("□" * (width - filled), "dim"),
+        f" {used:,}/{capacity:,} tokens · {used_bytes / 2**20:.1f} MiB",
+    )
+
+
+def answer_footer(m: Metrics) -> Content:
+    """One line under a finished answer: its phases at a glance."""
+    approx = "~" if m.output_tokens_estimated else ""
+    bits = [
+        f"TTFT {fmt(m.ttft_ms, ' ms', 0)}",
+        f"{fmt(m.decode_tok_s)} tok/s",
+        f"{approx}{m.output_tokens} tokens",
+        f"prompt {m.prompt_tokens if m.prompt_tokens is not None else '-'}"
+        + (f" ({m.cached_tokens} cached)" if m.cached_tokens else ""),
+        f"e2e {fmt((m.e2e_ms or 0) / 1000, ' s', 2)}",
+    ]
+    if m.finish and m.finish != "stop":
+        bits.append(m.finish)
+    return Content(" · ".join(bits))

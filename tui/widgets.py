@@ -1,0 +1,102 @@
+"""The chat's widgets: one message, the prompt box."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Markdown, Static, TextArea
+from textual.widgets.markdown import MarkdownStream
+
+from chat.conversation import ChatMessage
+from chat.text import visible_controls
+
+
+class MessageView(Vertical):
+    """One chat message: a header line and its Markdown body, streamed while it grows.
+
+    Streaming appends fragments through `MarkdownStream` (only the last block is
+    re-parsed); the whole text is rendered once, at the end.
+    """
+
+    DEFAULT_CSS = """
+    MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
+    MessageView > .header { color: $text-muted; }
+    MessageView.-user { background: $boost; border-left: outer $primary; }
+    MessageView.-assistant { border-left: outer $secondary; }
+    MessageView.-error > .footer { color: $error; }
+    MessageView > .footer { color: $text-muted; }
+    MessageView > Markdown { margin: 0; padding: 0; }
+    """
+
+    def __init__(self, message: ChatMessage) -> None:
+        super().__init__(classes=f"-{message.role}")
+        self.message = message
+        self._stream: MarkdownStream | None = None
+        self.shown = 0  # characters of the answer already written to the stream
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._header(), classes="header")
+        yield Markdown(visible_controls(self.message.content))
+        yield Static("", classes="footer")
+
+    def _header(self) -> Content:
+        m = self.message
+        if m.role == "user":
+            return Content("you")
+        return Content.assemble((m.backend or "assistant", "bold"), f" · {m.model or ''}")
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    def start_stream(self) -> None:
+        self._stream = Markdown.get_stream(self.markdown)
+
+    async def append(self, text: str) -> None:
+        """Add streamed text (already decoded; made safe here)."""
+        if self._stream is not None and text:
+            await self._stream.write(visible_controls(text))
+
+    async def finish(self, footer: Content) -> None:
+        """End the stream and render the final text once."""
+        stream, self._stream = self._stream, None
+        try:
+            if stream is not None:
+                await stream.stop()
+        finally:
+            await self.markdown.update(visible_controls(self.message.content))
+            self.query_one(".header", Static).update(self._header())
+            self.set_footer(footer)
+
+    def set_footer(self, footer: Content) -> None:
+        self.set_class(self.message.status == "error", "-error")
+        self.query_one(".footer", Static).update(footer)
+
+
+class PromptInput(TextArea):
+    """Multi-line prompt: Enter sends, Ctrl+J (or Shift+Enter) adds a newline."""
+
+    class Submitted(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class StopRequested(Message):
+        """Esc in the prompt box: TextArea would otherwise swallow the app's Stop key."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.Submitted(self.text))
+        elif event.key == "escape":
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.StopRequested())
+        elif event.key in ("ctrl+j", "shift+enter"):
+            event.prevent_default()
+            event.stop()
+            self.insert("\n")
