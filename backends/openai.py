@@ -3,17 +3,19 @@
 Works with llama.cpp's llama-server (usage, `timings`, prefill progress), vLLM and
 Ollama (usage only), llama-cpp-python's server (neither), LM Studio and OpenAI.
 The API key is read from an environment variable at request time and lives only in the
-request headers: it is never logged, stored or shown.
+request headers: it is never logged, stored or shown, and a server that echoes it back
+in an error message has it redacted before the message goes anywhere.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import dataclasses
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -25,16 +27,18 @@ from backends.events import (
     GenerationRequest,
     Message,
     Notice,
-    PrefillProgress,
     ResponseStarted,
     ServerTimings,
     StreamError,
     TextDelta,
     Usage,
 )
+from backends.http_errors import connect_error, lost_message, plural, status_error
+from backends.httplog import event_hooks, redact_secret, redact_url
+from backends.openai_wire import parse_chunk, whole_reply
 from backends.sse import SSEParser
 
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
+TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +51,8 @@ class RemoteConfig:
     name: str = "openai"
     connect_timeout_s: float = 10.0
     first_token_timeout_s: float = 300.0  # a long prefill is not a stall
-    stall_timeout_s: float = 15.0  # the longest gap allowed between chunks
-    verify_tls: bool = True
+    stall_timeout_s: float = 15.0  # the longest gap allowed between events, mid-answer
+    verify_tls: bool = True  # turning it off is explicit and announced on every answer
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,7 +74,7 @@ class RemoteBackend:
         self.is_llama_server = False
         self._model = self.config.model or ""
         self._state: LoadState = "idle"
-        self._detail = "not connected"
+        self._detail = self._with_tls("not connected")
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -80,6 +84,11 @@ class RemoteBackend:
     @property
     def base_url(self) -> str:
         return self.config.base_url.rstrip("/")
+
+    @property
+    def shown_url(self) -> str:
+        """The base URL as it may be shown or logged (no password, no key parameter)."""
+        return redact_url(self.base_url)
 
     @property
     def model(self) -> str:
@@ -93,12 +102,23 @@ class RemoteBackend:
     def state_detail(self) -> str:
         return self._detail
 
+    def _with_tls(self, detail: str) -> str:
+        return detail if self.config.verify_tls else f"{detail} · TLS verification off"
+
+    def _key(self) -> str:
+        return os.environ.get(self.config.api_key_env, "")
+
     def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.config.api_key_env, "")
+        key = self._key()
         headers = {"Accept": "text/event-stream"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         return headers
+
+    def _scrub(self, text: str) -> str:
+        """`text` with the API key redacted: some servers echo it in their errors."""
+        key = self._key()
+        return text.replace(key, redact_secret(key)) if key and key in text else text
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -107,22 +127,24 @@ class RemoteBackend:
                 timeout=httpx.Timeout(c.first_token_timeout_s, connect=c.connect_timeout_s),
                 verify=c.verify_tls,
                 transport=self._transport,
+                event_hooks=event_hooks(),
             )
         return self._client
 
     async def start(self) -> None:
         """Ask `GET /models` which models exist; pick one if none was configured."""
-        self._state, self._detail = "loading", f"connecting to {self.base_url}"
+        self._state, self._detail = "loading", f"connecting to {self.shown_url}"
         try:
             r = await self._http().get(
                 f"{self.base_url}/models", headers=self._headers(), timeout=10.0
             )
         except httpx.HTTPError as exc:
-            self._state, self._detail = "failed", _connect_message(exc, self.base_url)
+            err = connect_error(exc, self.shown_url, 10.0)
+            self._state, self._detail = "failed", self._scrub(err.message)
             return
         if r.status_code != 200:
-            err = _status_error(r.status_code, r.text, self.base_url, self.config.api_key_env)
-            self._state, self._detail = "failed", err.message
+            err = status_error(r.status_code, r.text, self.shown_url, self.config.api_key_env)
+            self._state, self._detail = "failed", self._scrub(err.message)
             return
         try:
             body = r.json()
@@ -134,7 +156,7 @@ class RemoteBackend:
             self.models = []
         if not self._model and self.models:
             self._model = self.models[0]
-        self._state, self._detail = "ready", f"{self.base_url} · {self.model}"
+        self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         from telemetry.tokens import estimate_messages
@@ -168,260 +190,131 @@ class RemoteBackend:
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Stream one answer; closing the iterator closes the HTTP response."""
-        url = f"{self.base_url}/chat/completions"
+        if not self.config.verify_tls:
+            yield Notice(TLS_OFF)
+        async for event in self._send(request):
+            if isinstance(event, StreamError):
+                event = dataclasses.replace(event, message=self._scrub(event.message))
+            elif isinstance(event, Notice):
+                event = Notice(self._scrub(event.text))
+            yield event
+
+    async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:
         client = self._http()
         try:
             req = client.build_request(
-                "POST", url, json=self.request_body(request), headers=self._headers()
+                "POST",
+                f"{self.base_url}/chat/completions",
+                json=self.request_body(request),
+                headers=self._headers(),
             )
             response = await client.send(req, stream=True)
         except httpx.HTTPError as exc:
-            yield StreamError("connection", _connect_message(exc, self.base_url), retryable=True)
+            yield connect_error(exc, self.shown_url, self.config.first_token_timeout_s)
             return
         try:
-            async for event in self._events(response, request):
+            if response.status_code != 200:
+                text = (await response.aread())[:4000].decode("utf-8", errors="replace")
+                yield status_error(
+                    response.status_code,
+                    text,
+                    self.shown_url,
+                    self.config.api_key_env,
+                    response.headers.get("retry-after"),
+                )
+                return
+            yield ResponseStarted(response.status_code)
+            ctype = response.headers.get("content-type", "")
+            events = (
+                self._sse(response, request)
+                if "text/event-stream" in ctype
+                else whole_reply(response, ctype)
+            )
+            async for event in events:
                 yield event
         finally:
             await response.aclose()
 
-    async def _events(
+    async def _sse(
         self, response: httpx.Response, request: GenerationRequest
     ) -> AsyncIterator[Event]:
-        if response.status_code != 200:
-            text = (await response.aread())[:4000].decode("utf-8", errors="replace")
-            yield _status_error(
-                response.status_code,
-                text,
-                self.base_url,
-                self.config.api_key_env,
-                response.headers.get("retry-after"),
-            )
-            return
-        yield ResponseStarted(response.status_code)
-        ctype = response.headers.get("content-type", "")
-        if "text/event-stream" not in ctype:
-            async for event in _whole_reply(response, ctype):
-                yield event
-            return
+        """The events of a streamed answer, with the first-token and stall deadlines.
+
+        Only the socket read is under a deadline, never a `yield`: time the consumer
+        spends on an event is not the server's, and a timeout must not fire in the
+        consumer's code. Once text has arrived, any new event bytes (even a slow 10 MB
+        event, read by read) move the stall deadline; keep-alive comments do not: a
+        server that pings but says nothing has stalled all the same.
+        """
+        cfg = self.config
         parser = SSEParser()
         chunks = 0
         finish: FinishReason | None = None
         loop = asyncio.get_running_loop()
-        stall = self.config.stall_timeout_s
-        try:
-            async with asyncio.timeout(self.config.first_token_timeout_s) as deadline:
-                async for raw in response.aiter_raw():
-                    for sse in parser.feed(raw):
-                        if sse.data == "[DONE]":
-                            yield Finished(finish or "stop")
-                            return
-                        for event in _parse_chunk(sse.data):
-                            if isinstance(event, StreamError):
-                                yield event
-                                return
-                            if isinstance(event, Finished):
-                                finish = event.reason
-                                continue
-                            if isinstance(event, TextDelta):
-                                chunks += 1
-                                # Every chunk with text holds at least one token.
-                                if chunks > request.max_tokens:
-                                    yield Notice("the server ignored max_tokens; stopped here")
-                                    yield Finished("length")
-                                    return
-                            yield event
+        deadline = loop.time() + cfg.first_token_timeout_s
+        # Closed here, not left to the garbage collector, which would close it in a
+        # task of its own after the request is over. (httpx types it as an iterator; it
+        # is an async generator.)
+        raw_reads = cast(AsyncGenerator[bytes, None], response.aiter_raw())
+        async with contextlib.aclosing(raw_reads) as reads:
+            seen = 0  # parser.payload_bytes when the stall deadline last moved
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        raw = await anext(reads, None)
+                    if raw is None:
+                        break
+                    batch = parser.feed(raw)
+                except TimeoutError:
                     if chunks:
-                        deadline.reschedule(loop.time() + stall)
-                for sse in parser.close():
-                    if sse.data != "[DONE]":
-                        for event in _parse_chunk(sse.data):
-                            if not isinstance(event, Finished | StreamError):
-                                yield event
-        except TimeoutError:
-            if chunks:
-                msg = f"stalled after {chunks} chunks: nothing for {stall:g} s"
-                yield StreamError("stalled", msg, retryable=True)
-            else:
-                wait = self.config.first_token_timeout_s
-                yield StreamError("timeout", f"no answer within {wait:g} s", retryable=True)
-            return
-        except httpx.HTTPError as exc:
-            yield StreamError(
-                "connection",
-                f"connection lost after {chunks} chunks ({type(exc).__name__})",
-                retryable=True,
-            )
-            return
-        except ValueError as exc:  # an SSE line beyond the parser's limit
-            yield StreamError("protocol", str(exc))
-            return
+                        msg = (
+                            f"stalled after {plural(chunks, 'chunk')} of the answer: "
+                            f"nothing new for {cfg.stall_timeout_s:g} s"
+                        )
+                        yield StreamError("stalled", msg, retryable=True)
+                    else:
+                        wait = cfg.first_token_timeout_s
+                        yield StreamError("timeout", f"no answer text within {wait:g} s", True)
+                    return
+                except httpx.HTTPError as exc:
+                    yield StreamError("connection", lost_message(exc, chunks), retryable=True)
+                    return
+                except ValueError as exc:  # an SSE line beyond the parser's limit
+                    yield StreamError("protocol", str(exc))
+                    return
+                for sse in batch:
+                    if sse.data == "[DONE]":
+                        yield Finished(finish or "stop")
+                        return
+                    for event in parse_chunk(sse.data):
+                        if isinstance(event, StreamError):
+                            yield event
+                            return
+                        if isinstance(event, Finished):
+                            finish = event.reason
+                            continue
+                        if isinstance(event, TextDelta):
+                            chunks += 1
+                            # Every chunk with text holds at least one token, so this never
+                            # cuts a server that honours max_tokens.
+                            if chunks > request.max_tokens:
+                                n = request.max_tokens
+                                yield Notice(f"the server ignored max_tokens ({n}); stopped here")
+                                yield Finished("length")
+                                return
+                        yield event
+                if chunks and parser.payload_bytes > seen:
+                    deadline = loop.time() + cfg.stall_timeout_s
+                seen = parser.payload_bytes
+        for sse in parser.close():
+            if sse.data != "[DONE]":
+                for event in parse_chunk(sse.data):
+                    if isinstance(event, Finished):
+                        finish = event.reason
+                    elif isinstance(event, TextDelta | Usage | ServerTimings):
+                        yield event
         if finish is not None:
             yield Finished(finish)
         else:
-            yield StreamError(
-                "connection", f"stream ended early after {chunks} chunks", retryable=True
-            )
-
-
-def _parse_chunk(data: str) -> list[Event]:
-    """Events in one `data:` payload of a chat-completion stream."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return [StreamError("protocol", f"malformed event from server: {data[:80]!r}")]
-    if not isinstance(obj, dict):
-        return [StreamError("protocol", f"unexpected event from server: {data[:80]!r}")]
-    if "error" in obj:
-        return [StreamError("server", f"server error: {_error_text(obj)}")]
-    out: list[Event] = []
-    progress = obj.get("prompt_progress")
-    if isinstance(progress, dict):
-        out.append(
-            PrefillProgress(
-                int(progress.get("total", 0)),
-                int(progress.get("cache", 0)),
-                int(progress.get("processed", 0)),
-                float(progress.get("time_ms", 0.0)),
-            )
-        )
-    for choice in obj.get("choices") or ():
-        delta = choice.get("delta") or {}
-        content = delta.get("content")
-        if content:
-            out.append(TextDelta(str(content)))
-        reason = choice.get("finish_reason")
-        if reason:
-            out.append(Finished(_FINISH.get(str(reason), "other")))
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        out.append(
-            Usage(
-                int(usage.get("prompt_tokens") or 0),
-                int(usage.get("completion_tokens") or 0),
-                int(cached) if cached is not None else None,
-            )
-        )
-    timings = obj.get("timings")
-    if isinstance(timings, dict) and "prompt_n" in timings:
-        out.append(
-            ServerTimings(
-                int(timings.get("prompt_n", 0)),
-                float(timings.get("prompt_ms", 0.0)),
-                int(timings.get("predicted_n", 0)),
-                float(timings.get("predicted_ms", 0.0)),
-                int(timings["cache_n"]) if "cache_n" in timings else None,
-            )
-        )
-    return out
-
-
-async def _whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Event]:
-    """A server that ignored `stream: true`: keep its answer, and say so."""
-    body = (await response.aread())[: 64 * 1024 * 1024]
-    try:
-        obj = json.loads(body)
-        message = obj["choices"][0]["message"]
-        text = str(message.get("content") or "")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        kind = ctype.split(";")[0] or "no content type"
-        yield StreamError("protocol", f"server did not stream (sent {kind}, not text/event-stream)")
-        return
-    yield Notice("the server does not stream: the answer arrived whole, so TTFT = e2e")
-    yield TextDelta(text)
-    for event in _parse_chunk(json.dumps({"usage": obj.get("usage")})):
-        yield event
-    reason = obj["choices"][0].get("finish_reason") or "stop"
-    yield Finished(_FINISH.get(str(reason), "other"))
-
-
-def _error_text(obj: Any) -> str:
-    err = obj.get("error") if isinstance(obj, dict) else None
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)[:300]
-    if isinstance(err, str):
-        return err[:300]
-    return str(obj)[:300]
-
-
-def _status_error(
-    status: int, body: str, base_url: str, key_env: str, retry_after: str | None = None
-) -> StreamError:
-    """One clear line for an HTTP error status, with the server's own message."""
-    try:
-        detail = _error_text(json.loads(body))
-    except ValueError:
-        detail = " ".join(body.split())[:200]
-    suffix = f": {detail}" if detail else ""
-    if status in (401, 403):
-        hint = f"check the API key in ${key_env}" if status == 401 else "the key lacks access"
-        return StreamError("auth", f"HTTP {status} from {base_url} ({hint}){suffix}", status=status)
-    if status == 404:
-        return StreamError(
-            "not_found",
-            f"HTTP 404 from {base_url}: wrong base URL (most end in /v1) or model{suffix}",
-            status=status,
-        )
-    if status == 429:
-        wait = _retry_after(retry_after)
-        when = f"; retry in {wait:g} s" if wait is not None else ""
-        return StreamError(
-            "rate_limited",
-            f"HTTP 429 rate limited by {base_url}{when}{suffix}",
-            retryable=True,
-            status=status,
-            retry_after_s=wait,
-        )
-    if status >= 500:
-        return StreamError(
-            "server", f"HTTP {status} server error at {base_url}{suffix}", True, status
-        )
-    return StreamError("bad_request", f"HTTP {status} from {base_url}{suffix}", status=status)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        from datetime import UTC, datetime
-        from email.utils import parsedate_to_datetime
-
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _causes(exc: BaseException) -> list[str]:
-    """The messages of an exception and of everything that caused it (anyio hides
-    "connection refused" behind "All connection attempts failed")."""
-    out: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(out) < 8:
-        out.append(f"{type(seen).__name__}: {seen}")
-        if isinstance(seen, BaseExceptionGroup):
-            out += [f"{type(e).__name__}: {e}" for e in seen.exceptions]
-        seen = seen.__cause__ or seen.__context__
-    return out
-
-
-def _connect_message(exc: httpx.HTTPError, base_url: str) -> str:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.ConnectTimeout):
-        return f"cannot connect to {base_url}: timed out"
-    if isinstance(exc, httpx.ConnectError):
-        low = " ".join(_causes(exc)).lower()
-        if "name or service" in low or "nodename" in low or "gaierror" in low:
-            return f"cannot connect to {base_url}: unknown host"
-        if "refused" in low or "errno 111" in low:
-            return f"cannot connect to {base_url}: connection refused"
-        if "certificate" in low or "ssl" in low:
-            return f"cannot connect to {base_url}: TLS error ({text[:120]})"
-        return f"cannot connect to {base_url}: {text[:160]}"
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return f"not an http(s) URL: {base_url}"
-    return f"request to {base_url} failed: {type(exc).__name__}: {text[:160]}"
+            msg = f"stream ended early after {plural(chunks, 'chunk')}, with no finish reason"
+            yield StreamError("connection", msg, retryable=True)

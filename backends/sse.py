@@ -30,8 +30,19 @@ class SSEParser:
         self._id: str | None = None
         self._pending_cr = False
         self._scanned = 0  # bytes of the held partial line already searched for a line end
+        self._payload = 0  # bytes of complete non-comment lines
         self.max_event_bytes = max_event_bytes
         self.comments = 0
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of non-comment lines so far, the partial line held included.
+
+        It grows while an event arrives, however slowly and in however many reads, and
+        not for keep-alive comments: a client's measure of "the server is still talking".
+        """
+        held = len(self._buf) if self._buf[:1] != b":" else 0
+        return self._payload + held
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse what `chunk` completes; keep the rest for the next call."""
@@ -57,6 +68,8 @@ class SSEParser:
                 end, nxt = lf, lf + 1
             else:
                 break
+            if end > start and buf[start] != 0x3A:  # not a ":" comment
+                self._payload += end - start
             self._line(bytes(buf[start:end]).decode("utf-8", errors="replace"), out)
             start = scan = nxt
         del buf[:start]

@@ -3,18 +3,40 @@
 The request's `model` field picks the behaviour: HTTP errors, non-streamed replies,
 malformed or split events, stalls, resets, endless or 10 MB streams, and streams faster
 than any real model. Used by tests and by the UI-ingest benchmark; it answers only on
-loopback and every behaviour ends by itself or when the client goes away.
+loopback and every behaviour ends by itself or as soon as the client goes away.
+
+`model` is `name-arg`: `_b_<name>` handles it with `arg` (e.g. `stall-30`, `status-429`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
-from collections.abc import Awaitable, Callable
+import ssl
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any
 
 Writer = asyncio.StreamWriter
+
+
+@dataclass
+class Conn:
+    """One client connection: its reader (to notice the client leaving) and writer."""
+
+    r: asyncio.StreamReader
+    w: Writer
+    headers: dict[str, str]
+
+    async def idle(self, seconds: float) -> None:
+        """Wait `seconds`, or less if the client hangs up first."""
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            await asyncio.wait_for(self.r.read(1), seconds)
 
 
 def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -> bytes:
@@ -24,7 +46,8 @@ def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         **extra,
     }
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+    # Raw UTF-8 on the wire, as llama-server sends it, so a read can split a character.
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
 
 USAGE_CHUNK = (
@@ -34,6 +57,17 @@ DONE = b"data: [DONE]\n\n"
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
     b"connection: close\r\n\r\n"
+)
+#: What the `markup` behaviour sends: markup and terminal control a model might emit.
+MARKUP_PIECES = (
+    "[bold red]not bold[/] ",
+    "[@click=app.quit]click[/] ",
+    "\x1b[31mred\x1b[0m ",
+    "\x9b31mc1red\x9b0m ",  # 8-bit CSI, which some terminals honour
+    "\x1b]0;pwned title\x07",
+    "\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ ",
+    "\x1b]52;c;cHduZWQ=\x07",
+    "bell\x07 nul\x00 end",
 )
 
 
@@ -47,22 +81,28 @@ def http(status: int, body: bytes, ctype: str = "application/json", extra: str =
 
 
 class FaultServer:
-    """`async with FaultServer() as s:` then point a backend at `s.base_url`."""
+    """`async with FaultServer() as s:` then point a backend at `s.base_url`.
 
-    def __init__(self) -> None:
+    With `tls` (a server-side SSL context, e.g. a self-signed certificate) it speaks https.
+    """
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.open_connections = 0
         self.tokens_sent = 0
+        self.last_byte_ns = 0
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     async def __aenter__(self) -> FaultServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         sock: socket.socket = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         return self
@@ -70,9 +110,15 @@ class FaultServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        for task in list(self._tasks):  # a test that failed may have left one running
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: Writer) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         self.open_connections += 1
         try:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -90,20 +136,30 @@ class FaultServer:
                 request = json.loads(body or b"{}")
                 self.requests.append(request)
                 behaviour = str(request.get("model", "ok-5"))
-                await self._behave(behaviour, request, writer)
+                await self._behave(behaviour, request, Conn(reader, writer, headers))
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (
+            ConnectionError,
+            ssl.SSLError,
+            asyncio.IncompleteReadError,
+            asyncio.CancelledError,
+        ):
             pass
         finally:
             self.open_connections -= 1
+            self._tasks.discard(task)
             writer.close()
 
-    async def _behave(self, behaviour: str, request: dict[str, Any], w: Writer) -> None:
+    async def _behave(self, behaviour: str, request: dict[str, Any], c: Conn) -> None:
         name, _, arg = behaviour.partition("-")
-        handler: Callable[[str, dict[str, Any], Writer], Awaitable[None]] = getattr(
-            self, f"_b_{name}"
+        handler: Callable[[str, dict[str, Any], Conn], Awaitable[None]] | None = getattr(
+            self, f"_b_{name}", None
         )
-        await handler(arg, request, w)
+        if handler is None:
+            body = json.dumps({"error": {"message": f"no behaviour {name!r}"}}).encode()
+            c.w.write(http(404, body))
+        else:
+            await handler(arg, request, c)
 
     async def _tokens(self, w: Writer, n: int, delay: float = 0.0, text: str = "tok ") -> None:
         for _ in range(n):
@@ -114,30 +170,51 @@ class FaultServer:
                 await asyncio.sleep(delay)
 
     # -- behaviours: the part of `model` before the first "-" -----------------------
-    async def _b_ok(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_ok(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         n = int(arg or 5)
-        w.write(SSE_HEAD)
-        await self._tokens(w, n, delay=0.001)
-        w.write(chunk(finish="stop") + USAGE_CHUNK % n + DONE)
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, n, delay=0.001)
+        c.w.write(chunk(finish="stop") + USAGE_CHUNK % n + DONE)
 
-    async def _b_fast(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        """N one-token chunks as fast as the socket takes them."""
+    _b_scripted = _b_ok  # the one model GET /models lists
+
+    async def _b_fast(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """N one-token chunks as fast as the socket takes them (`fastline-N`: one paragraph)."""
         n = int(arg or 20000)
-        w.write(SSE_HEAD)
+        c.w.write(SSE_HEAD)
         for i in range(n):
-            w.write(chunk(f"t{i} "))
+            # Prose-like: a paragraph break every 60 tokens, as a model writes.
+            c.w.write(chunk(f"t{i}\n\n" if i % 60 == 59 else f"t{i} "))
             if i % 512 == 0:
-                await w.drain()
+                await c.w.drain()
         self.tokens_sent += n
-        w.write(chunk(finish="stop") + USAGE_CHUNK % n + DONE)
+        c.w.write(chunk(finish="stop") + USAGE_CHUNK % n + DONE)
+        await c.w.drain()
+        self.last_byte_ns = time.perf_counter_ns()  # for the UI-ingest benchmark
 
-    async def _b_status(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        status = int(arg)
-        extra = "retry-after: 7\r\n" if status == 429 else ""
+    async def _b_status(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """`status-429`: that status with an error object; 429 and 503 carry Retry-After
+        (`status-429-date`: as an HTTP date 60 s ahead)."""
+        code, _, form = arg.partition("-")
+        status = int(code)
+        extra = ""
+        if status in (429, 503):
+            when = formatdate(time.time() + 60, usegmt=True) if form == "date" else "7"
+            extra = f"retry-after: {when}\r\n"
         body = json.dumps({"error": {"message": f"scripted {status}", "type": "x"}}).encode()
-        w.write(http(status, body, extra=extra))
+        c.w.write(http(status, body, extra=extra))
 
-    async def _b_json(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_echokey(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """A careless server that quotes the caller's Authorization header in its error:
+        as a 401 body, or (`echokey-stream`) as an error object mid-stream."""
+        said = f"invalid credentials {c.headers.get('authorization', '')!s}"
+        if arg == "stream":
+            c.w.write(SSE_HEAD + chunk("partial "))
+            c.w.write(b"data: " + json.dumps({"error": {"message": said}}).encode() + b"\n\n")
+        else:
+            c.w.write(http(401, json.dumps({"error": {"message": said}}).encode()))
+
+    async def _b_json(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         body = {
             "choices": [
                 {
@@ -147,83 +224,133 @@ class FaultServer:
             ],
             "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
         }
-        w.write(http(200, json.dumps(body).encode()))
+        c.w.write(http(200, json.dumps(body).encode()))
 
-    async def _b_html(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(http(200, b"<html>proxy login</html>", ctype="text/html"))
+    async def _b_html(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        page = b"<html><head><title>Proxy login</title></head><body>sign in</body></html>"
+        c.w.write(http(int(arg or 200), page, ctype="text/html"))
 
-    async def _b_malformed(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD + chunk("ok ") + b"data: {not json\n\n" + DONE)
+    async def _b_malformed(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD + chunk("ok ") + b"data: {not json\n\n" + DONE)
 
-    async def _b_split(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_split(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         payload = SSE_HEAD + b"".join(chunk(t) for t in ["αβ", "γ ", "δ😀"])
         payload += b": keep-alive\n\n" + chunk(finish="stop") + DONE
         step = int(arg or 1)
-        w.write(payload[: len(SSE_HEAD)])
+        c.w.write(payload[: len(SSE_HEAD)])
         for i in range(len(SSE_HEAD), len(payload), step):
-            w.write(payload[i : i + step])
-            await w.drain()
-            await asyncio.sleep(0)
+            c.w.write(payload[i : i + step])
+            await c.w.drain()
+            await asyncio.sleep(0.0005)  # so each piece leaves in its own TCP segment
 
-    async def _b_keepalive(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD + b": ping\n\n" + chunk("a") + b":\n\n" + chunk("b"))
-        w.write(chunk(finish="stop") + DONE)
+    async def _b_keepalive(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD + b": ping\n\n" + chunk("a") + b":\n\n" + chunk("b"))
+        c.w.write(chunk(finish="stop") + DONE)
 
-    async def _b_nodone(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD + chunk("complete") + chunk(finish="stop"))
+    async def _b_nodone(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD + chunk("complete") + chunk(finish="stop"))
 
-    async def _b_cut(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_cut(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """Tokens, then the connection closes cleanly with no finish and no [DONE]."""
-        w.write(SSE_HEAD)
-        await self._tokens(w, 3)
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 3)
 
-    async def _b_errormid(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD + chunk("par") + chunk("tial"))
-        w.write(b'data: {"error":{"message":"model crashed","type":"server_error"}}\n\n')
+    async def _b_errormid(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """Text, then an error object; `errormid-markup`: one full of terminal control."""
+        said = "crashed \x1b]0;pwned\x07 [bold]" if arg == "markup" else "model crashed"
+        error = {"error": {"message": said, "type": "server_error"}}
+        c.w.write(SSE_HEAD + chunk("par") + chunk("tial"))
+        c.w.write(b"data: " + json.dumps(error).encode() + b"\n\n")
 
-    async def _b_stall(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD)
-        await self._tokens(w, 3)
-        await w.drain()
-        await asyncio.sleep(float(arg or 30))
+    async def _b_stall(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 3)
+        await c.w.drain()
+        await c.idle(float(arg or 30))
 
-    async def _b_slowstart(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_pingstall(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """Tokens, then only keep-alive comments: alive, but the answer has stalled."""
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 3)
+        for _ in range(int(float(arg or 30) / 0.05)):
+            c.w.write(b": ping\n\n")
+            await c.w.drain()
+            await asyncio.sleep(0.05)
+
+    async def _b_trickle(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """A token, then one event dribbled a byte at a time over `arg` seconds: slow, but
+        never silent, so not a stall."""
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 1)
+        event = chunk("slow but steady")
+        for i in range(len(event)):
+            c.w.write(event[i : i + 1])
+            await c.w.drain()
+            await asyncio.sleep(float(arg or 1) / len(event))
+        c.w.write(chunk(finish="stop") + DONE)
+
+    async def _b_slowstart(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """A long silent prefill, then a normal answer: not a stall."""
-        w.write(SSE_HEAD)
-        await w.drain()
-        await asyncio.sleep(float(arg or 1))
-        await self._tokens(w, 3, delay=0.001)
-        w.write(chunk(finish="stop") + DONE)
+        c.w.write(SSE_HEAD)
+        await c.w.drain()
+        await c.idle(float(arg or 1))
+        await self._tokens(c.w, 3, delay=0.001)
+        c.w.write(chunk(finish="stop") + DONE)
 
-    async def _b_reset(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        w.write(SSE_HEAD)
-        await self._tokens(w, 3)
-        await w.drain()
-        sock = w.get_extra_info("socket")
+    async def _b_nohead(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """Accepts the request and sends nothing at all, not even headers."""
+        await c.idle(float(arg or 30))
+
+    async def _b_reset(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 3)
+        await c.w.drain()
+        sock = c.w.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        w.transport.abort()
+        c.w.transport.abort()
 
-    async def _b_endless(self, arg: str, req: dict[str, Any], w: Writer) -> None:
+    async def _b_endless(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """Ignores max_tokens and never finishes: the client must stop it."""
-        w.write(SSE_HEAD)
+        c.w.write(SSE_HEAD)
         for _ in range(1_000_000):
-            w.write(chunk("more "))
+            c.w.write(chunk("more "))
             self.tokens_sent += 1
-            await w.drain()
+            await c.w.drain()
             await asyncio.sleep(0.0005)
 
-    async def _b_huge(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        big = "x" * (10 * 1024 * 1024)
-        w.write(SSE_HEAD + chunk(big) + chunk(finish="stop") + DONE)
+    async def _b_huge(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        big = "x" * (int(arg or 10) * 1024 * 1024)
+        c.w.write(SSE_HEAD + chunk(big) + chunk(finish="stop") + DONE)
 
-    async def _b_markup(self, arg: str, req: dict[str, Any], w: Writer) -> None:
-        pieces = [
-            "[bold red]not bold[/] ",
-            "[@click=app.quit]click[/] ",
-            "\x1b[31mred\x1b[0m ",
-            "\x1b]0;pwned title\x07",
-            "\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ ",
-            "\x1b]52;c;cHduZWQ=\x07",
-            "bell\x07 nul\x00 end",
-        ]
-        w.write(SSE_HEAD + b"".join(chunk(p) for p in pieces) + chunk(finish="stop") + DONE)
+    async def _b_markup(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        c.w.write(SSE_HEAD + b"".join(chunk(p) for p in MARKUP_PIECES))
+        c.w.write(chunk(finish="stop") + DONE)
+
+
+@contextlib.contextmanager
+def fault_server_thread() -> Iterator[FaultServer]:
+    """A `FaultServer` on its own event loop in a daemon thread, for a client that runs in
+    another process (the `phasechat` command) or blocks the test's own loop."""
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    server = FaultServer()
+    stop: asyncio.Future[None] | None = None
+
+    async def serve() -> None:
+        nonlocal stop
+        stop = loop.create_future()
+        async with server:
+            ready.set()
+            await stop
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("the fault server did not start")
+    try:
+        yield server
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set_result, None)
+        thread.join(10)
+        loop.close()

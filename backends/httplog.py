@@ -1,0 +1,91 @@
+"""Debug logging of the remote backend's HTTP traffic, with secrets redacted.
+
+Off unless the application turns the `phasechat.http` logger to DEBUG. Each request is
+logged with its method, URL and headers, each response with its status and headers;
+bodies are never logged (they hold the user's prompts). Credentials (Authorization,
+API-key headers, cookies, a password in the URL, key-like query parameters) are replaced
+by a redacted form before anything reaches a log record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from urllib.parse import parse_qsl, quote_plus, urlencode, urlsplit, urlunsplit
+
+import httpx
+
+logger = logging.getLogger("phasechat.http")
+
+REDACTED = "…redacted"
+_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie", "set-cookie"}
+)
+_SECRET_PARAMS = frozenset({"key", "api_key", "apikey", "api-key", "token", "access_token"})
+
+
+def redact_secret(secret: str) -> str:
+    """A secret as it may be shown: a short known prefix at most (`sk-…redacted`)."""
+    scheme, sep, value = secret.partition(" ")
+    if sep and scheme.lower() in ("bearer", "basic", "token"):
+        return f"{scheme} {redact_secret(value)}"
+    # A prefix like "sk-" names the provider without revealing the key; short secrets
+    # show nothing at all.
+    prefix = secret[:3] if len(secret) >= 20 and secret[:3].isascii() else ""
+    return prefix + REDACTED
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` with every credential-bearing value redacted."""
+    return {k: redact_secret(v) if k.lower() in _SECRET_HEADERS else v for k, v in headers.items()}
+
+
+def redact_url(url: str) -> str:
+    """`url` without a password in its userinfo or a key-like query parameter."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        name = user.partition(":")[0]
+        netloc = f"{name}:{REDACTED}@{host}" if ":" in user else f"{REDACTED}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(k, REDACTED if k.lower() in _SECRET_PARAMS else v) for k, v in pairs],
+            quote_via=lambda v, *args: v if v == REDACTED else quote_plus(v, *args),
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+async def log_request(request: httpx.Request) -> None:
+    """httpx request hook: method, URL, redacted headers and body size."""
+    if logger.isEnabledFor(logging.DEBUG):
+        try:
+            size = f"{len(request.content)} bytes"
+        except httpx.RequestNotRead:
+            size = "streamed"
+        logger.debug(
+            "-> %s %s headers=%s body=%s",
+            request.method,
+            redact_url(str(request.url)),
+            redact_headers(dict(request.headers)),
+            size,
+        )
+
+
+async def log_response(response: httpx.Response) -> None:
+    """httpx response hook: status and redacted headers (before the body is read)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "<- %s %s %d headers=%s",
+            response.request.method,
+            redact_url(str(response.request.url)),
+            response.status_code,
+            redact_headers(dict(response.headers)),
+        )
+
+
+def event_hooks() -> dict[str, list[Callable[..., Awaitable[None]]]]:
+    """The hooks to pass to `httpx.AsyncClient(event_hooks=...)`."""
+    return {"request": [log_request], "response": [log_response]}
