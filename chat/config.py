@@ -1,0 +1,395 @@
+"""The config file: TOML, found through platformdirs, overridable by PHASECHAT_CONFIG.
+
+```toml
+theme = "phasechat-dark"
+
+[engine]
+system = "You are a helpful assistant."
+temperature = 0.7
+max_tokens = 512
+stop = ["</s>"]
+
+[[endpoints]]
+name = "lab"
+base_url = "http://127.0.0.1:8080/v1"
+model = "qwen2.5-7b"            # optional: the first model the server lists
+api_key_env = "LAB_API_KEY"     # the key itself stays in the environment
+
+[[local]]
+name = "gemma"
+path = "gemma3"                 # a GGUF path or a bundled alias
+n_ctx = 8192
+gpu_layers = -1
+threads = 4
+```
+
+Nothing is read at import time. `load_config` validates everything and raises
+`ConfigError`, one line naming the file, the key and the problem. An inline `api_key` is
+accepted with a warning (`Config.warnings`); a file holding one is written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from backends.local import LocalConfig
+from backends.openai import RemoteConfig
+from chat.profiles import resolve_model_path
+from chat.session import Settings
+
+ENV_VAR = "PHASECHAT_CONFIG"
+
+
+class ConfigError(ValueError):
+    """The config file cannot be used; the message is one line: file, key, problem."""
+
+
+def config_path() -> Path:
+    """$PHASECHAT_CONFIG, else `config.toml` in the platform's user config directory."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path(platformdirs.user_config_dir("phasechat")) / "config.toml"
+
+
+_DEFAULT = Settings()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """`[engine]`: sampling and the system prompt."""
+
+    system: str = _DEFAULT.system
+    temperature: float = _DEFAULT.temperature
+    max_tokens: int = _DEFAULT.max_tokens
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def settings(self) -> Settings:
+        """The session settings this section describes."""
+        return Settings(self.system, self.max_tokens, self.temperature, self.stop, self.seed)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointProfile:
+    """One `[[endpoints]]` entry: an OpenAI-compatible server."""
+
+    name: str
+    base_url: str
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    #: An inline key (discouraged, warned about). repr=False keeps it out of logs.
+    api_key: str | None = field(default=None, repr=False)
+
+    def remote_config(self) -> RemoteConfig:
+        """The backend config (the key is never part of it: see `install_key`)."""
+        return RemoteConfig(
+            base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, name=self.name
+        )
+
+    def install_key(self) -> None:
+        """Make an inline key visible to the backend, which reads only `api_key_env`.
+
+        Only in this process's environment, and only where the variable is unset.
+        """
+        if self.api_key:
+            os.environ.setdefault(self.api_key_env, self.api_key)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalProfile:
+    """One `[[local]]` entry: a GGUF model and how to load it."""
+
+    name: str
+    path: str | None = None  # None: the bundled default model
+    n_ctx: int = 4096
+    gpu_layers: int | None = None
+    threads: int | None = None
+    chat_format: str | None = None
+
+    def local_config(self) -> LocalConfig:
+        """The backend config (resolves bundled aliases such as `smollm2`)."""
+        return LocalConfig(
+            model_path=resolve_model_path(self.path),
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.gpu_layers,
+            threads=self.threads,
+            chat_format=self.chat_format,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole file. `path` is where it was read from; `warnings` are one line each."""
+
+    engine: EngineConfig = EngineConfig()
+    endpoints: tuple[EndpointProfile, ...] = ()
+    local: tuple[LocalProfile, ...] = ()
+    theme: str | None = None
+    path: Path | None = field(default=None, compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def endpoint(self, name: str) -> EndpointProfile | None:
+        """The endpoint profile called `name`, if any."""
+        return next((e for e in self.endpoints if e.name == name), None)
+
+    def local_profile(self, name: str) -> LocalProfile | None:
+        """The local profile called `name`, if any."""
+        return next((p for p in self.local if p.name == name), None)
+
+    @property
+    def has_inline_key(self) -> bool:
+        """Whether any endpoint holds its key in the file (then the file is 0600)."""
+        return any(e.api_key for e in self.endpoints)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list"}
+
+
+class _Reader:
+    """Checks values against the schema, naming the file and key in every error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.warnings: list[str] = []
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {problem}")
+
+    def table(self, value: object, key: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a table, got {_show(value)}")
+        for k in value:
+            if k not in allowed:
+                raise self.fail(
+                    f"{key}.{k}" if key else k,
+                    f"unknown key (expected one of: {', '.join(allowed)})",
+                )
+        return value
+
+    def get(self, table: dict[str, Any], key: str, where: str, kind: type, default: Any) -> Any:
+        full = f"{where}.{key}" if where else key
+        if key not in table:
+            if default is _REQUIRED:
+                raise self.fail(full, "missing (required)")
+            return default
+        value = table[key]
+        # bool is an int in Python but never a valid count or temperature here.
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise self.fail(full, f"expected {_TYPE_NAMES[kind]}, got {_show(value)}")
+        if kind is list:
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise self.fail(f"{full}[{i}]", f"expected a string, got {_show(item)}")
+            return tuple(value)
+        return value
+
+    def check(self, ok: bool, key: str, problem: str) -> None:
+        if not ok:
+            raise self.fail(key, problem)
+
+
+_REQUIRED = object()
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value) if isinstance(value, str) else str(value).lower()
+
+
+def _engine(r: _Reader, raw: object) -> EngineConfig:
+    names = tuple(f.name for f in fields(EngineConfig))
+    t = r.table(raw, "engine", names)
+    d = EngineConfig()
+    e = EngineConfig(
+        system=r.get(t, "system", "engine", str, d.system),
+        temperature=r.get(t, "temperature", "engine", float, d.temperature),
+        max_tokens=r.get(t, "max_tokens", "engine", int, d.max_tokens),
+        stop=r.get(t, "stop", "engine", list, d.stop),
+        seed=r.get(t, "seed", "engine", int, None),
+    )
+    r.check(0 <= e.temperature <= 5, "engine.temperature", "expected 0 to 5")
+    r.check(e.max_tokens >= 1, "engine.max_tokens", "expected at least 1")
+    return e
+
+
+def _endpoint(r: _Reader, raw: object, where: str) -> EndpointProfile:
+    t = r.table(raw, where, tuple(f.name for f in fields(EndpointProfile)))
+    p = EndpointProfile(
+        name=r.get(t, "name", where, str, _REQUIRED),
+        base_url=r.get(t, "base_url", where, str, _REQUIRED),
+        model=r.get(t, "model", where, str, None),
+        api_key_env=r.get(t, "api_key_env", where, str, "OPENAI_API_KEY"),
+        api_key=r.get(t, "api_key", where, str, None),
+    )
+    r.check(
+        p.base_url.startswith(("http://", "https://")),
+        f"{where}.base_url",
+        f"expected an http:// or https:// URL, got {p.base_url!r}",
+    )
+    r.check(bool(p.api_key_env.strip()), f"{where}.api_key_env", "must not be empty")
+    if p.api_key:
+        r.warnings.append(
+            f"{r.path}: {where}.api_key: a key written in the config file; prefer "
+            f"api_key_env (the file is kept at mode 0600)"
+        )
+    return p
+
+
+def _local(r: _Reader, raw: object, where: str) -> LocalProfile:
+    t = r.table(raw, where, tuple(f.name for f in fields(LocalProfile)))
+    p = LocalProfile(
+        name=r.get(t, "name", where, str, _REQUIRED),
+        path=r.get(t, "path", where, str, None),
+        n_ctx=r.get(t, "n_ctx", where, int, 4096),
+        gpu_layers=r.get(t, "gpu_layers", where, int, None),
+        threads=r.get(t, "threads", where, int, None),
+        chat_format=r.get(t, "chat_format", where, str, None),
+    )
+    r.check(p.n_ctx >= 16, f"{where}.n_ctx", "expected at least 16")
+    r.check(p.gpu_layers is None or p.gpu_layers >= -1, f"{where}.gpu_layers", "expected >= -1")
+    r.check(p.threads is None or p.threads >= 1, f"{where}.threads", "expected at least 1")
+    return p
+
+
+def _profiles(
+    r: _Reader, doc: dict[str, Any], key: str, one: Callable[..., Any]
+) -> tuple[Any, ...]:
+    raw = doc.get(key, [])
+    if not isinstance(raw, list):
+        raise r.fail(key, f"expected an array of tables ([[{key}]]), got {_show(raw)}")
+    out = tuple(one(r, item, f"{key}[{i}]") for i, item in enumerate(raw))
+    seen: set[str] = set()
+    for i, p in enumerate(out):
+        r.check(p.name not in seen, f"{key}[{i}].name", f"duplicate name {p.name!r}")
+        seen.add(p.name)
+    return out
+
+
+def parse_config(text: str, path: Path) -> Config:
+    """A Config from TOML text; `path` is only used in messages and `Config.path`."""
+    r = _Reader(path)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    r.table(doc, "", ("engine", "endpoints", "local", "theme"))
+    engine = _engine(r, doc["engine"]) if "engine" in doc else EngineConfig()
+    endpoints = _profiles(r, doc, "endpoints", _endpoint)
+    local = _profiles(r, doc, "local", _local)
+    theme = r.get(doc, "theme", "", str, None)
+    return Config(engine, endpoints, local, theme, path, tuple(r.warnings))
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read the config (default: `config_path()`); a missing file is the defaults."""
+    path = path or config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config(path=path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    config = parse_config(text, path)
+    if config.has_inline_key and os.name == "posix" and path.stat().st_mode & 0o077:
+        warning = f"{path}: holds an API key but others can read it (chmod 600 it)"
+        config = Config(**{**_fields(config), "warnings": (*config.warnings, warning)})
+    return config
+
+
+def _fields(config: Config) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in fields(Config)}
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def _toml_str(s: str) -> str:
+    def esc(m: re.Match[str]) -> str:
+        ch = m.group()
+        named = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+        return named.get(ch) or f"\\u{ord(ch):04x}"
+
+    return '"' + re.sub(r'["\\\x00-\x1f\x7f]', esc, s) + '"'
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, str):
+        return _toml_str(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _section(obj: object) -> list[str]:
+    # None has no TOML spelling: an absent key means "the default".
+    return [
+        f"{f.name} = {_toml_value(getattr(obj, f.name))}"
+        for f in fields(obj)  # type: ignore[arg-type]
+        if getattr(obj, f.name) is not None
+    ]
+
+
+def dump_config(config: Config) -> str:
+    """The config as TOML text (`parse_config` reads it back equal)."""
+    lines = ["# phasechat config (the schema: chat/config.py)"]
+    if config.theme is not None:
+        lines.append(f"theme = {_toml_value(config.theme)}")
+    lines += ["", "[engine]", *_section(config.engine)]
+    for e in config.endpoints:
+        lines += ["", "[[endpoints]]", *_section(e)]
+    for p in config.local:
+        lines += ["", "[[local]]", *_section(p)]
+    return "\n".join(lines) + "\n"
+
+
+def save_config(config: Config, path: Path | None = None) -> Path:
+    """Write `config` atomically (default: where it was read from, else `config_path()`).
+
+    A config holding an inline API key is written with mode 0600 (also when the file
+    existed with a wider mode); otherwise the umask decides, as for any new file.
+    """
+    path = path or config.path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = 0o600 if config.has_inline_key else 0o666
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # The mode is set at creation, so the key is never readable by others, not even briefly.
+    tmp.unlink(missing_ok=True)  # a stale temp file from a crashed save
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dump_config(config))
+            f.flush()
+            os.fsync(f.fileno())
+        if config.has_inline_key:
+            os.chmod(tmp, 0o600)  # exactly 0600, whatever the umask
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

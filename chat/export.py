@@ -1,0 +1,106 @@
+"""A chat as Markdown or JSON.
+
+Model output is data: in Markdown every control character is made visible
+(`chat.text.visible_controls`), so `cat chat.md` cannot recolour the terminal, set its
+title or write the clipboard. JSON keeps the text exact; JSON escapes C0 controls itself,
+and the C1 block and DEL are escaped here too, so printing it is just as safe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from chat.conversation import ChatMessage, Conversation
+from chat.store import INTERRUPTED, ChatSummary
+from chat.text import visible_controls
+
+FORMATS = ("md", "json")
+
+
+def to_json(chat: ChatSummary, conversation: Conversation) -> str:
+    """The chat as one JSON document: its details, then each message with its backend,
+    model, status, error and (answers) the metrics record."""
+    doc: dict[str, Any] = {
+        **chat.as_dict(),  # its "messages" count gives way to the messages themselves
+        "system": conversation.system,
+        "messages": [_message_dict(m) for m in conversation.messages],
+    }
+    return dumps(doc, indent=2)
+
+
+def dumps(obj: object, indent: int | None = None) -> str:
+    """JSON that is safe to print to a terminal yet keeps non-ASCII text readable."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent)
+    # Outside strings JSON is ASCII, so these can only be string content: escape them.
+    return re.sub("[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _message_dict(m: ChatMessage) -> dict[str, Any]:
+    d: dict[str, Any] = {"role": m.role, "content": m.content, "status": m.status}
+    if m.role == "assistant":
+        d.update(backend=m.backend, model=m.model, error=m.error, metrics=m.metrics)
+    return d
+
+
+def to_markdown(chat: ChatSummary, conversation: Conversation) -> str:
+    """The chat as Markdown: a heading per message, answers with their backend, model,
+    how they ended and a one-line metrics summary."""
+    v = visible_controls
+    out = [f"# {v(chat.title)}", ""]
+    out.append(f"*chat {chat.id} · started {chat.created:%Y-%m-%d %H:%M} UTC*")
+    if conversation.system:
+        out += ["", "> **System:** " + v(conversation.system).replace("\n", "\n> ")]
+    for m in conversation.messages:
+        if m.role == "user":
+            out += ["", "## User", ""]
+        else:
+            source = " · ".join(v(x) for x in (m.backend, _short_model(m.model)) if x)
+            out += ["", f"## Assistant ({source})" if source else "## Assistant", ""]
+        out.append(v(m.content) if m.content else "*(no text)*")
+        if m.role != "assistant":
+            continue
+        ending = _ending(m)
+        if ending:
+            out += ["", f"*{v(ending)}*"]
+        summary = metrics_line(m.metrics)
+        if summary:
+            out += ["", f"<sub>{summary}</sub>"]
+    return "\n".join(out) + "\n"
+
+
+def _short_model(model: str | None) -> str | None:
+    # A local model is a path; its file name is what the reader recognises.
+    return model.rsplit("/", 1)[-1] if model else None
+
+
+def _ending(m: ChatMessage) -> str:
+    if m.status == "error":
+        return f"error: {m.error or 'the answer failed'}"
+    if m.error == INTERRUPTED:
+        return "interrupted: phasechat stopped before this answer finished"
+    if m.status == "cancelled":
+        return "stopped by the user"
+    if m.status == "streaming":
+        return "still streaming when exported"
+    return ""
+
+
+def metrics_line(metrics: dict[str, Any] | None) -> str:
+    """A one-line summary of an answer's metrics record ('' when there is none)."""
+    if not metrics:
+        return ""
+    parts = []
+
+    def num(key: str, fmt: str) -> None:
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            parts.append(fmt.format(value))
+
+    num("ttft_ms", "TTFT {:.0f} ms")
+    num("prefill_tok_s", "prefill {:.0f} tok/s")
+    num("decode_tok_s", "decode {:.1f} tok/s")
+    num("output_tokens", "{} tokens")
+    num("e2e_ms", "total {:.0f} ms")
+    return " · ".join(parts)

@@ -1,0 +1,438 @@
+"""Chats on disk: SQLite in WAL mode, written as they happen.
+
+A `ChatStore` listens to a `ChatSession` (`attach`): each new message is a row, and each
+batch of streamed text (the session flushes at most every `chat.session.FLUSH_S`) is an
+UPDATE that commits at once, so killing the process mid-answer loses at most the text of
+the last flush. An answer still marked "streaming" when a chat is loaded was cut off by a
+crash: `load` shows it as cancelled with `INTERRUPTED` as its error, keeping its text.
+
+The database holds what was said and how it was answered (backend, model, status,
+metrics). No API key ever reaches it: keys live in environment variables and backends
+never put them in messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import platformdirs
+
+from chat.conversation import ChatMessage, Conversation, Status
+from chat.session import ChatSession
+
+log = logging.getLogger(__name__)
+
+#: The error shown on an answer that was still streaming when phasechat stopped.
+INTERRUPTED = "interrupted: phasechat stopped before this answer finished"
+
+#: The longest default title (from the first user message).
+TITLE_CHARS = 60
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chats (
+    id INTEGER PRIMARY KEY,
+    title TEXT,
+    system TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    backend TEXT,
+    model TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    metrics TEXT,
+    created REAL NOT NULL,
+    UNIQUE (chat_id, position)
+);
+"""
+# External-content FTS5 index kept in step by triggers; a streamed answer's row is
+# rewritten at each flush, and the triggers re-index it each time.
+_FTS = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content, content='messages', content_rowid='id'
+);
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+
+class ChatNotFound(LookupError):
+    """No chat has this id; the message is one line for a human."""
+
+    def __init__(self, chat_id: int) -> None:
+        super().__init__(f"no chat with id {chat_id}")
+        self.chat_id = chat_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSummary:
+    """One line of the chat list. `backend`/`model` are those of the latest answer."""
+
+    id: int
+    title: str
+    system: str
+    backend: str | None
+    model: str | None
+    messages: int
+    created: datetime
+    updated: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO 8601, UTC)."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "backend": self.backend,
+            "model": self.model,
+            "messages": self.messages,
+            "created": self.created.isoformat(),
+            "updated": self.updated.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A message that matches a search, with a one-line excerpt around the match."""
+
+    chat_id: int
+    title: str
+    position: int
+    role: str
+    snippet: str
+
+
+def default_path() -> Path:
+    """Where chats live: `chats.db` in the platform's user data directory."""
+    return Path(platformdirs.user_data_dir("phasechat")) / "chats.db"
+
+
+def default_title(text: str) -> str:
+    """A chat title from its first user message: one line, at most TITLE_CHARS."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def _when(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class ChatStore:
+    """The chat database. Safe to share between threads; each write commits."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        # check_same_thread=False: the TUI may read from a worker thread; _lock serialises.
+        self._db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL survives a killed process (not a power cut) at a fraction of FULL's cost.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self.fts = False
+        with self._db:
+            self._db.executescript(_SCHEMA)
+            try:
+                self._db.executescript(_FTS)
+                self.fts = True
+            except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
+                self.fts = False
+            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        #: The last write error a listener swallowed (a full disk must not stop the chat).
+        self.error: str | None = None
+        self._rows: dict[int, int] = {}  # ChatMessage.id -> messages.id
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the database (the WAL is checkpointed by SQLite)."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ChatStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def journal_mode(self) -> str:
+        """The database's journal mode ("wal")."""
+        with self._lock:
+            return str(self._db.execute("PRAGMA journal_mode").fetchone()[0])
+
+    # -- chats -----------------------------------------------------------------------
+
+    def create_chat(self, title: str | None = None, system: str = "") -> int:
+        """A new, empty chat; returns its id. Without a title, the first user message
+        becomes the title."""
+        now = time.time()
+        with self._lock, self._db:
+            cur = self._db.execute(
+                "INSERT INTO chats (title, system, created, updated) VALUES (?, ?, ?, ?)",
+                (title, system, now, now),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def _require(self, chat_id: int) -> None:
+        if self._db.execute("SELECT 1 FROM chats WHERE id = ?", (chat_id,)).fetchone() is None:
+            raise ChatNotFound(chat_id)
+
+    def _summaries(self, where: str, params: tuple[Any, ...]) -> list[ChatSummary]:
+        rows = self._db.execute(
+            "SELECT c.id, c.title, c.system, c.created, c.updated,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id) AS n,"
+            " (SELECT backend FROM messages m WHERE m.chat_id = c.id AND backend IS NOT NULL"
+            "  ORDER BY position DESC LIMIT 1) AS backend,"
+            " (SELECT model FROM messages m WHERE m.chat_id = c.id AND model IS NOT NULL"
+            "  ORDER BY position DESC LIMIT 1) AS model"
+            f" FROM chats c {where} ORDER BY c.updated DESC, c.id DESC",
+            params,
+        ).fetchall()
+        return [
+            ChatSummary(r["id"], r["title"] or "(untitled)", r["system"], r["backend"],
+                        r["model"], r["n"], _when(r["created"]), _when(r["updated"]))
+            for r in rows
+        ]  # fmt: skip
+
+    def list_chats(self) -> list[ChatSummary]:
+        """Every chat, most recently updated first."""
+        with self._lock:
+            return self._summaries("", ())
+
+    def get(self, chat_id: int) -> ChatSummary:
+        """One chat's summary; raises ChatNotFound."""
+        with self._lock:
+            found = self._summaries("WHERE c.id = ?", (chat_id,))
+        if not found:
+            raise ChatNotFound(chat_id)
+        return found[0]
+
+    def load(self, chat_id: int) -> Conversation:
+        """The chat as a Conversation (raises ChatNotFound).
+
+        An answer still marked "streaming" was cut off by a crash (or is being written by
+        another process right now): it comes back "cancelled", its error `INTERRUPTED`.
+        """
+        with self._lock:
+            chat = self._db.execute("SELECT system FROM chats WHERE id = ?", (chat_id,)).fetchone()
+            if chat is None:
+                raise ChatNotFound(chat_id)
+            rows = self._db.execute(
+                "SELECT * FROM messages WHERE chat_id = ? ORDER BY position", (chat_id,)
+            ).fetchall()
+        conversation = Conversation(system=chat["system"])
+        for r in rows:
+            status, error = cast(Status, r["status"]), r["error"]
+            if status == "streaming":
+                status, error = "cancelled", INTERRUPTED
+            metrics = json.loads(r["metrics"]) if r["metrics"] else None
+            conversation.add(
+                ChatMessage(
+                    r["role"], r["content"], r["backend"], r["model"], status, error, metrics
+                )
+            )
+        return conversation
+
+    def rename(self, chat_id: int, title: str) -> None:
+        """Give a chat a new title (raises ChatNotFound, or ValueError when blank)."""
+        title = " ".join(title.split())
+        if not title:
+            raise ValueError("a chat title cannot be empty")
+        with self._lock, self._db:
+            self._require(chat_id)
+            self._db.execute(
+                "UPDATE chats SET title = ?, updated = ? WHERE id = ?",
+                (title, time.time(), chat_id),
+            )
+
+    def delete(self, chat_id: int) -> None:
+        """Delete a chat and its messages (raises ChatNotFound)."""
+        with self._lock, self._db:
+            self._require(chat_id)
+            self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+
+    def search(self, text: str, limit: int = 50) -> list[SearchHit]:
+        """Messages whose content matches every word of `text` (FTS5: word prefixes;
+        without FTS5: the whole text as a substring), newest chats first."""
+        words = text.split()
+        if not words:
+            return []
+        select = (
+            "SELECT m.chat_id, m.position, m.role, m.content, c.title FROM messages m"
+            " JOIN chats c ON c.id = m.chat_id"
+        )
+        order = " ORDER BY c.updated DESC, m.position LIMIT ?"
+        with self._lock:
+            if self.fts:
+                # Each word quoted (no FTS syntax from the user) and prefix-matched.
+                query = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+                rows = self._db.execute(
+                    f"{select} JOIN messages_fts f ON f.rowid = m.id"
+                    f" WHERE messages_fts MATCH ?{order}",
+                    (query, limit),
+                ).fetchall()
+            else:
+                pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                rows = self._db.execute(
+                    f"{select} WHERE m.content LIKE ? ESCAPE '\\'{order}", (pattern + "%", limit)
+                ).fetchall()
+        return [
+            SearchHit(r["chat_id"], r["title"] or "(untitled)", r["position"], r["role"],
+                      _snippet(r["content"], words))
+            for r in rows
+        ]  # fmt: skip
+
+    # -- following a session ---------------------------------------------------------
+
+    def attach(self, session: ChatSession, chat_id: int) -> None:
+        """Write `session`'s conversation to chat `chat_id` from now on.
+
+        Messages already in the session that the chat lacks are written at once (the
+        first N map onto the chat's N stored messages, so a session opened with `resume`
+        continues its chat). Raises ChatNotFound.
+        """
+        with self._lock:
+            self._require(chat_id)
+            stored = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM messages WHERE chat_id = ? ORDER BY position", (chat_id,)
+                )
+            ]
+        messages = session.conversation.messages
+        for message, row in zip(messages, stored, strict=False):
+            self._rows[message.id] = row
+        listener = _ChatWriter(self, chat_id, len(stored))
+        for message in messages[len(stored) :]:
+            listener.message_added(message)
+        session.listeners.append(listener)
+
+    def resume(self, session: ChatSession, chat_id: int) -> None:
+        """Load chat `chat_id` into `session` (system prompt included) and attach to it."""
+        conversation = self.load(chat_id)
+        session.update_settings(system=conversation.system)
+        session.conversation = conversation
+        self.attach(session, chat_id)
+
+    def detach(self, session: ChatSession) -> None:
+        """Stop writing `session` (e.g. before attaching it to another chat)."""
+        session.listeners[:] = [
+            x for x in session.listeners if not (isinstance(x, _ChatWriter) and x.store is self)
+        ]
+
+    def chat_of(self, session: ChatSession) -> int | None:
+        """The id of the chat this store writes `session` to, if attached."""
+        for x in session.listeners:
+            if isinstance(x, _ChatWriter) and x.store is self:
+                return x.chat_id
+        return None
+
+    def _insert(self, chat_id: int, position: int, m: ChatMessage) -> None:
+        now = time.time()
+        with self._lock, self._db:
+            cur = self._db.execute(
+                "INSERT INTO messages (chat_id, position, role, content, backend, model,"
+                " status, error, metrics, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    chat_id,
+                    position,
+                    m.role,
+                    m.content,
+                    m.backend,
+                    m.model,
+                    m.status,
+                    m.error,
+                    _metrics_json(m),
+                    now,
+                ),
+            )
+            if m.role == "user":
+                self._db.execute(
+                    "UPDATE chats SET title = ? WHERE id = ? AND title IS NULL",
+                    (default_title(m.content), chat_id),
+                )
+            self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+        assert cur.lastrowid is not None
+        self._rows[m.id] = cur.lastrowid
+
+    def _update(self, chat_id: int, m: ChatMessage, final: bool) -> None:
+        row = self._rows.get(m.id)
+        if row is None:
+            return  # a message this store never saw added
+        now = time.time()
+        with self._lock, self._db:
+            if final:
+                self._db.execute(
+                    "UPDATE messages SET content = ?, model = ?, status = ?, error = ?,"
+                    " metrics = ? WHERE id = ?",
+                    (m.content, m.model, m.status, m.error, _metrics_json(m), row),
+                )
+            else:  # the hot path while text streams: only the text changes
+                self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (m.content, row))
+            self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+
+
+class _ChatWriter:
+    """The SessionListener that `ChatStore.attach` adds: one per (session, chat)."""
+
+    def __init__(self, store: ChatStore, chat_id: int, next_position: int) -> None:
+        self.store = store
+        self.chat_id = chat_id
+        self._position = next_position
+
+    def message_added(self, message: ChatMessage) -> None:
+        try:
+            self.store._insert(self.chat_id, self._position, message)
+            self._position += 1
+        except sqlite3.Error as exc:
+            self._failed(exc)
+
+    def message_updated(self, message: ChatMessage, final: bool) -> None:
+        try:
+            self.store._update(self.chat_id, message, final)
+        except sqlite3.Error as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        # A full disk or a locked database must not end the answer on screen.
+        self.store.error = f"chat not saved: {exc}"
+        log.warning("%s", self.store.error)
+
+
+def _metrics_json(m: ChatMessage) -> str | None:
+    return json.dumps(m.metrics) if m.metrics is not None else None
+
+
+def _snippet(content: str, words: list[str], width: int = 80) -> str:
+    """One line of `content` around the first word found (case-insensitive)."""
+    flat = " ".join(content.split())
+    low = flat.lower()
+    hits = [i for i in (low.find(w.lower()) for w in words) if i >= 0]
+    start = max(0, min(hits, default=0) - width // 4)
+    text = flat[start : start + width]
+    return ("…" if start else "") + text + ("…" if start + width < len(flat) else "")

@@ -1,0 +1,106 @@
+"""`phasechat chats`: list, export, rename, delete and search saved chats."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import asdict
+from datetime import datetime
+
+from chat.export import FORMATS, dumps, to_json, to_markdown
+from chat.store import ChatNotFound, ChatStore
+from chat.text import visible_controls
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `chats` and its subcommands to the top-level subparsers."""
+    chats = sub.add_parser("chats", help="saved chats: list, export, rename, delete, search")
+    chats.add_argument("--json", action="store_true", help="list as JSON")
+    cmd = chats.add_subparsers(dest="chats_command")
+    export = cmd.add_parser("export", help="print one chat as Markdown or JSON")
+    export.add_argument("id", help="the chat id (see `phasechat chats`)")
+    export.add_argument("--format", choices=FORMATS, default="md")
+    rename = cmd.add_parser("rename", help="give a chat a new title")
+    rename.add_argument("id")
+    rename.add_argument("title")
+    delete = cmd.add_parser("delete", help="delete a chat and its messages")
+    delete.add_argument("id")
+    search = cmd.add_parser("search", help="find messages that contain every word")
+    search.add_argument("text")
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+
+
+class _Usage(Exception):
+    """A bad argument: one line, exit 2."""
+
+
+def _chat_id(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise _Usage(f"not a chat id: {value!r} (ids are numbers; see `phasechat chats`)") from None
+    if n < 1:
+        raise _Usage(f"not a chat id: {value!r}")
+    return n
+
+
+def _when(t: datetime) -> str:
+    return t.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `phasechat chats ...`; returns the exit status."""
+    try:
+        with ChatStore() as store:
+            return _run(store, args)
+    except BrokenPipeError:
+        # `phasechat chats export 3 | head`: the reader left; say nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (_Usage, ChatNotFound, ValueError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        print(f"phasechat: {visible_controls(str(msg))}", file=sys.stderr)
+        return 2
+
+
+def _run(store: ChatStore, args: argparse.Namespace) -> int:
+    out = sys.stdout
+    command = args.chats_command
+    if command is None:
+        chats = store.list_chats()
+        if args.json:
+            print(dumps([c.as_dict() for c in chats]))
+            return 0
+        if not chats:
+            print("no saved chats yet: `phasechat ask` and the chat UI save each chat")
+            return 0
+        print(f"{'ID':>5}  {'UPDATED':16}  {'MSGS':>4}  {'BACKEND':10}  TITLE")
+        for c in chats:
+            title = visible_controls(c.title)
+            out.write(f"{c.id:>5}  {_when(c.updated):16}  {c.messages:>4}  ")
+            out.write(f"{visible_controls(c.backend or '-'):10}  {title}\n")
+        return 0
+    if command == "export":
+        chat_id = _chat_id(args.id)
+        summary, conversation = store.get(chat_id), store.load(chat_id)
+        writer = to_json if args.format == "json" else to_markdown
+        out.write(writer(summary, conversation))
+        if args.format == "json":
+            out.write("\n")
+        return 0
+    if command == "rename":
+        store.rename(_chat_id(args.id), args.title)
+        return 0
+    if command == "delete":
+        store.delete(_chat_id(args.id))
+        return 0
+    assert command == "search"
+    hits = store.search(args.text)
+    if args.json:
+        print(dumps([asdict(h) for h in hits]))
+        return 0
+    for h in hits:
+        line = f"{h.chat_id:>5}  {h.title[:30]:30}  {h.role:9}  {h.snippet}"
+        out.write(visible_controls(line) + "\n")
+    return 0 if hits else 1
