@@ -117,12 +117,14 @@ class ServerTimings:
 
 @dataclass(frozen=True, slots=True)
 class KVStats:
-    """KV-cache occupancy after the request (local backend)."""
+    """KV-cache occupancy after the request (local backend), with the weight bytes a
+    decode step reads, for the roofline hint (bandwidth = tok/s x bytes per token)."""
 
     used_tokens: int
     capacity_tokens: int
     used_bytes: int
     capacity_bytes: int
+    model_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

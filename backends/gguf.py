@@ -54,18 +54,23 @@ class Geometry:
     n_swa_layers: int
     file_bytes: int
 
-    def kv_bytes(self, n_tokens: int, n_ctx: int, type_bytes: float = 2.0) -> int:
-        """KV bytes llama.cpp allocates/uses for `n_tokens` in a context of `n_ctx`.
+    def kv_bytes(
+        self, n_tokens: int, n_ctx: int, type_bytes: float = 2.0, swa_full: bool = True
+    ) -> int:
+        """KV-cache bytes for `n_tokens` cells in a context of `n_ctx`
+        (2 x layers x kv_heads x head_dim x bytes_per_value x tokens, with K and V
+        head dims kept apart).
 
-        Full-attention layers hold every token; sliding-window layers hold at most the
-        window (llama.cpp sizes their cache to the window, padded, not to n_ctx).
+        Sliding-window layers hold every cell when llama.cpp's `swa_full` is on (its
+        default, which keeps prefix reuse working); otherwise at most the window,
+        padded as llama.cpp pads it.
         """
         per_token_layer = self.n_kv_heads * (self.head_dim_k + self.head_dim_v) * type_bytes
         full_layers = self.n_layers - self.n_swa_layers
         total = full_layers * per_token_layer * min(n_tokens, n_ctx)
         if self.n_swa_layers:
-            window = min(n_tokens, swa_cache_cells(self.sliding_window or n_ctx, n_ctx))
-            total += self.n_swa_layers * per_token_layer * window
+            cells = n_ctx if swa_full else swa_cache_cells(self.sliding_window or n_ctx, n_ctx)
+            total += self.n_swa_layers * per_token_layer * min(n_tokens, cells)
         return int(total)
 
 

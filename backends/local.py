@@ -31,6 +31,7 @@ from backends.events import (
     KVStats,
     Message,
     PromptEvaluated,
+    ServerTimings,
     StreamError,
     TextDelta,
 )
@@ -79,8 +80,9 @@ class LocalBackend:
     supports_kv_stats = True
     exact_token_counts = True
 
-    def __init__(self, config: LocalConfig | None = None) -> None:
+    def __init__(self, config: LocalConfig | None = None, name: str = "local") -> None:
         self.config = config or LocalConfig()
+        self._name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._llm: Any = None
         self._formatter: Callable[..., Any] | None = None
@@ -91,6 +93,7 @@ class LocalBackend:
         self.geometry: Geometry | None = None
         self.gpu_layers = 0
         self.threads = 0
+        self.model_bytes = 0
         self._eval_probe: Callable[[int, int], None] | None = None
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
@@ -98,7 +101,7 @@ class LocalBackend:
     # -- identity and state -------------------------------------------------------
     @property
     def name(self) -> str:
-        return "local"
+        return self._name
 
     @property
     def model(self) -> str:
@@ -167,6 +170,7 @@ class LocalBackend:
         self._formatter, self._format_name = _chat_formatter(llm, self.config.chat_format, g)
         _install_eval_probe(llm, self)
         self._piece = _piece_function(llm)
+        self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         if self.config.warmup:
             _warm_up(llm)
         self._llm = llm
@@ -195,6 +199,20 @@ class LocalBackend:
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )
         return list(tokens), [s for s in stops if s]
+
+    def cached_prefix(self, messages: tuple[Message, ...]) -> tuple[int, int]:
+        """(prompt tokens, tokens of it the KV cache already holds) for a prompt.
+
+        Call between requests: it reads the context's token history.
+        """
+        tokens, _ = self.format_prompt(messages)
+        held = self._llm.input_ids[: self._llm.n_tokens]
+        cached = 0
+        for a, b in zip(held, tokens, strict=False):
+            if a != b:
+                break
+            cached += 1
+        return len(tokens), cached
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if self._llm is None:
@@ -235,6 +253,7 @@ class LocalBackend:
     def _generate(
         self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
     ) -> None:
+        before = self._perf()
         try:
             reason = self._generate_inner(request, emit, cancel)
         except _Handled:
@@ -242,6 +261,7 @@ class LocalBackend:
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {_one_line(exc)}"))
             return
+        emit(self._engine_timings(before))
         emit(self._kv_stats())
         emit(Finished(reason))
 
@@ -268,8 +288,7 @@ class LocalBackend:
 
         self._eval_probe = on_first_eval
         stops = StopMatcher([*request.stop, *template_stops])
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        detok = self._piece
+        decode = self.token_decoder()
         eog = _eog_check(llm)
         limit = min(request.max_tokens, n_ctx - prompt_tokens)
         temp = max(0.0, request.temperature)
@@ -287,7 +306,7 @@ class LocalBackend:
                     reason = "stop"
                     break
                 n += 1
-                text, hit = stops.feed(decoder.decode(detok(token)))
+                text, hit = stops.feed(decode(token))
                 emit(TextDelta(text, 1))
                 if hit:
                     reason = "stop"
@@ -297,20 +316,69 @@ class LocalBackend:
         finally:
             gen.close()
             self._eval_probe = None
-        tail = stops.flush(decoder.decode(b"", final=True)) if reason != "stop" else ""
+        tail = stops.flush(decode(None)) if reason != "stop" else ""
         if tail:
             emit(TextDelta(tail, 0))
         return reason
 
+    def token_decoder(self) -> Callable[[int | None], str]:
+        """Token id -> the text it completes. A character whose UTF-8 bytes span several
+        tokens comes out once, whole, with the token that completes it; None flushes."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        piece = self._piece
+
+        def decode(token: int | None) -> str:
+            if token is None:
+                return decoder.decode(b"", final=True)
+            return decoder.decode(piece(token))
+
+        return decode
+
     def _kv_stats(self) -> KVStats:
+        """KV fill from the context, bytes from the GGUF geometry and the cache type."""
+        llm = self._llm
+        used, cap = int(llm.n_tokens), int(llm.n_ctx())
+        if self.geometry is None:
+            return KVStats(used, cap, 0, 0)
+        type_bytes = _GGML_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
+        swa_full = bool(llm.context_params.swa_full)
+        g = self.geometry
+        return KVStats(
+            used,
+            cap,
+            g.kv_bytes(used, cap, type_bytes, swa_full),
+            g.kv_bytes(cap, cap, type_bytes, swa_full),
+            self.model_bytes,
+        )
+
+    def _perf(self) -> tuple[float, float, int, int]:
+        """llama.cpp's cumulative perf counters: (prompt ms, decode ms, prompt n, decode n)."""
         import llama_cpp
 
-        llm = self._llm
-        used = int(llm.n_tokens)
-        cap = int(llm.n_ctx())
-        used_bytes = int(llama_cpp.llama_state_seq_get_size(llm.ctx, 0))
-        cap_bytes = self.geometry.kv_bytes(cap, cap) if self.geometry else 0
-        return KVStats(used, cap, used_bytes, cap_bytes)
+        # The counters are updated when llama.cpp synchronises with the last batch; without
+        # this, a request's delta would include the previous request's final batch.
+        llama_cpp.llama_synchronize(self._llm.ctx)
+        d = llama_cpp.llama_perf_context(self._llm.ctx)
+        return float(d.t_p_eval_ms), float(d.t_eval_ms), int(d.n_p_eval), int(d.n_eval)
+
+    def _engine_timings(self, before: tuple[float, float, int, int]) -> ServerTimings:
+        """This request's share of llama.cpp's own counters, in llama-server's shape.
+
+        The counters are cumulative, so we report deltas. llama.cpp counts any 1-token
+        batch as decode, so a one-token prompt replay shows up in predicted_n.
+        """
+        after = self._perf()
+        return ServerTimings(
+            prompt_n=after[2] - before[2],
+            prompt_ms=after[0] - before[0],
+            predicted_n=after[3] - before[3],
+            predicted_ms=after[1] - before[1],
+            cache_n=None,
+        )
+
+
+# ggml_type values of the KV cache types llama.cpp accepts, and their bytes per element.
+_GGML_TYPE_BYTES = {0: 4.0, 1: 2.0, 30: 2.0, 8: 34 / 32, 2: 18 / 32}
 
 
 class _Handled(Exception):

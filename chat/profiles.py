@@ -30,12 +30,25 @@ class BackendSpec:
     kind: str = "local"  # "local" or "openai"
     local: LocalConfig = field(default_factory=LocalConfig)
     remote: RemoteConfig = field(default_factory=RemoteConfig)
+    local_name: str = "local"  # a config [[local]] profile's name
+
+    @property
+    def name(self) -> str:
+        """The profile's label, which answers and per-backend telemetry are keyed by."""
+        return self.local_name if self.kind == "local" else self.remote.name
+
+    @property
+    def describe(self) -> str:
+        if self.kind == "local":
+            path = self.local.model_path
+            return f"llama.cpp · {path.name if path else 'bundled SmolLM2-135M'}"
+        return f"{self.remote.base_url} · {self.remote.model or 'server default'}"
 
 
 def make_backend(spec: BackendSpec) -> Backend:
     """A new, not yet started backend for `spec`."""
     if spec.kind == "local":
-        return LocalBackend(spec.local)
+        return LocalBackend(spec.local, name=spec.local_name)
     if spec.kind == "openai":
         return RemoteBackend(spec.remote)
     raise ValueError(f"unknown backend {spec.kind!r} (expected local or openai)")

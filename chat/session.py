@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from backends.base import Backend
-from backends.events import Event, GenerationRequest, StreamError
+from backends.events import Event, GenerationRequest, StreamError, TextDelta
 from chat.conversation import ChatMessage, Conversation
+from chat.trimmer import SendPlan, Trimmer, TrimStats
 from telemetry.metrics import Metrics, compute
 from telemetry.recorder import Trace, record
 
@@ -42,6 +44,29 @@ class Exchange:
     trace: Trace
     metrics: Metrics | None = None
     request: GenerationRequest | None = None
+    #: this send is the first to use a new history summary (its prefix cache restarts)
+    trimmed: bool = False
+    #: one line about trimming the UI should show ("summary not ready: sent full history")
+    trim_note: str | None = None
+    #: time spent waiting for a summary before the request was sent (not in TTFT)
+    trim_wait_ms: float | None = None
+    #: prompt tokens the summary saved this send (full history minus what was sent)
+    tokens_cut: int = 0
+    trim_plan: SendPlan | None = None
+
+
+class SessionListener(Protocol):
+    """Told about every change to the conversation (persistence listens here)."""
+
+    def message_added(self, message: ChatMessage) -> None:
+        """A new message (a user turn, or an answer that starts streaming)."""
+
+    def message_updated(self, message: ChatMessage, final: bool) -> None:
+        """More streamed text (at most every FLUSH_S), or the final state (final=True)."""
+
+
+#: How often streamed text is handed to listeners: a crash loses at most this much.
+FLUSH_S = 0.5
 
 
 class ChatSession:
@@ -53,6 +78,18 @@ class ChatSession:
         self.conversation = Conversation(system=self.settings.system)
         self.exchanges: list[Exchange] = []
         self.current: Exchange | None = None
+        self.listeners: list[SessionListener] = []
+        self.trimmer = Trimmer()
+
+    def _added(self, message: ChatMessage) -> ChatMessage:
+        self.conversation.add(message)
+        for listener in self.listeners:
+            listener.message_added(message)
+        return message
+
+    def _updated(self, message: ChatMessage, final: bool) -> None:
+        for listener in self.listeners:
+            listener.message_updated(message, final)
 
     def update_settings(self, **changes: object) -> None:
         """Change engine parameters; the system prompt applies from the next send."""
@@ -63,7 +100,7 @@ class ChatSession:
         """The request the next send would make, from the conversation as it stands."""
         s = self.settings
         return GenerationRequest(
-            messages=self.conversation.prompt_messages(),
+            messages=self.trimmer.prompt_messages(self.conversation),
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             stop=s.stop,
@@ -78,10 +115,11 @@ class ChatSession:
         if not prompt.strip():
             raise InputError("empty prompt: type a message first")
         backend = self.backend
-        user = self.conversation.add(ChatMessage("user", prompt))
+        user = self._added(ChatMessage("user", prompt))
+        plan = self.trimmer.prepare(backend, self.conversation, self.settings.max_tokens)
         request = self.request()
         count = backend.count_tokens(request.messages)
-        answer = self.conversation.add(
+        answer = self._added(
             ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
         )
         trace = Trace(
@@ -92,8 +130,29 @@ class ChatSession:
             prompt_estimate_exact=not count.estimated,
         )
         exchange = Exchange(user, answer, trace, request=request)
+        self._planned(exchange, plan)
         self.exchanges.append(exchange)
         return exchange
+
+    def _planned(self, exchange: Exchange, plan: SendPlan) -> None:
+        exchange.trimmed, exchange.trim_note = plan.trimmed, plan.note
+        exchange.trim_wait_ms = plan.waited_ms
+        exchange.trim_plan = plan
+        if not plan.wait and exchange.request is not None:
+            estimate = exchange.trace.prompt_estimate or 0
+            exchange.tokens_cut = self.trimmer.sent(self.backend, self.conversation, estimate)
+
+    async def _settle(self, exchange: Exchange) -> None:
+        """Wait for the summary this send needs (outside TTFT, recorded on the exchange)."""
+        plan = exchange.trim_plan
+        if plan is None or not plan.wait:
+            return
+        plan = await self.trimmer.wait(plan)
+        exchange.request = request = self.request()
+        count = self.backend.count_tokens(request.messages)
+        exchange.trace.prompt_estimate = count.tokens
+        exchange.trace.prompt_estimate_exact = not count.estimated
+        self._planned(exchange, plan)
 
     async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
         """Stream the answer of `exchange`'s request through the recorder.
@@ -102,9 +161,22 @@ class ChatSession:
         the conversation marked "cancelled".
         """
         self.current = exchange
+        trace, answer = exchange.trace, exchange.answer
+        flush_ns = int(FLUSH_S * 1e9)
+        next_flush = time.perf_counter_ns() + flush_ns
         try:
+            await self._settle(exchange)
             assert exchange.request is not None
-            async for event in record(self.backend.stream(exchange.request), exchange.trace):
+            async for event in record(self.backend.stream(exchange.request), trace):
+                if (
+                    self.listeners
+                    and isinstance(event, TextDelta)
+                    and trace.t_last_token is not None
+                    and trace.t_last_token >= next_flush
+                ):
+                    next_flush = trace.t_last_token + flush_ns
+                    answer.content = trace.text
+                    self._updated(answer, final=False)
                 yield event
         finally:
             self._finish(exchange)
@@ -117,7 +189,9 @@ class ChatSession:
 
     def _finish(self, exchange: Exchange) -> None:
         trace, answer = exchange.trace, exchange.answer
-        trace.cancel(time.perf_counter_ns())  # no-op when a terminal event arrived
+        now = time.perf_counter_ns()
+        trace.t_sent = trace.t_sent or now  # cancelled while waiting for a summary
+        trace.cancel(now)  # no-op when a terminal event arrived
         answer.content = trace.text
         answer.model = trace.model
         if isinstance(trace.error, StreamError):
@@ -129,6 +203,24 @@ class ChatSession:
         exchange.metrics = compute(trace)
         answer.metrics = exchange.metrics.as_dict()
         self.current = None
+        self._updated(answer, final=True)
+        if answer.status != "error":
+            self.trimmer.after_answer(self.backend, self.conversation, self.settings.max_tokens)
+
+    def trim_stats(self) -> TrimStats:
+        """The trimmer's figures for the telemetry panel."""
+        answers = [e.metrics for e in self.exchanges]
+        return self.trimmer.stats(self.backend, self.settings.max_tokens, answers)
+
+    async def aclose(self) -> None:
+        """Stop background work (a summary in flight); the backend stays open."""
+        await self.trimmer.aclose()
+
+    def abandon(self, exchange: Exchange) -> None:
+        """Close an exchange whose `run` never started (cancelled before its first event):
+        it is finished as cancelled, so nothing is left "streaming"."""
+        if exchange.metrics is None:
+            self._finish(exchange)
 
     def switch_backend(self, backend: Backend) -> None:
         """Answer with `backend` from the next send on; the conversation carries over."""

@@ -1,4 +1,4 @@
-"""The `phasechat` command: the TUI by default, plus headless `ask` and `doctor`.
+"""The `phasechat` command: the TUI by default, plus headless `ask`, `chats` and `doctor`.
 
 Nothing here imports Textual unless the TUI is started, so `ask` and `doctor` start fast
 and work without a terminal.
@@ -8,47 +8,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 
 from backends.events import TextDelta
-from backends.local import LocalConfig
 from backends.models import ModelNotFound
-from backends.openai import RemoteConfig
-from chat.profiles import BackendSpec, make_backend, resolve_model_path
-from chat.session import ChatSession, InputError, Settings
+from chat.config import ConfigError
+from chat.export import dumps
+from chat.profiles import make_backend
+from chat.session import ChatSession, InputError
+from chat.store import ChatStore
 from chat.text import visible_controls
+from phasechat import bench, chats
+from phasechat.options import add_backend_options, all_profiles, backend_spec, read_config, settings
 
-
-def _add_backend_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("backend")
-    g.add_argument("--backend", choices=["local", "openai"], default="local")
-    g.add_argument(
-        "--model",
-        help="local: a GGUF path or a bundled alias (smollm2, gemma3); openai: the model name",
-    )
-    g.add_argument("--base-url", default="http://127.0.0.1:8080/v1", help="openai: endpoint")
-    g.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="openai: the environment variable that holds the API key",
-    )
-    g.add_argument("--n-ctx", type=int, default=4096, help="local: context size in tokens")
-    g.add_argument(
-        "--gpu-layers",
-        type=int,
-        default=None,
-        help="local: layers to offload to the GPU (-1 all; default all if the build can)",
-    )
-    g.add_argument("--threads", type=int, default=None, help="local: default physical cores")
-    g.add_argument("--chat-format", default=None, help="local: override the chat template")
-    e = p.add_argument_group("engine")
-    e.add_argument("--system", default=Settings().system, help="the system prompt")
-    e.add_argument("--max-tokens", type=int, default=Settings().max_tokens)
-    e.add_argument("--temperature", type=float, default=Settings().temperature)
-    e.add_argument("--seed", type=int, default=None)
+__all__ = ["backend_spec", "main", "read_config", "settings"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,40 +32,30 @@ def build_parser() -> argparse.ArgumentParser:
         prog="phasechat",
         description="Chat with an LLM and see where the time goes: prefill vs decode.",
     )
-    _add_backend_options(parser)
+    add_backend_options(parser)
     sub = parser.add_subparsers(dest="command")
     ask = sub.add_parser("ask", help="answer one prompt on stdout (headless)")
-    _add_backend_options(ask)
+    add_backend_options(ask, top=False)
     ask.add_argument("--json", action="store_true", help="print one JSON object instead")
+    ask.add_argument("--no-save", action="store_true", help="do not save the exchange as a chat")
     ask.add_argument("prompt", help="the prompt ('-' reads stdin)")
+    chats.add_parser(sub)
+    bench_p = sub.add_parser("bench", help="replay a scripted chat: prefill and cache per turn")
+    add_backend_options(bench_p, top=False)
+    bench.add_options(bench_p)
     sub.add_parser("doctor", help="llama.cpp build, GPU offload and the default model")
     return parser
 
 
-def backend_spec(args: argparse.Namespace) -> BackendSpec:
-    """The backend the parsed options describe (may raise ModelNotFound)."""
-    local = LocalConfig(
-        model_path=resolve_model_path(args.model) if args.backend == "local" else None,
-        n_ctx=args.n_ctx,
-        n_gpu_layers=args.gpu_layers,
-        threads=args.threads,
-        chat_format=args.chat_format,
-    )
-    remote = RemoteConfig(
-        base_url=args.base_url,
-        model=args.model if args.backend == "openai" else None,
-        api_key_env=args.api_key_env,
-    )
-    return BackendSpec(args.backend, local, remote)
-
-
-def settings(args: argparse.Namespace) -> Settings:
-    return Settings(
-        system=args.system,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
-    )
+def _open_store(session: ChatSession) -> ChatStore | None:
+    """A store following `session` in a new chat; None (with a warning) if it cannot."""
+    try:
+        store = ChatStore()
+        store.attach(session, store.create_chat(system=session.settings.system))
+    except (sqlite3.Error, OSError) as exc:
+        print(f"phasechat: warning: chat not saved: {exc}", file=sys.stderr)
+        return None
+    return store
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -101,17 +67,21 @@ async def ask(args: argparse.Namespace) -> int:
     """Stream one answer to stdout, or print one JSON object with --json."""
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:
-        spec = backend_spec(args)
-    except (ModelNotFound, OSError, ValueError) as exc:
+        config = read_config(args)
+        spec = backend_spec(args, config)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
     backend = make_backend(spec)
-    session = ChatSession(backend, settings(args))
+    session = ChatSession(backend, settings(args, config))
+    store: ChatStore | None = None
     try:
         if not prompt.strip():
             raise InputError("empty prompt: nothing to ask")
         await backend.start()
         if backend.state == "failed":
             return fail(backend.state_detail)
+        if not args.no_save:
+            store = _open_store(session)
         out = sys.stdout
         async for event in session.send(prompt):
             if isinstance(event, TextDelta) and event.text and not args.json:
@@ -121,13 +91,19 @@ async def ask(args: argparse.Namespace) -> int:
         return fail(str(exc))
     finally:
         await backend.aclose()
+        if store is not None:
+            if store.error:
+                print(f"phasechat: warning: {store.error}", file=sys.stderr)
+            store.close()
     exchange = session.exchanges[-1]
     metrics = exchange.metrics
     assert metrics is not None
     if args.json:
         record = {"text": exchange.answer.content, **metrics.as_dict()}
+        if store is not None:
+            record["chat_id"] = store.chat_of(session)
         record["token_times_ms"] = [t / 1e6 for t in exchange.trace.times]
-        print(json.dumps(record, ensure_ascii=False))
+        print(dumps(record))
     elif exchange.answer.content and not exchange.answer.content.endswith("\n"):
         print()
     if exchange.answer.status == "error":
@@ -149,15 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(ask(args))
     if args.command == "doctor":
         return doctor()
+    if args.command == "chats":
+        return chats.run(args)
+    if args.command == "bench":
+        return bench.run(args)
     try:
-        spec = backend_spec(args)
-    except (ModelNotFound, OSError, ValueError) as exc:
+        config = read_config(args)
+        spec = backend_spec(args, config)
+        profiles = all_profiles(spec, args, config)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
     if not sys.stdout.isatty() and not os.environ.get("PHASECHAT_FORCE_TUI"):
         return fail("the chat UI needs a terminal; use `phasechat ask` for headless use")
     from tui.app import PhasechatApp
 
-    PhasechatApp(spec, settings(args)).run()
+    PhasechatApp(spec, settings(args, config), profiles=profiles, config=config).run()
     return 0
 
 

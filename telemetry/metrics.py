@@ -9,6 +9,9 @@
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
 - `chars`, `chars_per_s` (over the decode window), `chars_per_token`: Unicode characters.
 
+`server_*` fields are the engine's own account beside ours: llama-server's `timings`,
+or, for the local backend, llama.cpp's perf counters (per-request deltas).
+
 Every count says where it came from: `*_source` is "tokenizer" (the local model's own),
 "server" (usage / timings) or "estimate" (tiktoken), and `*_estimated` is True for the last.
 """
@@ -16,7 +19,7 @@ Every count says where it came from: `*_source` is "tokenizer" (the local model'
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from telemetry.recorder import Trace
@@ -56,6 +59,7 @@ class Metrics:
     kv_used_tokens: int | None
     kv_capacity_tokens: int | None
     kv_bytes: int | None
+    implied_bandwidth_gb_s: float | None
     server_prompt_n: int | None
     server_cache_n: int | None
     server_prompt_ms: float | None
@@ -70,6 +74,21 @@ class Metrics:
         d = asdict(self)
         d["warnings"] = list(self.warnings)
         return d
+
+
+def metrics_from_dict(data: dict[str, Any]) -> Metrics:
+    """A `Metrics` back from `as_dict()` (e.g. from the chat database); unknown keys are
+    ignored and missing ones are None, so records from older versions still load."""
+    names = {f.name for f in fields(Metrics)}
+    values: dict[str, Any] = {name: data.get(name) for name in names}
+    values["warnings"] = tuple(data.get("warnings") or ())
+    values["output_tokens"] = int(data.get("output_tokens") or 0)
+    values["chars"] = int(data.get("chars") or 0)
+    values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
+    values["prompt_tokens_source"] = str(data.get("prompt_tokens_source") or "none")
+    values["backend"] = str(data.get("backend") or "")
+    values["model"] = str(data.get("model") or "")
+    return Metrics(**values)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -142,17 +161,25 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         kv_used_tokens=trace.kv.used_tokens if trace.kv else None,
         kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else None,
         kv_bytes=trace.kv.used_bytes if trace.kv else None,
+        implied_bandwidth_gb_s=_bandwidth(trace, decode_tok_s),
         server_prompt_n=s.prompt_n if s else None,
         server_cache_n=s.cache_n if s else None,
         server_prompt_ms=s.prompt_ms if s else None,
         server_predicted_n=s.predicted_n if s else None,
         server_predicted_ms=s.predicted_ms if s else None,
         server_prefill_tok_s=s.prompt_n / s.prompt_ms * 1000 if s and s.prompt_ms else None,
-        server_decode_tok_s=(
-            (s.predicted_n - 1) / s.predicted_ms * 1000 if s and s.predicted_ms else None
-        ),
+        server_decode_tok_s=s.predicted_n / s.predicted_ms * 1000 if s and s.predicted_ms else None,
         warnings=tuple(_disagreements(trace, prompt_tokens)),
     )
+
+
+def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:
+    """Roofline hint: each decode step reads all weights and the KV cache so far, so
+    tok/s x (weight bytes + KV bytes) is the memory bandwidth the engine achieved."""
+    kv = trace.kv
+    if kv is None or not kv.model_bytes or not decode_tok_s:
+        return None
+    return decode_tok_s * (kv.model_bytes + kv.used_bytes) / 1e9
 
 
 def _ms_since(start: int) -> Any:
@@ -214,7 +241,7 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
         and trace.tokens_known
         and trace.deltas
         and s.predicted_n
-        and abs(s.predicted_n - trace.tokens) > 1
+        and abs(s.predicted_n - trace.tokens) > 2  # the engine may not evaluate the last token
     ):
         out.append(f"server generated {s.predicted_n} tokens, {trace.tokens} arrived")
     if trace.max_tokens and trace.tokens_known and trace.tokens > trace.max_tokens:

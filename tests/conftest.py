@@ -22,13 +22,11 @@ FIXTURES = ROOT.parent / "shared" / "fixtures" / "llama-server"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_dirs(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Config and data never touch the user's real directories."""
-    base = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
+def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own config and data directories, never the user's real ones."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("PHASECHAT_CONFIG", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,10 @@ Telemetry colours are app-specific theme variables (declared once, with defaults
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
+from textual.color import ColorParseError
 from textual.theme import Theme
 
 #: App-specific variables and their fallbacks (values may reference base colours).
@@ -78,3 +82,35 @@ PHASE_HIGH_CONTRAST = Theme(
 
 BUILTIN_THEMES: tuple[Theme, ...] = (PHASE_DARK, PHASE_LIGHT, PHASE_HIGH_CONTRAST)
 DEFAULT_THEME = PHASE_DARK.name
+
+_THEME_KEYS = {
+    "name", "primary", "secondary", "accent", "warning", "error", "success",
+    "foreground", "background", "surface", "panel", "boost", "dark", "variables",
+}  # fmt: skip
+
+
+def load_user_themes(folder: Path) -> tuple[list[Theme], list[str]]:
+    """Themes from `folder/*.toml` (one theme a file), and one message per broken file.
+
+    A file is TOML with `name` and `primary` and any other `Theme` field; `[variables]`
+    may override phasechat's own (`phase-prefill`, `phase-decode`, ...).
+    """
+    themes: list[Theme] = []
+    errors: list[str] = []
+    if not folder.is_dir():
+        return themes, errors
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            unknown = set(data) - _THEME_KEYS
+            if unknown:
+                raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+            if not isinstance(data.get("name"), str) or not isinstance(data.get("primary"), str):
+                raise ValueError("needs string keys 'name' and 'primary'")
+            theme = Theme(**data)
+            theme.to_color_system()  # parses every colour: a bad one fails here
+        except (OSError, ValueError, TypeError, ColorParseError) as exc:
+            errors.append(f"theme {path.name} skipped: {exc}")
+            continue
+        themes.append(theme)
+    return themes, errors

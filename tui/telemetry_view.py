@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from telemetry.forecast import Forecast
 from telemetry.live import Live
 from telemetry.metrics import Metrics
 
@@ -95,7 +96,7 @@ def kv_gauge(used: int, capacity: int, used_bytes: int, width: int = 20) -> Cont
     )
 
 
-def answer_footer(m: Metrics) -> Content:
+def answer_footer(m: Metrics, predicted: Forecast | None = None) -> Content:
     """One line under a finished answer: its phases at a glance."""
     approx = "~" if m.output_tokens_estimated else ""
     bits = [
@@ -106,6 +107,51 @@ def answer_footer(m: Metrics) -> Content:
         + (f" ({m.cached_tokens} cached)" if m.cached_tokens else ""),
         f"e2e {fmt((m.e2e_ms or 0) / 1000, ' s', 2)}",
     ]
+    if predicted is not None and predicted.ttft_ms is not None:
+        bits.append(f"predicted TTFT {fmt(predicted.ttft_ms, ' ms', 0)}")
     if m.finish and m.finish != "stop":
         bits.append(m.finish)
     return Content(" · ".join(bits))
+
+
+def engine_line(m: Metrics) -> Content:
+    """The engine's own account beside ours, the roofline hint, and any disagreement."""
+    parts: list[str | tuple[str, str] | Content] = []
+    if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
+        who = "llama.cpp" if m.backend == "local" else "server"
+        parts += [
+            (f"{who} says ", "dim"),
+            f"prefill {fmt(m.server_prefill_tok_s)} tok/s ({m.server_prompt_n} tok"
+            + (f", {m.server_cache_n} cached" if m.server_cache_n else "")
+            + f") · decode {fmt(m.server_decode_tok_s)} tok/s",
+        ]
+    if m.implied_bandwidth_gb_s is not None:
+        parts += [("   roofline ", "dim"), f"≈ {m.implied_bandwidth_gb_s:.2f} GB/s effective"]
+    if m.itl_ms_p50 is not None:
+        parts += [
+            ("   ITL ", "dim"),
+            f"p50 {fmt(m.itl_ms_p50)} p95 {fmt(m.itl_ms_p95)} p99 {fmt(m.itl_ms_p99)} "
+            f"max {fmt(m.itl_ms_max)} ms",
+        ]
+    for warning in m.warnings:
+        parts.append((f"\n⚠ {warning}", "$stall"))
+    return Content.assemble(*parts)
+
+
+def forecast_line(f: Forecast, actual: Metrics | None = None) -> Content:
+    """What the draft will cost: new vs cached prompt tokens, TTFT, total at max_tokens."""
+    approx = "~" if f.estimated_tokens else ""
+    head = f"forecast: {approx}{f.new_tokens:,} new + {f.cached_tokens:,} cached prompt tokens"
+    if f.ttft_ms is None:
+        return Content.assemble(("forecast ", "dim"), head[10:], ("  (not measured yet)", "dim"))
+    total = f"  ≤ {fmt((f.total_ms or 0) / 1000, ' s', 1)} with {f.max_tokens} tokens"
+    parts: list[str | tuple[str, str]] = [
+        ("forecast ", "dim"),
+        head[10:],
+        " → TTFT ≈ ",
+        (fmt(f.ttft_ms, " ms", 0), "bold $phase-prefill"),
+        total if f.total_ms else "",
+    ]
+    if actual is not None:
+        parts.append((f"   actual TTFT {fmt(actual.ttft_ms, ' ms', 0)}", "$phase-decode"))
+    return Content.assemble(*parts)

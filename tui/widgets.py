@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
@@ -28,6 +29,7 @@ class MessageView(Vertical):
     MessageView.-assistant { border-left: outer $secondary; }
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
+    MessageView.-user > .footer { display: none; }
     MessageView > Markdown { margin: 0; padding: 0; }
     """
 
@@ -67,7 +69,11 @@ class MessageView(Vertical):
             if stream is not None:
                 await stream.stop()
         finally:
-            await self.markdown.update(visible_controls(self.message.content))
+            final = visible_controls(self.message.content)
+            # Re-render only if the stream did not already show exactly this text: a
+            # full re-parse of a long answer is the one expensive step we can skip.
+            if self.markdown.source != final:
+                await self.markdown.update(final)
             self.query_one(".header", Static).update(self._header())
             self.set_footer(footer)
 
@@ -100,3 +106,25 @@ class PromptInput(TextArea):
             event.prevent_default()
             event.stop()
             self.insert("\n")
+
+
+class LivePanel(Widget):
+    """A fixed-height panel redrawn many times a second without a layout pass.
+
+    `Static.update` asks for a relayout of the screen, which with a long chat means
+    arranging every message again 15 times a second; this widget only repaints itself.
+    """
+
+    DEFAULT_CSS = "LivePanel { height: 6; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._content = Content("")
+
+    def show(self, content: Content) -> None:
+        if content != self._content:
+            self._content = content
+            self.refresh()
+
+    def render(self) -> Content:
+        return self._content

@@ -1,0 +1,433 @@
+"""The history trimmer: old turns become one summary so the prompt stops growing.
+
+The prompt a backend gets is `system, [summary], recent turns`. The system prompt stays
+first and byte-identical; the summary (one message, written by a backend) replaces the
+oldest turns; the newest turns stay verbatim. Nothing is deleted: summarized messages
+stay in the conversation and are only left out of the prompt (`covered` holds their ids).
+
+Prefix caches (llama.cpp, llama-server, vLLM) reuse the longest common token prefix of
+consecutive prompts, so the trimmer changes the start of the prompt as rarely as it can:
+a summary, once written, is reused as is, and each trim cuts deep (down to `target` of
+the budget), so many turns pass between two trims and each of them reuses the prefix.
+
+The summary is written in the background (an asyncio task) after an answer finishes,
+once the history is near the budget, so it is usually ready before the send that needs
+it. If it is not: a send that still fits goes out untrimmed; one that does not waits.
+A local backend runs one request at a time, so a send behind a summary on that same
+backend would wait for it anyway: it waits for the summary explicitly and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from backends.base import Backend
+from backends.events import GenerationRequest, Message
+from chat.conversation import ChatMessage, Conversation
+from telemetry.metrics import Metrics, compute
+from telemetry.recorder import Trace, record
+
+#: Context assumed for an endpoint that does not tell its window (most don't).
+DEFAULT_CONTEXT = 8192
+#: Tokens kept free beyond the answer (template framing of the next turn, count drift).
+MARGIN = 64
+#: Budget share kept back when counts are tiktoken estimates of another tokenizer.
+ESTIMATE_SLACK = 0.10
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+INSTRUCTION = (
+    "Summarize the conversation so far in at most {words} words, as notes for yourself. "
+    "Keep names, numbers, facts, decisions and open questions. Write only the summary."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One summary: its text, the messages it stands for, and what it cost to write."""
+
+    text: str
+    covers: frozenset[int]  # ids of the ChatMessages it replaces (earlier summaries' too)
+    backend: str
+    model: str
+    metrics: Metrics  # the summary request's own TTFT, e2e and token counts
+    started_ns: int = 0  # perf_counter_ns when its request was sent
+    finished_ns: int = 0  # ... and when its last event arrived
+
+    def message(self) -> Message:
+        """The summary as it goes into the prompt, right after the system prompt."""
+        return Message("system", SUMMARY_HEADER + self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class SendPlan:
+    """How one send relates to the trimmer; copied onto the exchange for the UI.
+
+    `trimmed`: this send is the first with a new summary (its prefix cache starts over
+    after the system prompt). `wait`: the send must wait for the summary in flight.
+    `note`: one line for the user when the trimmer did something unexpected.
+    """
+
+    trimmed: bool = False
+    wait: bool = False
+    note: str | None = None
+    waited_ms: float | None = None
+    serial: bool = False  # the summary runs on the chat's own local model, one at a time
+
+
+@dataclass(frozen=True, slots=True)
+class TrimStats:
+    """What the telemetry panel shows about trimming."""
+
+    enabled: bool
+    budget: int
+    estimated: bool  # token counts are tiktoken estimates, not the model's tokenizer
+    summaries: int
+    summarized_messages: int
+    pending: bool
+    tokens_cut: int  # the last prompt: full history minus what was sent
+    tokens_cut_total: int  # summed over every send
+    prefill_tok_s: float | None  # measured on this session's own answers
+    prefill_s_saved: float | None  # tokens_cut_total / prefill_tok_s, as a cold prefill
+    summary_ttft_ms: float | None  # the latest summary's own cost
+    summary_e2e_ms: float | None
+    summary_tokens: int | None
+    summary_ms_total: float  # every summary's e2e, summed
+    last_error: str | None
+
+
+class Trimmer:
+    """Keeps a chat's prompt under a token budget by summarizing its oldest turns.
+
+    Settings are plain attributes the UI may change at any time: `enabled`, `budget`
+    (None: derived from the context size and max_tokens), `keep_last` (recent turns
+    kept verbatim), `summarizer` (None: the active backend), `target` (share of the
+    budget a trim cuts down to), `lookahead` (turns of growth that start a summary early),
+    `summary_tokens` (None: an eighth of the budget, at most 256), `context` (None: the
+    backend's n_ctx, else DEFAULT_CONTEXT).
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        budget: int | None = None,
+        keep_last: int = 4,
+        summarizer: Backend | None = None,
+        target: float = 0.5,
+        lookahead: int = 2,
+        summary_tokens: int | None = None,
+        context: int | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self.budget = budget
+        self.keep_last = keep_last
+        self.summarizer = summarizer
+        self.target = target
+        self.lookahead = lookahead
+        self.summary_tokens = summary_tokens
+        self.context = context
+        self.instruction = INSTRUCTION
+        self.summary: Summary | None = None  # the one in use
+        self.summaries: list[Summary] = []  # every summary written, oldest first
+        self.last_error: str | None = None
+        self.tokens_cut_total = 0
+        self.last_tokens_cut = 0
+        self._task: asyncio.Task[Summary | None] | None = None
+        self._task_backend: Backend | None = None
+        self._growth: list[int] = []  # history tokens after each answer since the last trim
+        self._estimated = False
+        self._fresh = False  # a summary was taken into use and no send has used it yet
+
+    # -- what goes into the prompt ------------------------------------------------------
+    @property
+    def covered(self) -> frozenset[int]:
+        """Ids of the messages the summary in use stands for."""
+        return self.summary.covers if self.summary else frozenset()
+
+    def is_summarized(self, message: ChatMessage) -> bool:
+        """Whether `message` is left out of the prompt, replaced by the summary."""
+        return self.enabled and message.id in self.covered
+
+    def prompt_messages(self, conversation: Conversation) -> tuple[Message, ...]:
+        """System prompt, the summary in use, then every message it does not cover."""
+        if not self.enabled or self.summary is None:
+            return conversation.prompt_messages()
+        covered = self.summary.covers
+        out = [Message("system", conversation.system)] if conversation.system else []
+        out.append(self.summary.message())
+        out.extend(
+            Message(m.role, m.content)
+            for m in conversation.messages
+            if m.in_prompt and m.id not in covered
+        )
+        return tuple(out)
+
+    def context_for(self, backend: Backend) -> int:
+        """The context window the budget is carved from."""
+        if self.context:
+            return self.context
+        n_ctx = getattr(backend, "n_ctx", None)  # the local backend knows it; remotes don't
+        return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else DEFAULT_CONTEXT
+
+    def budget_for(self, backend: Backend, max_tokens: int) -> int:
+        """Prompt tokens allowed: the set budget, else n_ctx - max_tokens - MARGIN
+        (less ESTIMATE_SLACK of the context when counts are estimates)."""
+        if self.budget:
+            return self.budget
+        ctx = self.context_for(backend)
+        slack = 0 if backend.exact_token_counts else int(ctx * ESTIMATE_SLACK)
+        return max(1, ctx - max_tokens - MARGIN - slack)
+
+    def summary_budget(self, budget: int) -> int:
+        """Max tokens of a summary answer."""
+        return self.summary_tokens or max(16, min(256, budget // 8))
+
+    @property
+    def pending(self) -> bool:
+        """A summary is being written."""
+        return self._task is not None and not self._task.done()
+
+    # -- around a send ------------------------------------------------------------------
+    def prepare(self, backend: Backend, conversation: Conversation, max_tokens: int) -> SendPlan:
+        """Decide, before a send, whether it uses a new summary, waits, or goes out whole.
+
+        Called with the new user turn already in `conversation`.
+        """
+        if not self.enabled:
+            return SendPlan()
+        failed = self._collect()
+        note = f"{failed}; sent full history" if failed else None
+        trimmed, self._fresh = self._fresh, False
+        budget = self.budget_for(backend, max_tokens)
+        tokens = self._count(backend, self.prompt_messages(conversation))
+        if self._task is None and tokens > budget:
+            # Over budget with no summary on the way (a long paste, the trimmer just
+            # switched on, or the last summary failed): write one now and wait for it.
+            if self.start(backend, conversation, max_tokens):
+                return SendPlan(wait=True, note=note, serial=self._serial(backend))
+            note = note or (
+                f"over budget ({tokens:,} > {budget:,} tokens) with too few turns "
+                f"to summarize (keeping the last {self.keep_last}): sent as is"
+            )
+            return SendPlan(trimmed=trimmed, note=note)
+        if self._task is None:
+            return SendPlan(trimmed=trimmed, note=note)
+        serial = self._serial(backend)
+        if tokens <= budget and not serial:
+            return SendPlan(note="summary not ready: sent full history")
+        return SendPlan(wait=True, serial=serial)
+
+    def _serial(self, backend: Backend) -> bool:
+        """The summary in flight holds the chat's own local model: a send queues behind it."""
+        return self._task_backend is backend and backend.kind == "local"
+
+    async def wait(self, plan: SendPlan) -> SendPlan:
+        """Wait for the summary in flight, then use it (or say why not)."""
+        task = self._task
+        if task is None:
+            return SendPlan(note=plan.note)
+        t0 = time.perf_counter()
+        await asyncio.shield(task)
+        waited = (time.perf_counter() - t0) * 1000
+        failed = self._collect()
+        if failed is not None:
+            return SendPlan(note=f"{failed}; sent full history", waited_ms=waited)
+        self._fresh = False
+        where = " (the local model runs one request at a time)" if plan.serial else ""
+        return SendPlan(
+            trimmed=True, note=f"waited {waited:,.0f} ms for the summary{where}", waited_ms=waited
+        )
+
+    def sent(self, backend: Backend, conversation: Conversation, prompt_tokens: int) -> int:
+        """Record a send of `prompt_tokens`; returns the tokens the summary cut from it."""
+        cut = 0
+        if self.enabled and self.summary is not None:
+            full = self._count(backend, conversation.prompt_messages())
+            cut = max(0, full - prompt_tokens)
+        self.last_tokens_cut = cut
+        self.tokens_cut_total += cut
+        return cut
+
+    def after_answer(self, backend: Backend, conversation: Conversation, max_tokens: int) -> bool:
+        """After an answer: start a summary in the background if the budget will be
+        exceeded within `lookahead` turns. Returns whether one was started."""
+        if not self.enabled or self._task is not None:
+            return False
+        budget = self.budget_for(backend, max_tokens)
+        tokens = self._count(backend, self.prompt_messages(conversation))
+        self._growth.append(tokens)
+        recent = self._growth[-4:]
+        diffs = [b - a for a, b in itertools.pairwise(recent) if b > a]
+        per_turn = sum(diffs) / len(diffs) if diffs else max_tokens + 32
+        if tokens + self.lookahead * per_turn <= budget:
+            return False
+        return self.start(backend, conversation, max_tokens)
+
+    # -- writing a summary --------------------------------------------------------------
+    def start(self, backend: Backend, conversation: Conversation, max_tokens: int) -> bool:
+        """Start a background summary of the oldest turns; False if there is nothing
+        to summarize (fewer than keep_last + 1 turns not yet covered)."""
+        summarizer = self.summarizer or backend
+        budget = self.budget_for(backend, max_tokens)
+        cut = self._plan(backend, conversation, budget)
+        if not cut:
+            return False
+        head = [Message("system", conversation.system)] if conversation.system else []
+        if self.summary is not None:
+            head.append(self.summary.message())
+        body = [Message(m.role, m.content) for m in cut if m.in_prompt]
+        limit = self.summary_budget(budget)
+        ask = Message("user", self.instruction.format(words=max(10, limit * 3 // 5)))
+        # The summary request starts with the chat's own prefix, so an engine with a
+        # prefix cache (the local model right after the last answer) reuses it.
+        messages = self._fit(summarizer, [*head, *body, ask], len(head), limit)
+        request = GenerationRequest(messages=messages, max_tokens=limit, temperature=0.0)
+        covers = self.covered | {m.id for m in cut}
+        self._task_backend = summarizer
+        self._task = asyncio.create_task(
+            self._write(summarizer, request, frozenset(covers)), name="phasechat-summary"
+        )
+        return True
+
+    def _plan(self, backend: Backend, conversation: Conversation, budget: int) -> list[ChatMessage]:
+        """The oldest uncovered turns to summarize: as few as bring the prompt down to
+        `target` of the budget, never any of the last `keep_last` turns."""
+        covered = self.covered
+        rest = [m for m in conversation.messages if m.id not in covered]
+        starts = [i for i, m in enumerate(rest) if m.role == "user"]
+        last = len(starts) - max(1, self.keep_last)  # the deepest allowed cut, a turn index
+        if last < 1:
+            return []
+        system = [Message("system", conversation.system)] if conversation.system else []
+        goal = int(budget * self.target) - self.summary_budget(budget) - 16
+
+        def tokens_after(j: int) -> int:
+            kept = [Message(m.role, m.content) for m in rest[starts[j] :] if m.in_prompt]
+            return self._count(backend, (*system, *kept))
+
+        lo, hi = 1, last  # binary search: the remaining prompt shrinks as the cut deepens
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tokens_after(mid) <= goal:
+                hi = mid
+            else:
+                lo = mid + 1
+        return rest[: starts[lo]]
+
+    def _fit(
+        self, summarizer: Backend, messages: list[Message], first: int, answer: int
+    ) -> tuple[Message, ...]:
+        """Shorten the longest turns to be summarized until the request fits the
+        summarizer's context (only when the summarizer's window is smaller than the
+        chat's, or the budget was set above it)."""
+        room = self.context_for(summarizer) - answer - MARGIN // 2
+        for _ in range(32):
+            if self._count(summarizer, messages) <= room:
+                break
+            i = max(range(first, len(messages) - 1), key=lambda k: len(messages[k].content))
+            text = messages[i].content
+            if len(text) < 64:
+                break
+            keep = len(text) // 4
+            messages[i] = Message(messages[i].role, f"{text[:keep]} [...] {text[-keep:]}")
+        return tuple(messages)
+
+    async def _write(
+        self, backend: Backend, request: GenerationRequest, covers: frozenset[int]
+    ) -> Summary | None:
+        """Run the summary request; on any failure keep the reason and return None."""
+        trace = Trace(backend=backend.name, model=backend.model, max_tokens=request.max_tokens)
+        try:
+            async for _ in record(backend.stream(request), trace):
+                pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a summarizer bug must not break the chat
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        if trace.error is not None:
+            self.last_error = trace.error.message
+            return None
+        text = trace.text.strip()
+        if not text:
+            self.last_error = "the summarizer returned no text"
+            return None
+        self.last_error = None
+        return Summary(
+            text,
+            covers,
+            trace.backend,
+            trace.model,
+            compute(trace),
+            started_ns=trace.t_sent,
+            finished_ns=trace.t_done or time.perf_counter_ns(),
+        )
+
+    def _collect(self) -> str | None:
+        """Take the result of a finished summary task: use it, or return why not."""
+        task = self._task
+        if task is None or not task.done():
+            return None
+        self._task = self._task_backend = None
+        summary = None if task.cancelled() else task.result()
+        if summary is None:
+            return f"summary failed: {self.last_error or 'cancelled'}"
+        self.summary = summary
+        self.summaries.append(summary)
+        self._growth.clear()
+        self._fresh = True
+        return None
+
+    def _count(self, backend: Backend, messages: Sequence[Message]) -> int:
+        count = backend.count_tokens(tuple(messages))
+        self._estimated = count.estimated
+        return count.tokens
+
+    # -- reporting ----------------------------------------------------------------------
+    def stats(
+        self, backend: Backend, max_tokens: int, answers: Sequence[Metrics | None]
+    ) -> TrimStats:
+        """The panel's figures; `answers` are the session's own exchanges' metrics."""
+        rate = measured_prefill_rate(answers)
+        latest = self.summary.metrics if self.summary else None
+        return TrimStats(
+            enabled=self.enabled,
+            budget=self.budget_for(backend, max_tokens),
+            estimated=self._estimated or not backend.exact_token_counts,
+            summaries=len(self.summaries),
+            summarized_messages=len(self.covered),
+            pending=self.pending,
+            tokens_cut=self.last_tokens_cut,
+            tokens_cut_total=self.tokens_cut_total,
+            prefill_tok_s=rate,
+            prefill_s_saved=self.tokens_cut_total / rate if rate else None,
+            summary_ttft_ms=latest.ttft_ms if latest else None,
+            summary_e2e_ms=latest.e2e_ms if latest else None,
+            summary_tokens=latest.output_tokens if latest else None,
+            summary_ms_total=sum(s.metrics.e2e_ms or 0.0 for s in self.summaries),
+            last_error=self.last_error,
+        )
+
+    async def aclose(self) -> None:
+        """Cancel a summary in flight (its backend request is closed)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:
+    """Evaluated prompt tokens per second over answers whose prefill was long enough to
+    measure (a handful of tokens is dominated by fixed per-request overhead)."""
+    tokens = seconds = 0.0
+    for m in answers:
+        if m and m.evaluated_prompt_tokens and m.ttft_ms and m.evaluated_prompt_tokens >= 32:
+            tokens += m.evaluated_prompt_tokens
+            seconds += m.ttft_ms / 1000
+    return tokens / seconds if seconds else None

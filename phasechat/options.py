@@ -1,0 +1,175 @@
+"""Command-line options shared by the TUI, `ask` and `bench`, and how they combine with
+the config file into backend profiles and engine settings.
+
+Precedence: an option given on the command line, then the config file, then built-in
+defaults. Subcommands use `argparse.SUPPRESS` defaults so that an option given before
+the subcommand (`phasechat --backend openai ask ...`) is not reset by the subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from backends.local import LocalConfig
+from backends.openai import RemoteConfig
+from chat.config import Config, load_config
+from chat.profiles import BackendSpec, resolve_model_path
+from chat.session import Settings
+from chat.text import visible_controls
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
+
+
+def add_backend_options(p: argparse.ArgumentParser, top: bool = True) -> None:
+    """Backend and engine options; on a subcommand parser pass top=False."""
+
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    g = p.add_argument_group("backend")
+    g.add_argument(
+        "--backend",
+        default=default("local"),
+        help="local, openai, or the name of a profile in the config file",
+    )
+    g.add_argument(
+        "--model",
+        default=default(None),
+        help="local: a GGUF path or a bundled alias (smollm2, gemma3); openai: the model name",
+    )
+    g.add_argument("--base-url", default=default(DEFAULT_BASE_URL), help="openai: endpoint")
+    g.add_argument(
+        "--api-key-env",
+        default=default("OPENAI_API_KEY"),
+        help="openai: the environment variable that holds the API key",
+    )
+    g.add_argument(
+        "--insecure",
+        action="store_true",
+        default=default(False),
+        help="openai: do not verify the server's TLS certificate (shown on every answer)",
+    )
+    g.add_argument(
+        "--debug-http",
+        action="store_true",
+        default=default(False),
+        help="log HTTP requests to stderr (credentials redacted)",
+    )
+    g.add_argument("--n-ctx", type=int, default=default(4096), help="local: context in tokens")
+    g.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=default(None),
+        help="local: layers to offload to the GPU (-1 all; default all if the build can)",
+    )
+    g.add_argument("--threads", type=int, default=default(None), help="local: physical cores")
+    g.add_argument("--chat-format", default=default(None), help="local: override the template")
+    e = p.add_argument_group("engine (defaults: the config file's [engine], else built in)")
+    e.add_argument("--system", default=default(None), help="the system prompt")
+    e.add_argument("--max-tokens", type=int, default=default(None))
+    e.add_argument("--temperature", type=float, default=default(None))
+    e.add_argument("--seed", type=int, default=default(None))
+    p.add_argument(
+        "--config",
+        default=default(None),
+        help="the config file (default: $PHASECHAT_CONFIG, else the user config directory)",
+    )
+
+
+def read_config(args: argparse.Namespace) -> Config:
+    """The config `--config` names (else the default); warnings go to stderr.
+    Raises ConfigError."""
+    path = getattr(args, "config", None)
+    config = load_config(Path(path).expanduser() if path else None)
+    for warning in config.warnings:
+        print(f"phasechat: warning: {visible_controls(warning)}", file=sys.stderr)
+    if getattr(args, "debug_http", False):
+        logger = logging.getLogger("phasechat.http")
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+    return config
+
+
+def backend_spec(args: argparse.Namespace, config: Config | None = None) -> BackendSpec:
+    """The backend the options (and the config's profiles) describe.
+
+    `--backend` is "local", "openai", or a config profile's name. Raises ModelNotFound,
+    or ValueError for an unknown name.
+    """
+    config = config or Config()
+    name = args.backend
+    endpoint = config.endpoint(name)
+    if endpoint is not None:
+        endpoint.install_key()
+        remote = endpoint.remote_config()
+        return BackendSpec("openai", remote=_with_flags(remote, args))
+    profile = config.local_profile(name)
+    if profile is not None:
+        return BackendSpec("local", local=profile.local_config(), local_name=name)
+    if name == "local":
+        local = LocalConfig(
+            model_path=resolve_model_path(args.model),
+            n_ctx=args.n_ctx,
+            n_gpu_layers=args.gpu_layers,
+            threads=args.threads,
+            chat_format=args.chat_format,
+        )
+        return BackendSpec("local", local=local)
+    if name == "openai":
+        remote = RemoteConfig(
+            base_url=args.base_url, model=args.model, api_key_env=args.api_key_env
+        )
+        return BackendSpec("openai", remote=_with_flags(remote, args))
+    known = [
+        "local",
+        "openai",
+        *(e.name for e in config.endpoints),
+        *(p.name for p in config.local),
+    ]
+    raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(known)}")
+
+
+def _with_flags(remote: RemoteConfig, args: argparse.Namespace) -> RemoteConfig:
+    from dataclasses import replace
+
+    return replace(remote, verify_tls=not args.insecure) if args.insecure else remote
+
+
+def all_profiles(
+    active: BackendSpec, args: argparse.Namespace, config: Config
+) -> list[BackendSpec]:
+    """Every backend the TUI can switch to: the active one, the config's profiles, and the
+    other built-in kind (local <-> the --base-url endpoint)."""
+    out = [active]
+    for endpoint in config.endpoints:
+        endpoint.install_key()
+        out.append(BackendSpec("openai", remote=_with_flags(endpoint.remote_config(), args)))
+    for profile in config.local:
+        out.append(BackendSpec("local", local=profile.local_config(), local_name=profile.name))
+    if active.kind == "local":
+        remote = RemoteConfig(base_url=args.base_url, api_key_env=args.api_key_env)
+        out.append(BackendSpec("openai", remote=_with_flags(remote, args)))
+    else:
+        out.append(BackendSpec("local", local=LocalConfig(n_ctx=args.n_ctx)))
+    seen: set[str] = set()
+    unique = []
+    for spec in out:
+        if spec.name not in seen:
+            seen.add(spec.name)
+            unique.append(spec)
+    return unique
+
+
+def settings(args: argparse.Namespace, config: Config | None = None) -> Settings:
+    """Engine settings: the options given, else the config's [engine], else built in."""
+    base = (config or Config()).engine.settings()
+    return Settings(
+        system=base.system if args.system is None else args.system,
+        max_tokens=base.max_tokens if args.max_tokens is None else args.max_tokens,
+        temperature=base.temperature if args.temperature is None else args.temperature,
+        stop=base.stop,
+        seed=base.seed if args.seed is None else args.seed,
+    )

@@ -1,0 +1,49 @@
+"""A backend that replays canned events: only for rendering tests (snapshots), where
+real timings would make every picture different."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from backends.base import LoadState, TokenCount
+from backends.events import Event, Finished, GenerationRequest, Message, TextDelta
+
+
+class ScriptedBackend:
+    kind = "scripted"
+    supports_kv_stats = False
+    exact_token_counts = False
+
+    def __init__(self, name: str = "scripted", text: str = "Hello.") -> None:
+        self._name = name
+        self.text = text
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def model(self) -> str:
+        return "scripted-model"
+
+    @property
+    def state(self) -> LoadState:
+        return "ready"
+
+    @property
+    def state_detail(self) -> str:
+        return "scripted"
+
+    async def start(self) -> None:
+        return None
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        for word in self.text.split(" "):
+            yield TextDelta(word + " ")
+        yield Finished("stop")
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        return TokenCount(sum(len(m.content) // 4 + 3 for m in messages), estimated=True)
+
+    async def aclose(self) -> None:
+        return None

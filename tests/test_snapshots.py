@@ -1,0 +1,88 @@
+"""SVG snapshots of what a person sees: a saved chat in each theme, and the switch screen.
+
+Rendered from a saved conversation with fixed metrics (live timings would differ on
+every run). Update after an intended change with `pytest --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from backends.openai import RemoteConfig
+from chat.conversation import ChatMessage, Conversation
+from chat.profiles import BackendSpec
+from chat.session import Settings
+from tests.scripted import ScriptedBackend
+from themes import BUILTIN_THEMES
+from tui.app import PhasechatApp
+
+METRICS = {
+    "backend": "local",
+    "model": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "finish": "stop",
+    "ttft_ms": 123.4,
+    "e2e_ms": 987.6,
+    "prompt_tokens": 42,
+    "cached_tokens": 30,
+    "output_tokens": 64,
+    "decode_tok_s": 91.2,
+    "prefill_tok_s": 288.0,
+}
+
+
+def conversation() -> Conversation:
+    c = Conversation(system="You are terse.")
+    c.add(ChatMessage("user", "What is prefill?"))
+    c.add(
+        ChatMessage(
+            "assistant",
+            "**Prefill** reads the whole prompt in one pass.\n\n- compute-bound\n- sets TTFT\n\n"
+            "Model text stays text: [bold red]not markup[/] \x1b[31mno escape\x1b[0m",
+            backend="local",
+            model="SmolLM2-135M-Instruct.Q4_1.gguf",
+            metrics=METRICS,
+        )
+    )
+    c.add(ChatMessage("user", "And decode?"))
+    c.add(
+        ChatMessage(
+            "assistant",
+            "One token per forward pass.",
+            backend="openai",
+            model="remote-model",
+            status="cancelled",
+            metrics={**METRICS, "backend": "openai", "finish": "cancelled", "output_tokens": 7},
+        )
+    )
+    return c
+
+
+def make_app() -> PhasechatApp:
+    remote = BackendSpec("openai", remote=RemoteConfig(base_url="http://127.0.0.1:9/v1"))
+    return PhasechatApp(settings=Settings(), backend=ScriptedBackend("local"), profiles=[remote])
+
+
+@pytest.mark.parametrize("theme", [t.name for t in BUILTIN_THEMES])
+def test_saved_chat_in_each_theme(snap_compare: Any, theme: str) -> None:
+    async def show(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, PhasechatApp)
+        app.theme = theme
+        await app.show_conversation(conversation())
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 34), run_before=show)
+
+
+def test_switch_screen_shows_the_cost(snap_compare: Any) -> None:
+    async def open_switcher(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, PhasechatApp)
+        await app.show_conversation(conversation())
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 30), run_before=open_switcher)

@@ -1,0 +1,82 @@
+"""Telemetry's local exactness on the real models: KV bytes, UTF-8, llama.cpp's counters."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.gguf import geometry
+from backends.local import LocalBackend
+from backends.models import default_model_path, gemma3_model_path
+from chat.session import ChatSession, Settings
+
+pytestmark = pytest.mark.model
+
+KV_LINE = re.compile(r"KV buffer size =\s+([\d.]+) MiB")
+
+
+def llama_cpp_kv_mib(path: Path, n_ctx: int) -> float:
+    """What llama.cpp itself logs for its KV buffers at load (summed over caches)."""
+    code = (
+        "import llama_cpp, sys; "
+        f"llama_cpp.Llama({str(path)!r}, n_ctx={n_ctx}, n_threads=1, verbose=True)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    sizes = [float(m) for m in KV_LINE.findall(r.stderr)]
+    assert sizes, r.stderr[-2000:]
+    return sum(sizes)
+
+
+@pytest.mark.parametrize(
+    ("model", "n_ctx"),
+    [(default_model_path, 2048), (default_model_path, 1024), (gemma3_model_path, 2048)],
+)
+def test_kv_bytes_equal_what_llama_cpp_allocates(model: object, n_ctx: int) -> None:
+    path = model()  # type: ignore[operator]
+    g = geometry(path)
+    ours = g.kv_bytes(n_ctx, n_ctx) / 2**20
+    assert ours == pytest.approx(llama_cpp_kv_mib(path, n_ctx), abs=0.01)
+
+
+def test_gemma3_geometry_has_sliding_window_layers_and_one_kv_head() -> None:
+    g = geometry(gemma3_model_path())
+    assert g.n_kv_heads == 1 and g.n_swa_layers == 15 and g.n_layers == 18
+    assert g.sliding_window == 512
+    # without llama.cpp's full-size SWA cache, the sliding layers hold far fewer cells
+    assert g.kv_bytes(2048, 2048, swa_full=False) < g.kv_bytes(2048, 2048)
+
+
+def test_character_split_across_tokens_comes_out_once(local_backend: LocalBackend) -> None:
+    text = "日本語のテキスト 한국어 😀"
+    tokens = local_backend._llm.tokenize(text.encode(), add_bos=False, special=False)
+    decode = local_backend.token_decoder()
+    pieces = [decode(t) for t in tokens] + [decode(None)]
+    assert "".join(pieces) == text
+    # byte-level BPE splits some of these characters: those tokens yield nothing until
+    # the one that completes the character
+    assert len(tokens) > len([p for p in pieces if p])
+    assert all("\ufffd" not in p for p in pieces)
+
+
+async def test_client_figures_agree_with_llama_cpp_counters(local_backend: LocalBackend) -> None:
+    session = ChatSession(local_backend, Settings(max_tokens=48, temperature=0))
+    long_prompt = "Summarise: " + "The sea was calm and the light turned slowly. " * 12
+    async for _ in session.send(long_prompt):
+        pass
+    m = session.exchanges[-1].metrics
+    assert m is not None and m.output_tokens > 8
+    assert m.server_prompt_n == m.evaluated_prompt_tokens  # the same prompt tokens evaluated
+    assert m.server_prompt_ms is not None and m.ttft_ms is not None
+    # The client's TTFT contains llama.cpp's prefill time plus the first sample.
+    assert m.ttft_ms >= m.server_prompt_ms * 0.95
+    assert m.ttft_ms <= m.server_prompt_ms * 3 + 50
+    # Decode rates: the same steps timed from two sides (loose: a correctness check).
+    assert m.decode_tok_s is not None and m.server_decode_tok_s is not None
+    assert m.decode_tok_s == pytest.approx(m.server_decode_tok_s, rel=0.35)
+    assert m.kv_used_tokens is not None and m.kv_bytes is not None
+    assert m.kv_bytes == geometry(default_model_path()).kv_bytes(m.kv_used_tokens, 2048)
+    assert m.implied_bandwidth_gb_s is not None and m.implied_bandwidth_gb_s > 0

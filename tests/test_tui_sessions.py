@@ -1,0 +1,110 @@
+"""The TUI's session features: chats saved as they happen, reopened, engine settings
+and themes remembered in the config file."""
+
+from __future__ import annotations
+
+import asyncio
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import platformdirs
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, OptionList, TextArea
+
+from backends.local import LocalBackend
+from chat.config import config_path, load_config
+from chat.session import Settings
+from chat.store import ChatStore
+from tui.app import PhasechatApp
+from tui.chats_screen import ChatsScreen
+from tui.settings_screen import SettingsScreen
+from tui.widgets import MessageView
+
+pytestmark = pytest.mark.model
+
+
+async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
+    async with asyncio.timeout(limit_s):
+        while not condition():
+            await pilot.pause(0.05)
+
+
+async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
+    async with app.run_test(size=(100, 36)) as pilot:
+        app.send("Remember the word lighthouse.")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
+        answer = app.session.exchanges[0].answer.content
+        app.action_new_chat()
+        await wait_for(pilot, lambda: not app.query(MessageView))
+        app.send("A second chat.")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
+        await pilot.press("f3")
+        screen = app.screen
+        assert isinstance(screen, ChatsScreen)
+        await pilot.pause()
+        # search finds the first chat only
+        screen.query_one("#search", Input).value = "lighthouse"
+        await pilot.pause(0.2)
+        options = screen.query_one(OptionList)
+        assert options.option_count == 1
+        options.highlighted = 0
+        options.action_select()
+        await wait_for(pilot, lambda: not isinstance(app.screen, ChatsScreen))
+        await pilot.pause(0.2)
+        shown = [v.message.content for v in app.query(MessageView)]
+        assert shown == ["Remember the word lighthouse.", answer]
+    with ChatStore() as store:
+        chats = store.list_chats()
+        assert len(chats) == 2 and all(c.messages == 2 for c in chats)
+
+
+async def test_settings_are_applied_and_saved(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(settings=Settings(), backend=local_backend)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f4")
+        screen = app.screen
+        assert isinstance(screen, SettingsScreen)
+        screen.query_one("#system", TextArea).text = "Answer in French."
+        screen.query_one("#max_tokens", Input).value = "abc"
+        await pilot.click("#save")
+        assert isinstance(app.screen, SettingsScreen)  # refused, with a message naming the field
+        assert "max_tokens" in str(screen.query_one("#error").render())
+        screen.query_one("#max_tokens", Input).value = "7"
+        screen.query_one("#stop", Input).value = '["\\n\\n"]'
+        await pilot.click("#save")
+        await pilot.pause()
+        assert app.session.settings.max_tokens == 7
+        assert app.session.settings.system == "Answer in French."
+        assert app.session.settings.stop == ("\n\n",)
+        app.send("Bonjour")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
+        assert app.session.exchanges[0].trace.tokens <= 7
+    saved = load_config()
+    assert saved.engine.max_tokens == 7 and saved.engine.system == "Answer in French."
+
+
+async def test_theme_is_remembered_and_broken_user_theme_is_skipped(
+    local_backend: LocalBackend,
+) -> None:
+    themes = config_path().parent / "themes"
+    themes.mkdir(parents=True)
+    (themes / "sunset.toml").write_text('name = "sunset"\nprimary = "#ff7700"\ndark = true\n')
+    (themes / "broken.toml").write_text('name = "broken"\nprimary = "not a colour"\n')
+    app = PhasechatApp(backend=local_backend)
+    async with app.run_test() as pilot:
+        assert "sunset" in app.available_themes and "broken" not in app.available_themes
+        assert any("broken.toml" in str(n.message) for n in app._notifications)
+        app.theme = "sunset"
+        await pilot.pause(0.1)
+    assert tomllib.loads(config_path().read_text())["theme"] == "sunset"
+    again = PhasechatApp(backend=local_backend, config=load_config())
+    async with again.run_test():
+        assert again.theme == "sunset"
+
+
+def test_data_and_config_follow_xdg(tmp_path: Path) -> None:
+    assert Path(platformdirs.user_data_dir("phasechat")).is_relative_to(tmp_path)
+    assert config_path().is_relative_to(tmp_path)

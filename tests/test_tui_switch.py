@@ -1,0 +1,95 @@
+"""Switching backends inside the TUI: the real local model and a real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from backends.local import LocalBackend
+from backends.openai import RemoteConfig
+from chat.profiles import BackendSpec
+from chat.session import Settings
+from tui.app import PhasechatApp
+from tui.history_screen import HistoryScreen, export_dir
+from tui.switch_screen import SwitchScreen
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+
+async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
+    async with asyncio.timeout(limit_s):
+        while not condition():
+            await pilot.pause(0.05)
+
+
+def make_app(local_backend: LocalBackend, server: str, max_tokens: int) -> PhasechatApp:
+    remote = BackendSpec("openai", remote=RemoteConfig(base_url=server, name="server"))
+    return PhasechatApp(
+        settings=Settings(max_tokens=max_tokens, temperature=0),
+        backend=local_backend,
+        profiles=[remote],
+    )
+
+
+async def test_switch_mid_stream_keeps_partial_and_labels_answers(
+    local_backend: LocalBackend, llama_server: str
+) -> None:
+    app = make_app(local_backend, llama_server, max_tokens=300)
+    async with app.run_test(size=(110, 40)) as pilot:
+        app.send("Write a long story about a lighthouse keeper.")
+        await wait_for(
+            pilot,
+            lambda: bool(app.session.exchanges) and app.session.exchanges[0].trace.tokens >= 5,
+        )
+        await app.switch_to("server")  # while the local answer streams
+        first = app.session.exchanges[0].answer
+        assert first.status == "cancelled" and first.content  # stopped cleanly, partial kept
+        assert first.backend == "local"
+        assert app.backend.name == "server"
+        await wait_for(pilot, lambda: app.backend.state == "ready")
+        app.session.update_settings(max_tokens=12)
+        app.send("Now summarise that in one line.")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
+        second = app.session.exchanges[1]
+        assert second.answer.backend == "server" and second.answer.status == "complete"
+        # the conversation carried over: the server got the local answer's text
+        assert second.request is not None
+        assert any(m.content == first.content for m in second.request.messages)
+        # and back to the already-loaded local model, without reloading it
+        await app.switch_to("local")
+        assert app.backend is local_backend
+        app.send("Thanks!")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 3 and not app.generating)
+        assert [e.answer.backend for e in app.session.exchanges] == ["local", "server", "local"]
+
+
+async def test_switch_screen_shows_measured_cost_and_history_exports(
+    local_backend: LocalBackend, llama_server: str
+) -> None:
+    app = make_app(local_backend, llama_server, max_tokens=8)
+    async with app.run_test(size=(110, 40)) as pilot:
+        for n, prompt in enumerate(("Hello there, how are you today?", "What is the tallest?"), 1):
+            app.send(prompt)
+            await wait_for(
+                pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating
+            )
+        await app.switch_to("server")
+        await wait_for(pilot, lambda: app.backend.state == "ready")
+        await pilot.press("ctrl+b")
+        screen = app.screen
+        assert isinstance(screen, SwitchScreen)
+        costs = dict((spec.name, cost) for spec, cost in screen.profiles)
+        assert "active" in costs["server"]
+        assert "re-prefill ≈" in costs["local"]  # local was measured: its own rate is used
+        await pilot.press("escape")
+        await pilot.press("f2")
+        history = app.screen
+        assert isinstance(history, HistoryScreen)
+        assert history.query_one(DataTable).row_count == 2
+        await pilot.press("j", "c")
+        files = sorted(p.suffix for p in export_dir().iterdir())
+        assert ".csv" in files and ".jsonl" in files

@@ -1,0 +1,112 @@
+"""Saved chats: list, search, open, rename, delete, export."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Input, OptionList
+from textual.widgets.option_list import Option
+
+from chat.export import to_json, to_markdown
+from chat.store import ChatStore, ChatSummary
+from tui.history_screen import export_dir
+
+
+class ChatsScreen(ModalScreen[int | None]):
+    """Pick a saved chat (returns its id), or manage them in place."""
+
+    DEFAULT_CSS = """
+    ChatsScreen { align: center middle; }
+    ChatsScreen > Vertical { width: 90%; height: 80%; background: $surface;
+        border: thick $primary; padding: 0 1; }
+    ChatsScreen OptionList { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_none", "Close", id="chats-close"),
+        Binding("ctrl+d", "delete", "Delete", id="chats-delete"),
+        Binding("ctrl+e", "export", "Export .md/.json", id="chats-export"),
+        Binding("ctrl+n", "rename", "Rename to search text", id="chats-rename"),
+    ]
+
+    def __init__(self, store: ChatStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Input(placeholder="search chats (words in any message)", id="search")
+            yield OptionList(id="chats")
+            yield Footer()
+
+    def on_mount(self) -> None:
+        self.fill(self.store.list_chats())
+
+    def fill(self, chats: list[ChatSummary]) -> None:
+        options = self.query_one(OptionList)
+        options.clear_options()
+        for c in chats:
+            label = Content.assemble(
+                (c.title or "(untitled)", "bold"),
+                (f"  {c.backend or '-'} · {c.messages} messages · {c.updated}", "dim"),
+            )
+            options.add_option(Option(label, id=str(c.id)))
+        if not chats:
+            options.add_option(Option(Content("no chats"), disabled=True))
+
+    @on(Input.Changed, "#search")
+    def search(self, event: Input.Changed) -> None:
+        text = event.value.strip()
+        if not text:
+            self.fill(self.store.list_chats())
+            return
+        ids = dict.fromkeys(hit.chat_id for hit in self.store.search(text))
+        self.fill([self.store.get(i) for i in ids])
+
+    def _selected(self) -> int | None:
+        options = self.query_one(OptionList)
+        if options.highlighted is None:
+            return None
+        option_id = options.get_option_at_index(options.highlighted).id
+        return int(option_id) if option_id else None
+
+    @on(OptionList.OptionSelected)
+    def open_chat(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id:
+            self.dismiss(int(event.option.id))
+
+    def action_delete(self) -> None:
+        chat_id = self._selected()
+        if chat_id is not None:
+            self.store.delete(chat_id)
+            self.fill(self.store.list_chats())
+            self.notify(f"deleted chat {chat_id}")
+
+    def action_rename(self) -> None:
+        chat_id = self._selected()
+        title = self.query_one("#search", Input).value.strip()
+        if chat_id is not None and title:
+            self.store.rename(chat_id, title)
+            self.fill(self.store.list_chats())
+
+    def action_export(self) -> None:
+        chat_id = self._selected()
+        if chat_id is None:
+            return
+        summary, conversation = self.store.get(chat_id), self.store.load(chat_id)
+        folder = export_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        md = folder / f"chat-{chat_id}.md"
+        md.write_text(to_markdown(summary, conversation), encoding="utf-8")
+        (folder / f"chat-{chat_id}.json").write_text(
+            to_json(summary, conversation), encoding="utf-8"
+        )
+        self.notify(f"exported to {md} and .json")
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,89 @@
+"""Edit the engine parameters (system prompt, temperature, max_tokens, stop sequences)."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, TextArea
+
+from chat.session import Settings
+
+
+def parse_settings(system: str, temperature: str, max_tokens: str, stop: str) -> Settings:
+    """Settings from the form's text; ValueError names the field that is wrong."""
+    try:
+        temp = float(temperature)
+    except ValueError:
+        raise ValueError(f"temperature: expected a number, got {temperature!r}") from None
+    if not 0 <= temp <= 5:
+        raise ValueError("temperature: expected 0 to 5")
+    try:
+        tokens = int(max_tokens)
+    except ValueError:
+        raise ValueError(f"max_tokens: expected a whole number, got {max_tokens!r}") from None
+    if tokens < 1:
+        raise ValueError("max_tokens: expected 1 or more")
+    try:
+        stops = json.loads(stop) if stop.strip() else []
+    except ValueError:
+        raise ValueError('stop: expected a JSON list of strings, e.g. ["\\n\\n"]') from None
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise ValueError("stop: expected a JSON list of non-empty strings")
+    return Settings(system=system, max_tokens=tokens, temperature=temp, stop=tuple(stops))
+
+
+class SettingsScreen(ModalScreen[Settings | None]):
+    """A form; Save returns the new Settings (the app applies and stores them)."""
+
+    DEFAULT_CSS = """
+    SettingsScreen { align: center middle; }
+    SettingsScreen > Vertical { width: 80; height: auto; background: $surface;
+        border: thick $primary; padding: 0 1; }
+    SettingsScreen TextArea { height: 6; }
+    SettingsScreen #error { color: $error; height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_none", "Cancel", id="settings-cancel")
+    ]
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def compose(self) -> ComposeResult:
+        s = self.settings
+        with Vertical():
+            yield Label("System prompt")
+            yield TextArea(s.system, id="system")
+            yield Label("Temperature")
+            yield Input(str(s.temperature), id="temperature")
+            yield Label("Max tokens")
+            yield Input(str(s.max_tokens), id="max_tokens")
+            yield Label("Stop sequences (JSON list)")
+            yield Input(json.dumps(list(s.stop)), id="stop")
+            yield Static("", id="error")
+            yield Button("Save", id="save", variant="primary")
+
+    @on(Button.Pressed, "#save")
+    def save(self) -> None:
+        try:
+            settings = parse_settings(
+                self.query_one("#system", TextArea).text,
+                self.query_one("#temperature", Input).value,
+                self.query_one("#max_tokens", Input).value,
+                self.query_one("#stop", Input).value,
+            )
+        except ValueError as exc:
+            self.query_one("#error", Static).update(Content(str(exc)))
+            return
+        self.dismiss(settings)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
