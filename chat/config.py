@@ -80,6 +80,16 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TrimConfig:
+    """`[trim]`: the history trimmer (see chat/trimmer.py)."""
+
+    enabled: bool = True
+    budget: int | None = None  # None: n_ctx - max_tokens - a margin
+    keep_last: int = 4  # recent turns always sent verbatim
+    summarizer: str | None = None  # a backend profile's name; None: the active backend
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointProfile:
     """One `[[endpoints]]` entry: an OpenAI-compatible server."""
 
@@ -135,6 +145,7 @@ class Config:
     endpoints: tuple[EndpointProfile, ...] = ()
     local: tuple[LocalProfile, ...] = ()
     theme: str | None = None
+    trim: TrimConfig = TrimConfig()
     path: Path | None = field(default=None, compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -154,7 +165,9 @@ class Config:
 
 # -- reading ---------------------------------------------------------------------------
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list"}
+_TYPE_NAMES = {
+    str: "a string", int: "an integer", float: "a number", list: "a list", bool: "true or false"
+}  # fmt: skip
 
 
 class _Reader:
@@ -186,7 +199,7 @@ class _Reader:
             return default
         value = table[key]
         # bool is an int in Python but never a valid count or temperature here.
-        ok = isinstance(value, kind) and not isinstance(value, bool)
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value, ok = float(value), True
         if not ok:
@@ -290,12 +303,26 @@ def parse_config(text: str, path: Path) -> Config:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    r.table(doc, "", ("engine", "endpoints", "local", "theme"))
+    r.table(doc, "", ("engine", "endpoints", "local", "theme", "trim"))
     engine = _engine(r, doc["engine"]) if "engine" in doc else EngineConfig()
     endpoints = _profiles(r, doc, "endpoints", _endpoint)
     local = _profiles(r, doc, "local", _local)
     theme = r.get(doc, "theme", "", str, None)
-    return Config(engine, endpoints, local, theme, path, tuple(r.warnings))
+    trim = _trim(r, doc["trim"]) if "trim" in doc else TrimConfig()
+    return Config(engine, endpoints, local, theme, trim, path, tuple(r.warnings))
+
+
+def _trim(r: _Reader, raw: object) -> TrimConfig:
+    t = r.table(raw, "trim", tuple(f.name for f in fields(TrimConfig)))
+    c = TrimConfig(
+        enabled=r.get(t, "enabled", "trim", bool, True),
+        budget=r.get(t, "budget", "trim", int, None),
+        keep_last=r.get(t, "keep_last", "trim", int, 4),
+        summarizer=r.get(t, "summarizer", "trim", str, None),
+    )
+    r.check(c.budget is None or c.budget >= 64, "trim.budget", "expected at least 64")
+    r.check(c.keep_last >= 0, "trim.keep_last", "expected 0 or more")
+    return c
 
 
 def load_config(path: Path | None = None) -> Config:
@@ -361,6 +388,8 @@ def dump_config(config: Config) -> str:
     if config.theme is not None:
         lines.append(f"theme = {_toml_value(config.theme)}")
     lines += ["", "[engine]", *_section(config.engine)]
+    if config.trim != TrimConfig():
+        lines += ["", "[trim]", *_section(config.trim)]
     for e in config.endpoints:
         lines += ["", "[[endpoints]]", *_section(e)]
     for p in config.local:

@@ -272,6 +272,10 @@ class Trimmer:
     def start(self, backend: Backend, conversation: Conversation, max_tokens: int) -> bool:
         """Start a background summary of the oldest turns; False if there is nothing
         to summarize (fewer than keep_last + 1 turns not yet covered)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # called from sync code with no loop: nothing can run it
+            return False
         summarizer = self.summarizer or backend
         budget = self.budget_for(backend, max_tokens)
         cut = self._plan(backend, conversation, budget)

@@ -108,3 +108,31 @@ async def test_theme_is_remembered_and_broken_user_theme_is_skipped(
 def test_data_and_config_follow_xdg(tmp_path: Path) -> None:
     assert Path(platformdirs.user_data_dir("phasechat")).is_relative_to(tmp_path)
     assert config_path().is_relative_to(tmp_path)
+
+
+async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
+    local_backend: LocalBackend,
+) -> None:
+    from chat.config import Config, TrimConfig
+    from tui.widgets import LivePanel
+
+    config = Config(trim=TrimConfig(budget=160, keep_last=2))
+    app = PhasechatApp(
+        settings=Settings(max_tokens=24, temperature=0), backend=local_backend, config=config
+    )
+    async with app.run_test(size=(110, 40)) as pilot:
+        assert app.session.trimmer.budget == 160 and app.session.trimmer.keep_last == 2
+        for n in range(1, 9):
+            app.send(f"Turn {n}: tell me one fact about the number {n}.")
+            await wait_for(pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating)
+            if app.session.trimmer.summaries:
+                break
+        await wait_for(pilot, lambda: not app.session.trimmer.pending, limit_s=180)
+        assert app.session.trimmer.summaries, "the budget was exceeded: a summary was written"
+        await pilot.pause(0.3)
+        marked = [v for v in app.query(MessageView) if v.summarized]
+        assert marked and all(app.session.trimmer.is_summarized(v.message) for v in marked)
+        # the originals stay on screen and in the conversation
+        assert all(v.message.content for v in marked)
+        panel = str(app.query_one(LivePanel).render())
+        assert "trim" in panel and "summarized" in panel

@@ -38,7 +38,14 @@ from telemetry.tokens import estimate_text
 from themes import VARIABLE_DEFAULTS
 from tui.panel import draft_forecast
 from tui.session_features import SessionFeatures
-from tui.telemetry_view import answer_footer, engine_line, fmt, forecast_line, live_content
+from tui.telemetry_view import (
+    answer_footer,
+    engine_line,
+    fmt,
+    forecast_line,
+    live_content,
+    trim_line,
+)
 from tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
@@ -83,6 +90,7 @@ class PhasechatApp(SessionFeatures):
         self.backends: dict[str, Backend] = {spec.name: active}
         self._streaming: tuple[Exchange, MessageView] | None = None
         self._sending = False
+        self._marked = 0  # messages shown as summarized
         self._forecast: tuple[str, Forecast | None, float] = ("", None, 0.0)
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
@@ -101,6 +109,7 @@ class PhasechatApp(SessionFeatures):
     def on_mount(self) -> None:
         self._setup_themes()
         self._open_store()
+        self.apply_trim_config()
         self.query_one("#log", VerticalScroll).anchor()
         self.query_one("#prompt", PromptInput).focus()
         self.set_interval(1 / REFRESH_HZ, self.refresh_live)
@@ -226,7 +235,9 @@ class PhasechatApp(SessionFeatures):
         try:
             await self.refresh_live()
             if exchange.metrics is not None:
-                footer = answer_footer(exchange.metrics, self._predicted.get(exchange.answer.id))
+                footer = answer_footer(
+                    exchange.metrics, self._predicted.get(exchange.answer.id), exchange.trim_note
+                )
                 if exchange.answer.error:
                     footer = Content.assemble(footer, (f"\n{exchange.answer.error}", "$error"))
                     self.last_error = exchange.answer.error
@@ -266,7 +277,20 @@ class PhasechatApp(SessionFeatures):
             if exchange.metrics is not None:
                 parts.append(engine_line(exchange.metrics))
             parts.append(self._forecast_content())
+            self._mark_summarized()
+        if self.session.trimmer.summaries or self.session.trimmer.pending:
+            parts.append(trim_line(self.session.trim_stats()))
         panel.show(Content("\n").join(p for p in parts if p))
+
+    def _mark_summarized(self) -> None:
+        """Dim the messages the trimmer has replaced by a summary, when that changes."""
+        trimmer = self.session.trimmer
+        covered = trimmer.covered if trimmer.enabled else frozenset()
+        if len(covered) == self._marked:
+            return
+        self._marked = len(covered)
+        for view in self.query(MessageView):
+            view.mark_summarized(view.message.id in covered)
 
     def _forecast_content(self) -> Content:
         """The draft's forecast, recomputed at most every FORECAST_EVERY_S when it changed."""
@@ -340,6 +364,9 @@ class PhasechatApp(SessionFeatures):
         )
         yield SystemCommand("Chats", "Open, search, rename, delete, export", self.action_chats)
         yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
+        yield SystemCommand(
+            "Toggle history trimming", "Summarize old turns to bound prefill", self.toggle_trimming
+        )
         yield SystemCommand(
             "Engine settings", "System prompt, temperature, max tokens, stop", self.action_settings
         )

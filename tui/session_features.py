@@ -11,9 +11,9 @@ from textual.app import App
 from textual.theme import Theme
 
 from backends.base import Backend
-from chat.config import Config, config_path, save_config
+from chat.config import Config, TrimConfig, config_path, save_config
 from chat.conversation import Conversation
-from chat.profiles import BackendSpec
+from chat.profiles import BackendSpec, make_backend
 from chat.session import ChatSession, Settings
 from chat.store import ChatStore
 from themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
@@ -32,6 +32,7 @@ class SessionFeatures(App[None]):
     store: ChatStore | None
     profiles: dict[str, BackendSpec]
     backends: dict[str, Backend]
+    _owned: set[str]
 
     @property
     def backend(self) -> Backend:
@@ -124,11 +125,12 @@ class SessionFeatures(App[None]):
         self.run_worker(reset(), group="chat")
 
     def action_settings(self) -> None:
-        """Edit the system prompt, temperature, max_tokens and stop; saved to the config."""
+        """Engine parameters and the trimmer; applied from the next message, saved."""
 
-        def chosen(settings: Settings | None) -> None:
-            if settings is None:
+        def chosen(result: tuple[Settings, TrimConfig] | None) -> None:
+            if result is None:
                 return
+            settings, trim = result
             self.session.update_settings(
                 system=settings.system,
                 temperature=settings.temperature,
@@ -142,10 +144,38 @@ class SessionFeatures(App[None]):
                 max_tokens=settings.max_tokens,
                 stop=settings.stop,
             )
-            self._save_config(replace(self.config, engine=engine))
+            self._save_config(replace(self.config, engine=engine, trim=trim))
+            self.apply_trim_config()
             self.notify("settings saved; they apply from the next message")
 
-        self.push_screen(SettingsScreen(self.session.settings), chosen)
+        screen = SettingsScreen(self.session.settings, self.config.trim, list(self.profiles))
+        self.push_screen(screen, chosen)
+
+    def apply_trim_config(self) -> None:
+        """Configure the session's trimmer from `[trim]` (the summarizer by profile name)."""
+        trim, trimmer = self.config.trim, self.session.trimmer
+        trimmer.enabled, trimmer.budget, trimmer.keep_last = (
+            trim.enabled,
+            trim.budget,
+            trim.keep_last,
+        )
+        name = trim.summarizer
+        if name is None or name not in self.profiles:
+            trimmer.summarizer = None
+            return
+        backend = self.backends.get(name)
+        if backend is None:
+            backend = self.backends[name] = make_backend(self.profiles[name])
+            self._owned.add(name)
+            self.run_worker(backend.start(), group="load-summarizer")
+        trimmer.summarizer = backend
+
+    def toggle_trimming(self) -> None:
+        """Turn the history trimmer on or off (saved)."""
+        trim = replace(self.config.trim, enabled=not self.config.trim.enabled)
+        self._save_config(replace(self.config, trim=trim))
+        self.apply_trim_config()
+        self.notify(f"history trimming {'on' if trim.enabled else 'off'}")
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.session.exchanges))

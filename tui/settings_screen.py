@@ -8,12 +8,34 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static, TextArea
+from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
+from chat.config import TrimConfig
 from chat.session import Settings
+
+
+def parse_trim(enabled: bool, budget: str, keep_last: str, summarizer: str | None) -> TrimConfig:
+    """Trimmer settings from the form; ValueError names the field that is wrong."""
+    value: int | None = None
+    if budget.strip():
+        try:
+            value = int(budget)
+        except ValueError:
+            raise ValueError(
+                f"trim budget: expected a whole number or blank, got {budget!r}"
+            ) from None
+        if value < 64:
+            raise ValueError("trim budget: expected at least 64 tokens (blank: automatic)")
+    try:
+        keep = int(keep_last)
+    except ValueError:
+        raise ValueError(f"keep last: expected a whole number, got {keep_last!r}") from None
+    if keep < 0:
+        raise ValueError("keep last: expected 0 or more")
+    return TrimConfig(enabled, value, keep, summarizer)
 
 
 def parse_settings(system: str, temperature: str, max_tokens: str, stop: str) -> Settings:
@@ -39,23 +61,27 @@ def parse_settings(system: str, temperature: str, max_tokens: str, stop: str) ->
     return Settings(system=system, max_tokens=tokens, temperature=temp, stop=tuple(stops))
 
 
-class SettingsScreen(ModalScreen[Settings | None]):
-    """A form; Save returns the new Settings (the app applies and stores them)."""
+class SettingsScreen(ModalScreen[tuple[Settings, TrimConfig] | None]):
+    """A form; Save returns the new settings (the app applies and stores them)."""
 
     DEFAULT_CSS = """
     SettingsScreen { align: center middle; }
     SettingsScreen > Vertical { width: 80; height: auto; background: $surface;
         border: thick $primary; padding: 0 1; }
-    SettingsScreen TextArea { height: 6; }
+    SettingsScreen TextArea { height: 5; }
+    SettingsScreen Horizontal { height: auto; }
+    SettingsScreen Horizontal Input { width: 1fr; }
     SettingsScreen #error { color: $error; height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss_none", "Cancel", id="settings-cancel")
     ]
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, trim: TrimConfig, profiles: list[str]) -> None:
         super().__init__()
         self.settings = settings
+        self.trim = trim
+        self.profiles = profiles
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -68,6 +94,19 @@ class SettingsScreen(ModalScreen[Settings | None]):
             yield Input(str(s.max_tokens), id="max_tokens")
             yield Label("Stop sequences (JSON list)")
             yield Input(json.dumps(list(s.stop)), id="stop")
+            t = self.trim
+            yield Label("History trimmer: on · budget (blank: automatic) · keep last N turns")
+            with Horizontal():
+                yield Switch(t.enabled, id="trim_enabled")
+                yield Input("" if t.budget is None else str(t.budget), id="trim_budget")
+                yield Input(str(t.keep_last), id="trim_keep")
+            yield Label("Summaries written by")
+            yield Select(
+                [(f"{name}", name) for name in self.profiles],
+                prompt="the active backend",
+                value=t.summarizer if t.summarizer in self.profiles else Select.BLANK,
+                id="trim_summarizer",
+            )
             yield Static("", id="error")
             yield Button("Save", id="save", variant="primary")
 
@@ -80,10 +119,17 @@ class SettingsScreen(ModalScreen[Settings | None]):
                 self.query_one("#max_tokens", Input).value,
                 self.query_one("#stop", Input).value,
             )
+            chosen = self.query_one("#trim_summarizer", Select).value
+            trim = parse_trim(
+                self.query_one("#trim_enabled", Switch).value,
+                self.query_one("#trim_budget", Input).value,
+                self.query_one("#trim_keep", Input).value,
+                chosen if isinstance(chosen, str) else None,
+            )
         except ValueError as exc:
             self.query_one("#error", Static).update(Content(str(exc)))
             return
-        self.dismiss(settings)
+        self.dismiss((settings, trim))
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from chat.trimmer import TrimStats
 from telemetry.forecast import Forecast
 from telemetry.live import Live
 from telemetry.metrics import Metrics
@@ -96,7 +97,9 @@ def kv_gauge(used: int, capacity: int, used_bytes: int, width: int = 20) -> Cont
     )
 
 
-def answer_footer(m: Metrics, predicted: Forecast | None = None) -> Content:
+def answer_footer(
+    m: Metrics, predicted: Forecast | None = None, trim_note: str | None = None
+) -> Content:
     """One line under a finished answer: its phases at a glance."""
     approx = "~" if m.output_tokens_estimated else ""
     bits = [
@@ -111,6 +114,8 @@ def answer_footer(m: Metrics, predicted: Forecast | None = None) -> Content:
         bits.append(f"predicted TTFT {fmt(predicted.ttft_ms, ' ms', 0)}")
     if m.finish and m.finish != "stop":
         bits.append(m.finish)
+    if trim_note:
+        bits.append(trim_note)
     return Content(" · ".join(bits))
 
 
@@ -154,4 +159,27 @@ def forecast_line(f: Forecast, actual: Metrics | None = None) -> Content:
     ]
     if actual is not None:
         parts.append((f"   actual TTFT {fmt(actual.ttft_ms, ' ms', 0)}", "$phase-decode"))
+    return Content.assemble(*parts)
+
+
+def trim_line(t: TrimStats) -> Content:
+    """The history trimmer at a glance: what it cut, what that saved, what it cost."""
+    if not t.enabled:
+        return Content.assemble(("trim ", "dim"), "off")
+    approx = "~" if t.estimated else ""
+    parts: list[str | tuple[str, str]] = [
+        ("trim ", "dim"),
+        f"budget {approx}{t.budget:,}",
+        f" · {t.summarized_messages} messages summarized" if t.summaries else " · nothing cut yet",
+    ]
+    if t.tokens_cut_total:
+        parts.append(f" · cut {approx}{t.tokens_cut_total:,} prompt tokens")
+        if t.prefill_s_saved is not None:
+            parts.append(f" (≈ {fmt(t.prefill_s_saved, ' s', 1)} of cold prefill)")
+    if t.summaries:
+        parts.append(f" · summaries cost {fmt(t.summary_ms_total / 1000, ' s', 1)}")
+    if t.pending:
+        parts.append((" · summarizing…", "$phase-prefill"))
+    if t.last_error:
+        parts.append((f" · {t.last_error}", "$stall"))
     return Content.assemble(*parts)

@@ -30,6 +30,7 @@ class MessageView(Vertical):
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
     MessageView.-user > .footer { display: none; }
+    MessageView.-summarized > Markdown { color: $text-muted; }
     MessageView > Markdown { margin: 0; padding: 0; }
     """
 
@@ -46,9 +47,20 @@ class MessageView(Vertical):
 
     def _header(self) -> Content:
         m = self.message
+        note = ("  (summarized: the model now sees a summary)", "italic") if self.summarized else ""
         if m.role == "user":
-            return Content("you")
-        return Content.assemble((m.backend or "assistant", "bold"), f" · {m.model or ''}")
+            return Content.assemble("you", note)
+        return Content.assemble((m.backend or "assistant", "bold"), f" · {m.model or ''}", note)
+
+    @property
+    def summarized(self) -> bool:
+        return self.has_class("-summarized")
+
+    def mark_summarized(self, summarized: bool) -> None:
+        """Dim a message the trimmer replaced by a summary (its text stays readable)."""
+        if summarized != self.summarized:
+            self.set_class(summarized, "-summarized")
+            self.query_one(".header", Static).update(self._header())
 
     @property
     def markdown(self) -> Markdown:
