@@ -124,7 +124,9 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
         assert app.session.trimmer.budget == 160 and app.session.trimmer.keep_last == 2
         for n in range(1, 9):
             app.send(f"Turn {n}: tell me one fact about the number {n}.")
-            await wait_for(pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating)
+            await wait_for(
+                pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating
+            )
             if app.session.trimmer.summaries:
                 break
         await wait_for(pilot, lambda: not app.session.trimmer.pending, limit_s=180)
