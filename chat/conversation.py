@@ -30,9 +30,12 @@ class ChatMessage:
         """Whether this message is sent back to the model as history.
 
         A cancelled answer keeps its partial text (the user saw it); a failed answer
-        with no text is shown but not sent.
+        with no text is shown but not sent, and so is a user turn the model refused to
+        read (larger than the context), so the chat can go on.
         """
-        return bool(self.content) or self.role == "user"
+        if self.role == "user":
+            return self.status != "error"  # e.g. a prompt that did not fit the context
+        return bool(self.content)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.base import Backend
+from backends.httplog import redact_url
 from backends.local import LocalBackend, LocalConfig
 from backends.models import default_model_path, gemma3_model_path
 from backends.openai import RemoteBackend, RemoteConfig
@@ -42,7 +43,7 @@ class BackendSpec:
         if self.kind == "local":
             path = self.local.model_path
             return f"llama.cpp · {path.name if path else 'bundled SmolLM2-135M'}"
-        return f"{self.remote.base_url} · {self.remote.model or 'server default'}"
+        return f"{redact_url(self.remote.base_url)} · {self.remote.model or 'server default'}"
 
 
 def make_backend(spec: BackendSpec) -> Backend:

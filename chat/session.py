@@ -196,6 +196,11 @@ class ChatSession:
         answer.model = trace.model
         if isinstance(trace.error, StreamError):
             answer.status, answer.error = "error", trace.error.message
+            if trace.error.kind == "context_overflow":
+                # Kept and shown, but left out of later prompts (in_prompt), or every
+                # following message would overflow too.
+                exchange.user.status, exchange.user.error = "error", trace.error.message
+                self._updated(exchange.user, final=True)
         elif trace.finish == "cancelled":
             answer.status = "cancelled"
         else:

@@ -90,6 +90,8 @@ class PhasechatApp(SessionFeatures):
         self.backends: dict[str, Backend] = {spec.name: active}
         self._streaming: tuple[Exchange, MessageView] | None = None
         self._sending = False
+        self._started = False
+        self._pending_text = ""
         self._marked = 0  # messages shown as summarized
         self._forecast: tuple[str, Forecast | None, float] = ("", None, 0.0)
         self._predicted: dict[int, Forecast] = {}
@@ -186,12 +188,15 @@ class PhasechatApp(SessionFeatures):
         self.query_one("#prompt", PromptInput).clear()
         self._ensure_chat()
         self._sending = True  # `generating` from now, not from when the worker starts
+        self._started = False
+        self._pending_text = text
         self.generate(text)
         return True
 
     @work(exclusive=True, group="generate")
     async def generate(self, prompt: str) -> None:
         """Consume the session's event stream; the refresh timer does the drawing."""
+        self._started = True
         predicted = self._forecast[1] if self._forecast[0] == prompt else None
         try:
             exchange = self.session.begin(prompt)
@@ -219,6 +224,8 @@ class PhasechatApp(SessionFeatures):
                 await self._finish_exchange()
             finally:
                 self._sending = False
+                with contextlib.suppress(NoMatches):
+                    self.refresh_status()
 
     async def _mount_exchange(self, exchange: Exchange) -> None:
         log = self.query_one("#log", VerticalScroll)
@@ -243,10 +250,13 @@ class PhasechatApp(SessionFeatures):
                     self.last_error = exchange.answer.error
                     self.notify(exchange.answer.error, title="answer failed", severity="error")
                 await view.finish(footer)
+        except NoMatches:
+            pass  # the app is shutting down: the answer itself was saved by the session
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
             self._streaming = None
-            self.refresh_status()
+            with contextlib.suppress(NoMatches):  # the app may be shutting down
+                self.refresh_status()
 
     # -- the refresh timer -----------------------------------------------------------
     async def refresh_live(self) -> None:
@@ -338,6 +348,14 @@ class PhasechatApp(SessionFeatures):
         """Stop the answer being generated; its partial text is kept."""
         if self.generating:
             self.workers.cancel_group(self, "generate")
+            if self._sending and not self._started:
+                # Cancelled before it ran: no finally will reset us, and the text the
+                # user typed goes back into the prompt box.
+                self._sending = False
+                prompt = self.query_one("#prompt", PromptInput)
+                if not prompt.text:
+                    prompt.text = self._pending_text
+                self.refresh_status()
 
     def action_retry(self) -> None:
         """Send the last user message again."""
@@ -385,7 +403,11 @@ class PhasechatApp(SessionFeatures):
             self.refresh_status()
 
     async def on_unmount(self) -> None:
+        running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
         self.workers.cancel_all()
+        for worker in running:  # let a cancelled answer save its final state first
+            with contextlib.suppress(WorkerCancelled, WorkerFailed, TimeoutError):
+                await asyncio.wait_for(worker.wait(), 5)
         for name in self._owned:
             await self.backends[name].aclose()
         if self.store is not None:
