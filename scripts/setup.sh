@@ -46,8 +46,10 @@ fi
 
 target="."
 [ "$EXTRAS" = "dev" ] && target=".[dev]"
-stamp="$VENV/.phasechat-$(cat pyproject.toml | sha256sum | cut -c1-16)-${EXTRAS:-run}"
-if [ ! -f "$stamp" ]; then
+project_key=$(sha256sum < pyproject.toml | cut -c1-16)
+stamp="$VENV/.phasechat-$project_key-${EXTRAS:-run}"
+# A dev install is a superset of a run install: after the tests, running needs nothing.
+if [ ! -f "$stamp" ] && [ ! -f "$VENV/.phasechat-$project_key-dev" ]; then
     log "installing phasechat${EXTRAS:+ [$EXTRAS]} and its dependencies"
     "${PIP[@]}" install --quiet -e "$target"
     touch "$stamp"
