@@ -63,18 +63,19 @@ async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
 
 async def test_settings_are_applied_and_saved(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(), backend=local_backend)
-    async with app.run_test(size=(100, 40)) as pilot:
+    async with app.run_test(size=(100, 60)) as pilot:
         await pilot.press("f4")
         screen = app.screen
         assert isinstance(screen, SettingsScreen)
         screen.query_one("#system", TextArea).text = "Answer in French."
         screen.query_one("#max_tokens", Input).value = "abc"
-        await pilot.click("#save")
+        screen.save()
+        await pilot.pause()
         assert isinstance(app.screen, SettingsScreen)  # refused, with a message naming the field
         assert "max_tokens" in str(screen.query_one("#error").render())
         screen.query_one("#max_tokens", Input).value = "7"
         screen.query_one("#stop", Input).value = '["\\n\\n"]'
-        await pilot.click("#save")
+        screen.save()
         await pilot.pause()
         assert app.session.settings.max_tokens == 7
         assert app.session.settings.system == "Answer in French."

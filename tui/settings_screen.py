@@ -104,7 +104,7 @@ class SettingsScreen(ModalScreen[tuple[Settings, TrimConfig] | None]):
             yield Select(
                 [(f"{name}", name) for name in self.profiles],
                 prompt="the active backend",
-                value=t.summarizer if t.summarizer in self.profiles else Select.BLANK,
+                value=t.summarizer if t.summarizer in self.profiles else Select.NULL,
                 id="trim_summarizer",
             )
             yield Static("", id="error")
