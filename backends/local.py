@@ -16,7 +16,7 @@ import asyncio
 import codecs
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +36,17 @@ from backends.events import (
     TextDelta,
 )
 from backends.gguf import Geometry, GGUFError, geometry
+from backends.llama_glue import (
+    NO_SYSTEM_ROLE,
+    chat_formatter,
+    eog_check,
+    fold_system,
+    piece_function,
+    token_loop,
+    warm_up,
+)
 from backends.models import ModelNotFound, default_model_path
 from backends.stops import StopMatcher
-
-# Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
-_FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
-_NO_SYSTEM_ROLE = {"gemma"}
 
 
 def physical_cores() -> int:
@@ -198,12 +203,12 @@ class LocalBackend:
             flash_attn=self.config.flash_attn,
             verbose=False,
         )
-        self._formatter, self._format_name = _chat_formatter(llm, self.config.chat_format, g)
+        self._formatter, self._format_name = chat_formatter(llm, self.config.chat_format, g)
         _install_eval_probe(llm, self)
-        self._piece = _piece_function(llm)
+        self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         if self.config.warmup:
-            _warm_up(llm)
+            warm_up(llm)
         self._llm = llm
         where = "CPU" if self.gpu_layers == 0 or not offload else f"GPU ({self.gpu_layers} layers)"
         self._state = "ready"
@@ -221,8 +226,8 @@ class LocalBackend:
         """Token ids of the chat-templated prompt, and the template's stop strings."""
         assert self._llm is not None and self._formatter is not None
         msgs = [{"role": m.role, "content": m.content} for m in messages]
-        if self._format_name in _NO_SYSTEM_ROLE:
-            msgs = _fold_system(msgs)
+        if self._format_name in NO_SYSTEM_ROLE:
+            msgs = fold_system(msgs)
         result = self._formatter(messages=msgs)
         stop = result.stop
         stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -320,14 +325,14 @@ class LocalBackend:
         self._eval_probe = on_first_eval
         stops = StopMatcher([*request.stop, *template_stops])
         decode = self.token_decoder()
-        eog = _eog_check(llm)
+        eog = eog_check(llm)
         limit = min(request.max_tokens, n_ctx - prompt_tokens)
         temp = max(0.0, request.temperature)
         if request.seed is not None:
             llm.set_seed(request.seed)
         n = 0
         reason: FinishReason = "length"
-        gen = _token_loop(llm, tokens, temp)
+        gen = token_loop(llm, tokens, temp)
         try:
             for token in gen:
                 if cancel.is_set():
@@ -421,73 +426,6 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _fold_system(msgs: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Formats without a system role get the system prompt prepended to the first user turn."""
-    system = "\n\n".join(m["content"] for m in msgs if m["role"] == "system")
-    rest = [dict(m) for m in msgs if m["role"] != "system"]
-    if system and rest and rest[0]["role"] == "user":
-        rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
-    elif system:
-        rest.insert(0, {"role": "user", "content": system})
-    return rest
-
-
-def _chat_formatter(
-    llm: Any, chat_format: str | None, geo: Geometry
-) -> tuple[Callable[..., Any], str]:
-    """The prompt formatter: the GGUF's own Jinja template, else a named format."""
-    from llama_cpp import llama_chat_format as lcf
-
-    template = llm.metadata.get("tokenizer.chat_template")
-    if chat_format is None and template:
-        eos_id, bos_id = llm.token_eos(), llm.token_bos()
-        eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
-        bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
-        formatter = lcf.Jinja2ChatFormatter(
-            template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id]
-        )
-        return formatter, "gguf template"
-    name = chat_format or _FORMAT_BY_ARCH.get(geo.architecture, "chatml")
-    func = getattr(lcf, "format_" + name.replace("-", "").replace(".", "_"), None)
-    if func is None:
-        raise ValueError(f"unknown chat format {name!r}")
-    return func, name
-
-
-def _piece_function(llm: Any) -> Callable[[int], bytes]:
-    """Token id -> its bytes, memoised (a vocabulary's pieces never change)."""
-    import ctypes
-
-    import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    buf = ctypes.create_string_buffer(256)
-    cache: dict[int, bytes] = {}
-
-    def piece(token: int) -> bytes:
-        out = cache.get(token)
-        if out is None:
-            n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-            if n < 0:  # a longer piece than the buffer: never for real vocabularies
-                big = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(vocab, token, big, -n, 0, False)
-                out = big.raw[:n]
-            else:
-                out = buf.raw[:n]
-            cache[token] = out
-        return out
-
-    return piece
-
-
-def _eog_check(llm: Any) -> Callable[[int], bool]:
-    """End-of-generation test for this model's vocabulary (EOS, EOT, <end_of_turn>...)."""
-    import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    return lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
-
-
 def _install_eval_probe(llm: Any, backend: LocalBackend) -> None:
     """Wrap `Llama.eval` to see prefix reuse: on a request's first eval, `n_tokens` is the
     count reused from the KV cache and `len(tokens)` the count about to be evaluated."""
@@ -501,78 +439,3 @@ def _install_eval_probe(llm: Any, backend: LocalBackend) -> None:
         original(tokens)
 
     llm.eval = eval_probe
-
-
-def _token_loop(llm: Any, tokens: list[int], temp: float) -> Generator[int, None, None]:
-    """`Llama.generate` without its per-token Python: one C decode per token, and greedy
-    by numpy argmax (the first maximum, as llama.cpp's greedy sampler picks; the sampler
-    copies all n_vocab logits per call, ~10x the cost). Other temperatures use the chain
-    `Llama.generate` builds (top-k 40, top-p 0.95, min-p 0.05, temp, seeded dist).
-
-    The prompt still goes through `llm.eval`, so the eval probe reports exact counts, and
-    `n_tokens` / `input_ids` stay Llama's record of the KV cache for the next request.
-    """
-    import llama_cpp.llama_cpp as lib
-    import numpy as np
-
-    llm.eval(tokens[_reuse_prefix(llm, tokens) :])
-    ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
-    if temp == 0.0:
-        n_vocab, logits, as_array = (
-            int(llm.n_vocab()),
-            lib.llama_get_logits_ith,
-            np.ctypeslib.as_array,
-        )
-
-        def sample() -> int:
-            return int(as_array(logits(ctx, -1), shape=(n_vocab,)).argmax())
-
-    else:
-        chain = llm._init_sampler(top_k=40, top_p=0.95, min_p=0.05, temp=temp)
-
-        def sample() -> int:
-            return int(lib.llama_sampler_sample(chain.sampler, ctx, -1))
-
-    slot = (lib.llama_token * 1)()
-    batch = lib.llama_batch_get_one(slot, 1)  # no positions: they follow the KV cache
-    while True:
-        token = sample()
-        yield token
-        slot[0] = token
-        if rc := decode(ctx, batch):
-            raise RuntimeError(f"llama_decode returned {rc}")
-        ids[llm.n_tokens] = token
-        llm.n_tokens += 1
-
-
-def _reuse_prefix(llm: Any, tokens: list[int]) -> int:
-    """Trim the KV cache to its common prefix with `tokens`; return that length. Same rule
-    as `Llama.generate`: a prompt held whole replays its last token to refresh the logits,
-    unless the cache holds exactly this prompt and the logits are live."""
-    import numpy as np
-
-    held = int(llm.n_tokens)
-    m = min(held, len(tokens))
-    diff = np.flatnonzero(llm.input_ids[:m] != np.asarray(tokens[:m]))
-    common = int(diff[0]) if diff.size else m
-    if common == len(tokens):
-        if held == common and not llm._requires_eval:
-            return common
-        common -= 1
-    if common > 0 and llm._ctx.kv_cache_seq_rm(-1, common, -1):
-        llm.n_tokens = common
-        llm._requires_eval = True
-        return common
-    llm.reset()
-    return 0
-
-
-def _warm_up(llm: Any) -> None:
-    """Pay the first-request cost (graph allocation, grows with n_ctx) during load:
-    one prompt-sized batch and one single-token decode, then forget them."""
-    bos = llm.token_bos()
-    seed = [bos if bos >= 0 else 0] * 8
-    llm.eval(seed)
-    llm.eval(seed[:1])
-    llm.reset()
-    llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
