@@ -30,8 +30,9 @@ _SCALARS: dict[int, str] = {
 _STRING = 8
 _ARRAY = 9
 
-# Bytes per element of the KV-cache types llama.cpp accepts (`--cache-type-k/v`).
-KV_TYPE_BYTES: dict[str, float] = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32, "q4_0": 18 / 32}
+# Bytes per element of the KV-cache types llama.cpp accepts, by ggml_type value:
+# f32, f16, bf16, q8_0 (34 bytes per block of 32), q4_0 (18 per 32).
+KV_TYPE_BYTES: dict[int, float] = {0: 4.0, 1: 2.0, 30: 2.0, 8: 34 / 32, 2: 18 / 32}
 
 
 class GGUFError(ValueError):

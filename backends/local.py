@@ -35,7 +35,7 @@ from backends.events import (
     StreamError,
     TextDelta,
 )
-from backends.gguf import Geometry, GGUFError, geometry
+from backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
 from backends.llama_glue import (
     NO_SYSTEM_ROLE,
     chat_formatter,
@@ -376,7 +376,7 @@ class LocalBackend:
         used, cap = int(llm.n_tokens), int(llm.n_ctx())
         if self.geometry is None:
             return KVStats(used, cap, 0, 0)
-        type_bytes = _GGML_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
+        type_bytes = KV_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
         swa_full = bool(llm.context_params.swa_full)
         g = self.geometry
         return KVStats(
@@ -411,10 +411,6 @@ class LocalBackend:
             predicted_ms=after[1] - before[1],
             cache_n=None,
         )
-
-
-# ggml_type values of the KV cache types llama.cpp accepts, and their bytes per element.
-_GGML_TYPE_BYTES = {0: 4.0, 1: 2.0, 30: 2.0, 8: 34 / 32, 2: 18 / 32}
 
 
 class _Handled(Exception):

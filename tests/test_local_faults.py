@@ -9,7 +9,6 @@ for, and an address-space limit (RLIMIT_AS) too small for llama.cpp's allocation
 from __future__ import annotations
 
 import resource
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from backends.gguf import geometry
 from backends.local import LocalBackend, LocalConfig
 from chat.store import default_path
 from tests.conftest import ROOT
+from tests.helpers import stored_messages
 
 #: A realistic 1 MB paste: a log file, many short lines.
 LINE = "The quick brown fox jumps over the lazy dog; log line %06d.\n"
@@ -66,18 +66,6 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def saved_messages() -> list[sqlite3.Row]:
-    """Every stored message of every chat, in order (the test's own data directory)."""
-    db = sqlite3.connect(default_path())
-    db.row_factory = sqlite3.Row
-    try:
-        return db.execute(
-            "SELECT role, content, status, error FROM messages ORDER BY chat_id, position"
-        ).fetchall()
-    finally:
-        db.close()
-
-
 # -- 1. a prompt far larger than the context ----------------------------------------------
 
 
@@ -90,7 +78,7 @@ def test_1mb_prompt_on_stdin_fails_in_one_line_and_is_saved_whole() -> None:
     assert "the context holds 512" in line  # no silent truncation: the sizes are named
     assert "Trim the history" in line and "--n-ctx" in line  # and the ways out
     assert r.stdout == ""  # no answer text was invented
-    user, answer = saved_messages()
+    user, answer = stored_messages()
     assert user["role"] == "user" and user["content"] == paste  # kept whole
     assert answer["status"] == "error" and answer["error"] == line.removeprefix("phasechat: ")
 

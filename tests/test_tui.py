@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Markdown
 
 from backends.local import LocalBackend
 from chat.session import Settings
+from tests.helpers import wait_for
 from tui.app import PhasechatApp
 from tui.widgets import MessageView, PromptInput
 
 pytestmark = pytest.mark.model
-
-
-async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 60) -> None:
-    async with asyncio.timeout(limit_s):
-        while not condition():
-            await pilot.pause(0.05)
 
 
 async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) -> None:

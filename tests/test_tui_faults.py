@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,8 +27,9 @@ from backends.local import LocalBackend
 from backends.openai import RemoteConfig
 from chat.profiles import BackendSpec
 from chat.session import Settings
-from chat.store import ChatStore, default_path
+from chat.store import ChatStore
 from tests.fault_server import FaultServer, fault_server_thread
+from tests.helpers import stored_messages
 from tests.test_local_faults import megabyte_paste
 from tests.test_safety import CONTROL
 from tui.app import PhasechatApp
@@ -52,18 +52,6 @@ async def wait_for(condition: Callable[[], bool]) -> None:
             if condition():
                 return
             await asyncio.sleep(0.05)
-
-
-def stored() -> list[sqlite3.Row]:
-    """Every message the app saved, in order, read straight from the database file."""
-    db = sqlite3.connect(default_path())
-    db.row_factory = sqlite3.Row
-    try:
-        return db.execute(
-            "SELECT role, content, status, error FROM messages ORDER BY chat_id, position"
-        ).fetchall()
-    finally:
-        db.close()
 
 
 #: One run of text in Rich's SVG export, with the screen row it is clipped to.
@@ -117,7 +105,7 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
         assert user_view.message.content == paste  # on screen in full, not dropped
         assert error in str(answer_view.query_one(".footer").render())
         assert app.query_one(PromptInput).text == ""
-    user, answer = stored()
+    user, answer = stored_messages()
     assert user["content"] == paste and answer["status"] == "error" and answer["error"] == error
 
 
@@ -187,7 +175,7 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
         app.send("Hi")
         await wait_for(lambda: len(app.session.exchanges) == 51 and not app.generating)
         assert app.session.exchanges[-1].answer.status == "complete"
-    rows = stored()
+    rows = stored_messages()
     assert [r["status"] for r in rows if r["status"] == "streaming"] == []
     answers = [r for r in rows if r["role"] == "assistant"]
     assert [r["content"] for r in answers] == [e.answer.content for e in app.session.exchanges]
@@ -224,7 +212,7 @@ async def _quit_mid_answer(local_backend: LocalBackend) -> PhasechatApp:
 async def test_quit_mid_answer_keeps_the_partial_text(local_backend: LocalBackend) -> None:
     app = await _quit_mid_answer(local_backend)
     answer = app.session.exchanges[0].answer
-    user_row, answer_row = stored()
+    user_row, answer_row = stored_messages()
     assert user_row["content"] == "Write a very long story about the sea."
     # The periodic flush saved text as it streamed: a prefix of what was shown.
     assert answer.content.startswith(answer_row["content"])
@@ -239,7 +227,7 @@ async def test_quit_mid_answer_keeps_the_partial_text(local_backend: LocalBacken
 async def test_quit_mid_answer_saves_the_final_state(local_backend: LocalBackend) -> None:
     app = await _quit_mid_answer(local_backend)
     answer = app.session.exchanges[0].answer
-    _, answer_row = stored()
+    _, answer_row = stored_messages()
     assert answer.status == "cancelled"
     assert answer_row["status"] == "cancelled" and answer_row["content"] == answer.content
 
@@ -292,7 +280,7 @@ async def test_switch_mid_stream_closes_the_connection_and_keeps_the_text(
         app.send("again")
         await wait_for(lambda: len(app.session.exchanges) == 2 and not app.generating)
         assert app.session.exchanges[1].answer.content == "tok tok tok "
-    rows = stored()
+    rows = stored_messages()
     assert [(r["content"], r["status"]) for r in rows[1::2]] == [
         ("tok ", "cancelled"),
         ("tok tok tok ", "complete"),

@@ -3,32 +3,24 @@ and themes remembered in the config file."""
 
 from __future__ import annotations
 
-import asyncio
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, TextArea
 
 from backends.local import LocalBackend
 from chat.config import config_path, load_config
 from chat.session import Settings
 from chat.store import ChatStore
+from tests.helpers import wait_for
 from tui.app import PhasechatApp
 from tui.chats_screen import ChatsScreen
 from tui.settings_screen import SettingsScreen
 from tui.widgets import MessageView
 
 pytestmark = pytest.mark.model
-
-
-async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
-    async with asyncio.timeout(limit_s):
-        while not condition():
-            await pilot.pause(0.05)
 
 
 async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from backends.local import LocalBackend
 from backends.openai import RemoteConfig
 from chat.profiles import BackendSpec
 from chat.session import Settings
+from tests.helpers import wait_for
 from tui.app import PhasechatApp
 from tui.history_screen import HistoryScreen, export_dir
 from tui.switch_screen import SwitchScreen
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
-
-
-async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
-    async with asyncio.timeout(limit_s):
-        while not condition():
-            await pilot.pause(0.05)
 
 
 def make_app(local_backend: LocalBackend, server: str, max_tokens: int) -> PhasechatApp:
