@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from backends.events import Event, GenerationRequest, Message
+from phasechat.backends.events import Event, GenerationRequest, Message
 
 LoadState = Literal["idle", "loading", "ready", "failed"]
 
@@ -33,11 +33,10 @@ class TokenCount:
 class Backend(Protocol):
     """What the chat layer needs from any model provider."""
 
-    #: "local" or "openai"
-    kind: str
-    #: optional abilities, with safe defaults in concrete classes
-    supports_kv_stats: bool
+    #: whether `count_tokens` uses the model's own tokenizer (else: an estimate)
     exact_token_counts: bool
+    #: whether the backend answers one request at a time (a second waits for the first)
+    serial: bool
 
     @property
     def name(self) -> str:
@@ -68,8 +67,19 @@ class Backend(Protocol):
         """Generate one answer. See the module docstring for the protocol."""
         ...
 
+    @property
+    def context_window(self) -> int | None:
+        """The context window in tokens, where known (None: unknown)."""
+        ...
+
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         """Tokens the messages take as a prompt (chat template included)."""
+        ...
+
+    def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
+        """Tokens of this prompt the engine's cache holds now (None: unknown).
+
+        Call between requests."""
         ...
 
     async def aclose(self) -> None:

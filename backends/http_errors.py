@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from backends.events import StreamError
+from phasechat.backends.events import StreamError
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")

@@ -3,10 +3,13 @@ decode loop and warm-up. Everything here runs on the backend's llama thread."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
-from backends.gguf import Geometry
+from phasechat.backends.events import ServerTimings
+from phasechat.backends.gguf import Geometry
 
 # Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
 FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
@@ -154,3 +157,70 @@ def warm_up(llm: Any) -> None:
     llm.eval(seed[:1])
     llm.reset()
     llm._ctx.kv_cache_clear() if hasattr(llm._ctx, "kv_cache_clear") else None
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (llama.cpp's best thread count)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    siblings: set[str] = set()
+    for cpu in cpus:
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            siblings.add(path.read_text().strip())
+        except OSError:
+            return len(cpus)
+    return max(1, len(siblings))
+
+
+def perf_counters(llm: Any) -> tuple[float, float, int, int]:
+    """llama.cpp's cumulative perf counters: (prompt ms, decode ms, prompt n, decode n)."""
+    import llama_cpp
+
+    # The counters are updated when llama.cpp synchronises with the last batch; without
+    # this, a request's delta would include the previous request's final batch.
+    llama_cpp.llama_synchronize(llm.ctx)
+    d = llama_cpp.llama_perf_context(llm.ctx)
+    return float(d.t_p_eval_ms), float(d.t_eval_ms), int(d.n_p_eval), int(d.n_eval)
+
+
+def engine_timings(llm: Any, before: tuple[float, float, int, int]) -> ServerTimings:
+    """This request's share of llama.cpp's own counters, in llama-server's shape.
+
+    The counters are cumulative, so we report deltas. llama.cpp counts any 1-token
+    batch as decode, so a one-token prompt replay shows up in predicted_n.
+    """
+    after = perf_counters(llm)
+    return ServerTimings(
+        prompt_n=after[2] - before[2],
+        prompt_ms=after[0] - before[0],
+        predicted_n=after[3] - before[3],
+        predicted_ms=after[1] - before[1],
+        cache_n=None,
+    )
+
+
+def load_error(message: str, n_ctx: int, path: Path | None, g: Geometry | None) -> str:
+    """llama.cpp's terse load failures, with their usual cause (memory) and the way out.
+
+    llama.cpp returns NULL without saying why; short of a damaged file, the reason is
+    an allocation that failed: the weights, or the KV cache and compute buffers,
+    which grow with n_ctx.
+    """
+    name = path.name if path else "the model"
+    if message in ("out of memory", "Failed to create llama_context"):
+        kv = g.kv_bytes(n_ctx, n_ctx) / 2**20 if g else 0.0
+        cache = f" (KV cache ≈ {kv:,.0f} MiB)" if kv else ""
+        return (
+            f"not enough memory for {name} with n_ctx {n_ctx:,}{cache}: "
+            "use a smaller --n-ctx or free memory"
+        )
+    if message.startswith("Failed to load model from file") and path is not None:
+        size = path.stat().st_size / 2**20 if path.exists() else 0.0
+        return (
+            f"llama.cpp could not load {name} ({size:,.0f} MiB): "
+            "not enough memory, or a damaged file"
+        )
+    return message

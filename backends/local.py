@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backends.base import LoadState, TokenCount
-from backends.events import (
+from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.events import (
     Event,
     Finished,
     FinishReason,
@@ -31,38 +30,25 @@ from backends.events import (
     KVStats,
     Message,
     PromptEvaluated,
-    ServerTimings,
     StreamError,
     TextDelta,
 )
-from backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
-from backends.llama_glue import (
+from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
+from phasechat.backends.llama_glue import (
     NO_SYSTEM_ROLE,
     chat_formatter,
+    engine_timings,
     eog_check,
     fold_system,
+    load_error,
+    perf_counters,
+    physical_cores,
     piece_function,
     token_loop,
     warm_up,
 )
-from backends.models import ModelNotFound, default_model_path
-from backends.stops import StopMatcher
-
-
-def physical_cores() -> int:
-    """Physical cores available to this process (llama.cpp's best thread count)."""
-    try:
-        cpus = os.sched_getaffinity(0)
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, (os.cpu_count() or 2) // 2)
-    siblings: set[str] = set()
-    for cpu in cpus:
-        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        try:
-            siblings.add(path.read_text().strip())
-        except OSError:
-            return len(cpus)
-    return max(1, len(siblings))
+from phasechat.backends.models import ModelNotFound, default_model_path
+from phasechat.backends.stops import StopMatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +71,8 @@ class LocalConfig:
 class LocalBackend:
     """A `Backend` over llama-cpp-python."""
 
-    kind = "local"
-    supports_kv_stats = True
     exact_token_counts = True
+    serial = True  # one llama.cpp context: requests run one after the other
 
     def __init__(self, config: LocalConfig | None = None, name: str = "local") -> None:
         self.config = config or LocalConfig()
@@ -106,6 +91,7 @@ class LocalBackend:
         self._eval_probe: Callable[[int, int], None] | None = None
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
+        self._last_format: tuple[tuple[Message, ...], list[int], list[str]] | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -132,6 +118,10 @@ class LocalBackend:
     def n_ctx(self) -> int:
         return int(self._llm.n_ctx()) if self._llm is not None else self.config.n_ctx
 
+    @property
+    def context_window(self) -> int | None:
+        return self.n_ctx
+
     # -- loading -------------------------------------------------------------------
     async def start(self) -> None:
         """Load the model on the llama thread; safe to call more than once."""
@@ -152,28 +142,7 @@ class LocalBackend:
             self._state, self._detail = "failed", f"model failed to load: {_one_line(exc)}"
 
     def _load_error(self, message: str) -> str:
-        """llama.cpp's terse load failures, with their usual cause (memory) and the way out.
-
-        llama.cpp returns NULL without saying why; short of a damaged file, the reason is
-        an allocation that failed: the weights, or the KV cache and compute buffers,
-        which grow with n_ctx.
-        """
-        n_ctx, path = self.config.n_ctx, self._path
-        name = path.name if path else "the model"
-        if message in ("out of memory", "Failed to create llama_context"):
-            kv = self.geometry.kv_bytes(n_ctx, n_ctx) / 2**20 if self.geometry else 0.0
-            cache = f" (KV cache ≈ {kv:,.0f} MiB)" if kv else ""
-            return (
-                f"not enough memory for {name} with n_ctx {n_ctx:,}{cache}: "
-                "use a smaller --n-ctx or free memory"
-            )
-        if message.startswith("Failed to load model from file") and path is not None:
-            size = path.stat().st_size / 2**20 if path.exists() else 0.0
-            return (
-                f"llama.cpp could not load {name} ({size:,.0f} MiB): "
-                "not enough memory, or a damaged file"
-            )
-        return message
+        return load_error(message, self.config.n_ctx, self._path, self.geometry)
 
     def _load_inner(self) -> None:
         import llama_cpp
@@ -223,7 +192,17 @@ class LocalBackend:
 
     # -- prompts -------------------------------------------------------------------
     def format_prompt(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
-        """Token ids of the chat-templated prompt, and the template's stop strings."""
+        """Token ids of the chat-templated prompt, and the template's stop strings.
+
+        The last result is kept: a forecast asks for the count and the cached prefix of
+        the same draft one after the other."""
+        key, last = tuple(messages), self._last_format  # read once: two threads call this
+        if last is None or last[0] != key:
+            last = (key, *self._format(messages))
+            self._last_format = last
+        return list(last[1]), list(last[2])
+
+    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
         assert self._llm is not None and self._formatter is not None
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         if self._format_name in NO_SYSTEM_ROLE:
@@ -236,11 +215,13 @@ class LocalBackend:
         )
         return list(tokens), [s for s in stops if s]
 
-    def cached_prefix(self, messages: tuple[Message, ...]) -> tuple[int, int]:
-        """(prompt tokens, tokens of it the KV cache already holds) for a prompt.
+    def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
+        """Tokens of this prompt the KV cache already holds (None: not loaded).
 
         Call between requests: it reads the context's token history.
         """
+        if self._llm is None:
+            return None
         tokens, _ = self.format_prompt(messages)
         held = self._llm.input_ids[: self._llm.n_tokens]
         cached = 0
@@ -248,11 +229,11 @@ class LocalBackend:
             if a != b:
                 break
             cached += 1
-        return len(tokens), cached
+        return cached
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if self._llm is None:
-            from telemetry.tokens import estimate_messages
+            from phasechat.backends.tokens import estimate_messages
 
             return TokenCount(estimate_messages(messages), estimated=True)
         tokens, _ = self.format_prompt(messages)
@@ -289,7 +270,7 @@ class LocalBackend:
     def _generate(
         self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
     ) -> None:
-        before = self._perf()
+        before = perf_counters(self._llm)
         try:
             reason = self._generate_inner(request, emit, cancel)
         except _Handled:
@@ -297,7 +278,7 @@ class LocalBackend:
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {_one_line(exc)}"))
             return
-        emit(self._engine_timings(before))
+        emit(engine_timings(self._llm, before))
         emit(self._kv_stats())
         emit(Finished(reason))
 
@@ -385,31 +366,6 @@ class LocalBackend:
             g.kv_bytes(used, cap, type_bytes, swa_full),
             g.kv_bytes(cap, cap, type_bytes, swa_full),
             self.model_bytes,
-        )
-
-    def _perf(self) -> tuple[float, float, int, int]:
-        """llama.cpp's cumulative perf counters: (prompt ms, decode ms, prompt n, decode n)."""
-        import llama_cpp
-
-        # The counters are updated when llama.cpp synchronises with the last batch; without
-        # this, a request's delta would include the previous request's final batch.
-        llama_cpp.llama_synchronize(self._llm.ctx)
-        d = llama_cpp.llama_perf_context(self._llm.ctx)
-        return float(d.t_p_eval_ms), float(d.t_eval_ms), int(d.n_p_eval), int(d.n_eval)
-
-    def _engine_timings(self, before: tuple[float, float, int, int]) -> ServerTimings:
-        """This request's share of llama.cpp's own counters, in llama-server's shape.
-
-        The counters are cumulative, so we report deltas. llama.cpp counts any 1-token
-        batch as decode, so a one-token prompt replay shows up in predicted_n.
-        """
-        after = self._perf()
-        return ServerTimings(
-            prompt_n=after[2] - before[2],
-            prompt_ms=after[0] - before[0],
-            predicted_n=after[3] - before[3],
-            predicted_ms=after[1] - before[1],
-            cache_n=None,
         )
 
 

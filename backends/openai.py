@@ -19,8 +19,8 @@ from typing import Any, cast
 
 import httpx
 
-from backends.base import LoadState, TokenCount
-from backends.events import (
+from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.events import (
     Event,
     Finished,
     FinishReason,
@@ -33,10 +33,10 @@ from backends.events import (
     TextDelta,
     Usage,
 )
-from backends.http_errors import connect_error, lost_message, plural, status_error
-from backends.httplog import event_hooks, redact_secret, redact_url
-from backends.openai_wire import parse_chunk, whole_reply
-from backends.sse import SSEParser
+from phasechat.backends.http_errors import connect_error, lost_message, plural, status_error
+from phasechat.backends.httplog import event_hooks, redact_secret, redact_url
+from phasechat.backends.openai_wire import parse_chunk, whole_reply
+from phasechat.backends.sse import SSEParser
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -59,9 +59,8 @@ class RemoteConfig:
 class RemoteBackend:
     """A `Backend` over an OpenAI-compatible HTTP endpoint."""
 
-    kind = "openai"
-    supports_kv_stats = False
     exact_token_counts = False
+    serial = False  # a server may batch concurrent requests
 
     def __init__(
         self,
@@ -158,10 +157,17 @@ class RemoteBackend:
             self._model = self.models[0]
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
+    @property
+    def context_window(self) -> int | None:
+        return None  # not asked of the server yet
+
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
-        from telemetry.tokens import estimate_messages
+        from phasechat.backends.tokens import estimate_messages
 
         return TokenCount(estimate_messages(messages), estimated=True)
+
+    def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
+        return None  # a server does not say what it holds before a request
 
     async def aclose(self) -> None:
         if self._client is not None:

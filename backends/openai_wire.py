@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from backends.events import (
+from phasechat.backends.events import (
     Event,
     Finished,
     FinishReason,
@@ -24,7 +24,7 @@ from backends.events import (
     TextDelta,
     Usage,
 )
-from backends.http_errors import body_text, error_text
+from phasechat.backends.http_errors import body_text, error_text
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
 

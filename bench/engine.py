@@ -42,11 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends.events import GenerationRequest, Message
-from backends.local import LocalBackend, LocalConfig, physical_cores
-from backends.models import default_model_path
-from telemetry.metrics import Metrics, compute
-from telemetry.recorder import Trace, record
+from phasechat.backends.events import GenerationRequest, Message
+from phasechat.backends.llama_glue import physical_cores
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.models import default_model_path
+from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.telemetry.recorder import Trace, record
 
 BENCH_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "phasechat/bench-venv"

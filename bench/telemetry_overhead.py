@@ -19,10 +19,10 @@ import statistics
 import time
 from collections.abc import AsyncIterator
 
-from backends.events import Event, GenerationRequest, Message, TextDelta
-from backends.local import LocalBackend, LocalConfig
-from telemetry.metrics import compute
-from telemetry.recorder import Trace, record
+from phasechat.backends.events import Event, GenerationRequest, Message, TextDelta
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.telemetry.metrics import compute
+from phasechat.telemetry.recorder import Trace, record
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
 

@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backends.local import LocalBackend, LocalConfig  # noqa: E402
-from backends.models import default_model_path  # noqa: E402
-from chat.session import Settings  # noqa: E402
-from phasechat.bench import BenchResult, TurnRow, load_script, replay  # noqa: E402
+from phasechat.backends.local import LocalBackend, LocalConfig  # noqa: E402
+from phasechat.backends.models import default_model_path  # noqa: E402
+from phasechat.chat.replay import BenchResult, TurnRow, load_script, replay  # noqa: E402
+from phasechat.chat.settings import Settings  # noqa: E402
 
 
 def _ratio(a: float, b: float) -> str:

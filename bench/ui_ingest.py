@@ -21,11 +21,11 @@ import time
 
 from textual import events
 
-from backends.openai import RemoteBackend, RemoteConfig
-from chat.session import Settings
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.settings import Settings
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.widgets import MessageView, PromptInput
 from tests.fault_server import fault_server_thread
-from tui.app import PhasechatApp
-from tui.widgets import MessageView, PromptInput
 
 
 async def run(tokens: int) -> dict[str, float]:

@@ -30,63 +30,24 @@ accepted with a warning (`Config.warnings`); a file holding one is written with 
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import platformdirs
+from phasechat.backends.local import LocalConfig
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.paths import config_path
+from phasechat.chat.profiles import resolve_model_path
+from phasechat.chat.settings import Settings, TrimConfig
 
-from backends.local import LocalConfig
-from backends.openai import RemoteConfig
-from chat.profiles import resolve_model_path
-from chat.session import Settings
-
-ENV_VAR = "PHASECHAT_CONFIG"
+__all__ = ["Config", "ConfigError", "config_path", "load_config"]
 
 
 class ConfigError(ValueError):
     """The config file cannot be used; the message is one line: file, key, problem."""
-
-
-def config_path() -> Path:
-    """$PHASECHAT_CONFIG, else `config.toml` in the platform's user config directory."""
-    override = os.environ.get(ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_config_dir("phasechat")) / "config.toml"
-
-
-_DEFAULT = Settings()
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """`[engine]`: sampling and the system prompt."""
-
-    system: str = _DEFAULT.system
-    temperature: float = _DEFAULT.temperature
-    max_tokens: int = _DEFAULT.max_tokens
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-
-    def settings(self) -> Settings:
-        """The session settings this section describes."""
-        return Settings(self.system, self.max_tokens, self.temperature, self.stop, self.seed)
-
-
-@dataclass(frozen=True, slots=True)
-class TrimConfig:
-    """`[trim]`: the history trimmer (see chat/trimmer.py)."""
-
-    enabled: bool = True
-    budget: int | None = None  # None: n_ctx - max_tokens - a margin
-    keep_last: int = 4  # recent turns always sent verbatim
-    summarizer: str | None = None  # a backend profile's name; None: the active backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +102,11 @@ class LocalProfile:
 class Config:
     """The whole file. `path` is where it was read from; `warnings` are one line each."""
 
-    engine: EngineConfig = EngineConfig()
+    engine: Settings = field(default_factory=Settings)
     endpoints: tuple[EndpointProfile, ...] = ()
     local: tuple[LocalProfile, ...] = ()
     theme: str | None = None
-    trim: TrimConfig = TrimConfig()
+    trim: TrimConfig = field(default_factory=TrimConfig)
     path: Path | None = field(default=None, compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -227,19 +188,19 @@ def _show(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value).lower()
 
 
-def _engine(r: _Reader, raw: object) -> EngineConfig:
-    names = tuple(f.name for f in fields(EngineConfig))
+def _engine(r: _Reader, raw: object) -> Settings:
+    names = tuple(f.name for f in fields(Settings))
     t = r.table(raw, "engine", names)
-    d = EngineConfig()
-    e = EngineConfig(
+    d = Settings()
+    e = Settings(
         system=r.get(t, "system", "engine", str, d.system),
         temperature=r.get(t, "temperature", "engine", float, d.temperature),
         max_tokens=r.get(t, "max_tokens", "engine", int, d.max_tokens),
         stop=r.get(t, "stop", "engine", list, d.stop),
         seed=r.get(t, "seed", "engine", int, None),
     )
-    r.check(0 <= e.temperature <= 5, "engine.temperature", "expected 0 to 5")
-    r.check(e.max_tokens >= 1, "engine.max_tokens", "expected at least 1")
+    for key, problem in e.problems():
+        raise r.fail(f"engine.{key}", problem)
     return e
 
 
@@ -304,7 +265,7 @@ def parse_config(text: str, path: Path) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     r.table(doc, "", ("engine", "endpoints", "local", "theme", "trim"))
-    engine = _engine(r, doc["engine"]) if "engine" in doc else EngineConfig()
+    engine = _engine(r, doc["engine"]) if "engine" in doc else Settings()
     endpoints = _profiles(r, doc, "endpoints", _endpoint)
     local = _profiles(r, doc, "local", _local)
     theme = r.get(doc, "theme", "", str, None)
@@ -320,8 +281,8 @@ def _trim(r: _Reader, raw: object) -> TrimConfig:
         keep_last=r.get(t, "keep_last", "trim", int, 4),
         summarizer=r.get(t, "summarizer", "trim", str, None),
     )
-    r.check(c.budget is None or c.budget >= 64, "trim.budget", "expected at least 64")
-    r.check(c.keep_last >= 0, "trim.keep_last", "expected 0 or more")
+    for key, problem in c.problems():
+        raise r.fail(f"trim.{key}", problem)
     return c
 
 
@@ -343,82 +304,3 @@ def load_config(path: Path | None = None) -> Config:
 
 def _fields(config: Config) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in fields(Config)}
-
-
-# -- writing ---------------------------------------------------------------------------
-
-
-def _toml_str(s: str) -> str:
-    def esc(m: re.Match[str]) -> str:
-        ch = m.group()
-        named = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-        return named.get(ch) or f"\\u{ord(ch):04x}"
-
-    return '"' + re.sub(r'["\\\x00-\x1f\x7f]', esc, s) + '"'
-
-
-def _toml_value(v: object) -> str:
-    if isinstance(v, str):
-        return _toml_str(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        return ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, tuple | list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _section(obj: object) -> list[str]:
-    # None has no TOML spelling: an absent key means "the default".
-    return [
-        f"{f.name} = {_toml_value(getattr(obj, f.name))}"
-        for f in fields(obj)  # type: ignore[arg-type]
-        if getattr(obj, f.name) is not None
-    ]
-
-
-def dump_config(config: Config) -> str:
-    """The config as TOML text (`parse_config` reads it back equal)."""
-    lines = ["# phasechat config (the schema: chat/config.py)"]
-    if config.theme is not None:
-        lines.append(f"theme = {_toml_value(config.theme)}")
-    lines += ["", "[engine]", *_section(config.engine)]
-    if config.trim != TrimConfig():
-        lines += ["", "[trim]", *_section(config.trim)]
-    for e in config.endpoints:
-        lines += ["", "[[endpoints]]", *_section(e)]
-    for p in config.local:
-        lines += ["", "[[local]]", *_section(p)]
-    return "\n".join(lines) + "\n"
-
-
-def save_config(config: Config, path: Path | None = None) -> Path:
-    """Write `config` atomically (default: where it was read from, else `config_path()`).
-
-    A config holding an inline API key is written with mode 0600 (also when the file
-    existed with a wider mode); otherwise the umask decides, as for any new file.
-    """
-    path = path or config.path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = 0o600 if config.has_inline_key else 0o666
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # The mode is set at creation, so the key is never readable by others, not even briefly.
-    tmp.unlink(missing_ok=True)  # a stale temp file from a crashed save
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dump_config(config))
-            f.flush()
-            os.fsync(f.fileno())
-        if config.has_inline_key:
-            os.chmod(tmp, 0o600)  # exactly 0600, whatever the umask
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path

@@ -6,7 +6,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
-from backends.events import Message, Role
+from phasechat.backends.events import Message, Role
+from phasechat.telemetry.metrics import Metrics
 
 Status = Literal["complete", "streaming", "cancelled", "error"]
 _ids = itertools.count(1)
@@ -22,7 +23,7 @@ class ChatMessage:
     model: str | None = None
     status: Status = "complete"
     error: str | None = None
-    metrics: dict[str, object] | None = None
+    metrics: Metrics | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
     @property

@@ -12,9 +12,10 @@ import json
 import re
 from typing import Any
 
-from chat.conversation import ChatMessage, Conversation
-from chat.store import INTERRUPTED, ChatSummary
-from chat.text import visible_controls
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.store import INTERRUPTED, ChatSummary
+from phasechat.chat.text import visible_controls
+from phasechat.telemetry.metrics import Metrics
 
 FORMATS = ("md", "json")
 
@@ -40,7 +41,8 @@ def dumps(obj: object, indent: int | None = None) -> str:
 def _message_dict(m: ChatMessage) -> dict[str, Any]:
     d: dict[str, Any] = {"role": m.role, "content": m.content, "status": m.status}
     if m.role == "assistant":
-        d.update(backend=m.backend, model=m.model, error=m.error, metrics=m.metrics)
+        metrics = m.metrics.as_dict() if m.metrics is not None else None
+        d.update(backend=m.backend, model=m.model, error=m.error, metrics=metrics)
     return d
 
 
@@ -87,20 +89,15 @@ def _ending(m: ChatMessage) -> str:
     return ""
 
 
-def metrics_line(metrics: dict[str, Any] | None) -> str:
-    """A one-line summary of an answer's metrics record ('' when there is none)."""
-    if not metrics:
+def metrics_line(m: Metrics | None) -> str:
+    """A one-line summary of an answer's metrics ('' when there are none)."""
+    if m is None:
         return ""
-    parts = []
-
-    def num(key: str, fmt: str) -> None:
-        value = metrics.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            parts.append(fmt.format(value))
-
-    num("ttft_ms", "TTFT {:.0f} ms")
-    num("prefill_tok_s", "prefill {:.0f} tok/s")
-    num("decode_tok_s", "decode {:.1f} tok/s")
-    num("output_tokens", "{} tokens")
-    num("e2e_ms", "total {:.0f} ms")
-    return " · ".join(parts)
+    figures = [
+        (m.ttft_ms, "TTFT {:.0f} ms"),
+        (m.prefill_tok_s, "prefill {:.0f} tok/s"),
+        (m.decode_tok_s, "decode {:.1f} tok/s"),
+        (m.output_tokens, "{} tokens"),
+        (m.e2e_ms, "total {:.0f} ms"),
+    ]
+    return " · ".join(fmt.format(value) for value, fmt in figures if value is not None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends.base import Backend
-from backends.httplog import redact_url
-from backends.local import LocalBackend, LocalConfig
-from backends.models import default_model_path, gemma3_model_path
-from backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.base import Backend
+from phasechat.backends.httplog import redact_url
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.models import default_model_path, gemma3_model_path
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
 
 #: Short names for the bundled models, usable wherever a model path is expected.
 MODEL_ALIASES = {"smollm2": default_model_path, "gemma3": gemma3_model_path}

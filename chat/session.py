@@ -10,29 +10,23 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
-from backends.base import Backend
-from backends.events import Event, GenerationRequest, StreamError, TextDelta
-from chat.conversation import ChatMessage, Conversation
-from chat.trimmer import SendPlan, Trimmer, TrimStats
-from telemetry.metrics import Metrics, compute
-from telemetry.recorder import Trace, record
+from phasechat.backends.base import Backend
+from phasechat.backends.events import Event, GenerationRequest, KVStats, StreamError, TextDelta
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.settings import Settings
+from phasechat.chat.trim_types import SendPlan, TrimStats
+from phasechat.chat.trimmer import Trimmer
+from phasechat.telemetry.export import record
+from phasechat.telemetry.live import Live, snapshot
+from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.telemetry.recorder import Trace
+from phasechat.telemetry.recorder import record as recorded
 
 
 class InputError(ValueError):
     """The user's prompt cannot be sent; the message says why, in one line."""
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Engine parameters the user controls."""
-
-    system: str = "You are a helpful assistant."
-    max_tokens: int = 512
-    temperature: float = 0.7
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
 
 
 @dataclass
@@ -53,6 +47,30 @@ class Exchange:
     #: prompt tokens the summary saved this send (full history minus what was sent)
     tokens_cut: int = 0
     trim_plan: SendPlan | None = None
+
+    # What the UI reads while the answer streams (it never reads the recorder's Trace).
+    @property
+    def text(self) -> str:
+        """The answer's text so far."""
+        return self.trace.text
+
+    @property
+    def kv(self) -> KVStats | None:
+        """The engine's KV-cache figures, where it reports them."""
+        return self.trace.kv
+
+    def live(self, now_ns: int | None = None) -> Live:
+        """The live figures at `now_ns` (default: now)."""
+        return snapshot(self.trace, time.perf_counter_ns() if now_ns is None else now_ns)
+
+    def token_times_ms(self) -> list[float]:
+        """When each token (or chunk) arrived, in ms on the process clock."""
+        return [t / 1e6 for t in self.trace.times]
+
+    def export_record(self, index: int) -> dict[str, object]:
+        """The answer's history record (every metric and per-token times) for exports."""
+        assert self.metrics is not None
+        return record(index, self.user.content, self.metrics, self.trace)
 
 
 class SessionListener(Protocol):
@@ -91,9 +109,10 @@ class ChatSession:
         for listener in self.listeners:
             listener.message_updated(message, final)
 
-    def update_settings(self, **changes: object) -> None:
-        """Change engine parameters; the system prompt applies from the next send."""
-        self.settings = replace(self.settings, **changes)  # type: ignore[arg-type]
+    def update_settings(self, settings: Settings | None = None, /, **changes: Any) -> None:
+        """Use `settings` (default: the current ones) with `changes`, from the next send;
+        the system prompt too."""
+        self.settings = replace(settings or self.settings, **changes)
         self.conversation.system = self.settings.system
 
     def request(self) -> GenerationRequest:
@@ -167,7 +186,7 @@ class ChatSession:
         try:
             await self._settle(exchange)
             assert exchange.request is not None
-            async for event in record(self.backend.stream(exchange.request), trace):
+            async for event in recorded(self.backend.stream(exchange.request), trace):
                 if (
                     self.listeners
                     and isinstance(event, TextDelta)
@@ -206,7 +225,7 @@ class ChatSession:
         else:
             answer.status = "complete"
         exchange.metrics = compute(trace)
-        answer.metrics = exchange.metrics.as_dict()
+        answer.metrics = exchange.metrics
         self.current = None
         self._updated(answer, final=True)
         if answer.status != "error":

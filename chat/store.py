@@ -15,18 +15,30 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import platformdirs
+from phasechat.chat.conversation import ChatMessage, Conversation, Status
+from phasechat.chat.paths import db_path, private_dir, private_file
+from phasechat.chat.schema import FTS, SCHEMA, SCHEMA_VERSION, ChatNotFound, ChatSummary, SearchHit
+from phasechat.chat.session import ChatSession
+from phasechat.telemetry.metrics import metrics_from_dict
 
-from chat.conversation import ChatMessage, Conversation, Status
-from chat.session import ChatSession
+__all__ = [
+    "INTERRUPTED",
+    "TITLE_CHARS",
+    "ChatNotFound",
+    "ChatStore",
+    "ChatSummary",
+    "SearchHit",
+    "default_path",
+    "default_title",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,97 +48,10 @@ INTERRUPTED = "interrupted: phasechat stopped before this answer finished"
 #: The longest default title (from the first user message).
 TITLE_CHARS = 60
 
-_SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chats (
-    id INTEGER PRIMARY KEY,
-    title TEXT,
-    system TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
-    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    role TEXT NOT NULL,
-    content TEXT NOT NULL,
-    backend TEXT,
-    model TEXT,
-    status TEXT NOT NULL,
-    error TEXT,
-    metrics TEXT,
-    created REAL NOT NULL,
-    UNIQUE (chat_id, position)
-);
-"""
-# External-content FTS5 index kept in step by triggers; a streamed answer's row is
-# rewritten at each flush, and the triggers re-index it each time.
-_FTS = """
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content, content='messages', content_rowid='id'
-);
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-END;
-CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-END;
-"""
-
-
-class ChatNotFound(LookupError):
-    """No chat has this id; the message is one line for a human."""
-
-    def __init__(self, chat_id: int) -> None:
-        super().__init__(f"no chat with id {chat_id}")
-        self.chat_id = chat_id
-
-
-@dataclass(frozen=True, slots=True)
-class ChatSummary:
-    """One line of the chat list. `backend`/`model` are those of the latest answer."""
-
-    id: int
-    title: str
-    system: str
-    backend: str | None
-    model: str | None
-    messages: int
-    created: datetime
-    updated: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (times as ISO 8601, UTC)."""
-        return {
-            "id": self.id,
-            "title": self.title,
-            "backend": self.backend,
-            "model": self.model,
-            "messages": self.messages,
-            "created": self.created.isoformat(),
-            "updated": self.updated.isoformat(),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    """A message that matches a search, with a one-line excerpt around the match."""
-
-    chat_id: int
-    title: str
-    position: int
-    role: str
-    snippet: str
-
 
 def default_path() -> Path:
     """Where chats live: `chats.db` in the platform's user data directory."""
-    return Path(platformdirs.user_data_dir("phasechat")) / "chats.db"
+    return db_path()
 
 
 def default_title(text: str) -> str:
@@ -144,7 +69,15 @@ class ChatStore:
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: One line each: a directory or file that others could read, made private.
+        self.notices: list[str] = []
+        if path is None:  # our own data directory: private (an explicit path is the caller's)
+            self._notice(private_dir(self.path.parent))
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            # Created private: SQLite gives its -wal and -shm files the database's mode.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
         self._lock = threading.RLock()
         # check_same_thread=False: the TUI may read from a worker thread; _lock serialises.
         self._db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
@@ -155,16 +88,24 @@ class ChatStore:
         self._db.execute("PRAGMA foreign_keys=ON")
         self.fts = False
         with self._db:
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             try:
-                self._db.executescript(_FTS)
+                self._db.executescript(FTS)
                 self.fts = True
             except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
                 self.fts = False
-            self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        # Chats are private: a database or WAL file left readable by an older version
+        # (or a copy) is made 0600.
+        for suffix in ("", "-wal", "-shm"):
+            self._notice(private_file(self.path.with_name(self.path.name + suffix)))
         #: The last write error a listener swallowed (a full disk must not stop the chat).
         self.error: str | None = None
         self._rows: dict[int, int] = {}  # ChatMessage.id -> messages.id
+
+    def _notice(self, notice: str | None) -> None:
+        if notice:
+            self.notices.append(notice)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -250,7 +191,7 @@ class ChatStore:
             status, error = cast(Status, r["status"]), r["error"]
             if status == "streaming":
                 status, error = "cancelled", INTERRUPTED
-            metrics = json.loads(r["metrics"]) if r["metrics"] else None
+            metrics = metrics_from_dict(json.loads(r["metrics"])) if r["metrics"] else None
             conversation.add(
                 ChatMessage(
                     r["role"], r["content"], r["backend"], r["model"], status, error, metrics
@@ -425,7 +366,7 @@ class _ChatWriter:
 
 
 def _metrics_json(m: ChatMessage) -> str | None:
-    return json.dumps(m.metrics) if m.metrics is not None else None
+    return json.dumps(m.metrics.as_dict()) if m.metrics is not None else None
 
 
 def _snippet(content: str, words: list[str], width: int = 80) -> str:

@@ -24,13 +24,19 @@ import contextlib
 import itertools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from backends.base import Backend
-from backends.events import GenerationRequest, Message
-from chat.conversation import ChatMessage, Conversation
-from telemetry.metrics import Metrics, compute
-from telemetry.recorder import Trace, record
+from phasechat.backends.base import Backend
+from phasechat.backends.events import GenerationRequest, Message
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.trim_types import (
+    INSTRUCTION,
+    SendPlan,
+    Summary,
+    TrimStats,
+    measured_prefill_rate,
+)
+from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.telemetry.recorder import Trace, record
 
 #: Context assumed for an endpoint that does not tell its window (most don't).
 DEFAULT_CONTEXT = 8192
@@ -38,66 +44,6 @@ DEFAULT_CONTEXT = 8192
 MARGIN = 64
 #: Budget share kept back when counts are tiktoken estimates of another tokenizer.
 ESTIMATE_SLACK = 0.10
-
-SUMMARY_HEADER = "Summary of the earlier conversation:\n"
-INSTRUCTION = (
-    "Summarize the conversation so far in at most {words} words, as notes for yourself. "
-    "Keep names, numbers, facts, decisions and open questions. Write only the summary."
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """One summary: its text, the messages it stands for, and what it cost to write."""
-
-    text: str
-    covers: frozenset[int]  # ids of the ChatMessages it replaces (earlier summaries' too)
-    backend: str
-    model: str
-    metrics: Metrics  # the summary request's own TTFT, e2e and token counts
-    started_ns: int = 0  # perf_counter_ns when its request was sent
-    finished_ns: int = 0  # ... and when its last event arrived
-
-    def message(self) -> Message:
-        """The summary as it goes into the prompt, right after the system prompt."""
-        return Message("system", SUMMARY_HEADER + self.text)
-
-
-@dataclass(frozen=True, slots=True)
-class SendPlan:
-    """How one send relates to the trimmer; copied onto the exchange for the UI.
-
-    `trimmed`: this send is the first with a new summary (its prefix cache starts over
-    after the system prompt). `wait`: the send must wait for the summary in flight.
-    `note`: one line for the user when the trimmer did something unexpected.
-    """
-
-    trimmed: bool = False
-    wait: bool = False
-    note: str | None = None
-    waited_ms: float | None = None
-    serial: bool = False  # the summary runs on the chat's own local model, one at a time
-
-
-@dataclass(frozen=True, slots=True)
-class TrimStats:
-    """What the telemetry panel shows about trimming."""
-
-    enabled: bool
-    budget: int
-    estimated: bool  # token counts are tiktoken estimates, not the model's tokenizer
-    summaries: int
-    summarized_messages: int
-    pending: bool
-    tokens_cut: int  # the last prompt: full history minus what was sent
-    tokens_cut_total: int  # summed over every send
-    prefill_tok_s: float | None  # measured on this session's own answers
-    prefill_s_saved: float | None  # tokens_cut_total / prefill_tok_s, as a cold prefill
-    summary_ttft_ms: float | None  # the latest summary's own cost
-    summary_e2e_ms: float | None
-    summary_tokens: int | None
-    summary_ms_total: float  # every summary's e2e, summed
-    last_error: str | None
 
 
 class Trimmer:
@@ -171,8 +117,8 @@ class Trimmer:
         """The context window the budget is carved from."""
         if self.context:
             return self.context
-        n_ctx = getattr(backend, "n_ctx", None)  # the local backend knows it; remotes don't
-        return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else DEFAULT_CONTEXT
+        n_ctx = backend.context_window
+        return n_ctx if n_ctx is not None and n_ctx > 0 else DEFAULT_CONTEXT
 
     def budget_for(self, backend: Backend, max_tokens: int) -> int:
         """Prompt tokens allowed: the set budget, else n_ctx - max_tokens - MARGIN
@@ -224,7 +170,7 @@ class Trimmer:
 
     def _serial(self, backend: Backend) -> bool:
         """The summary in flight holds the chat's own local model: a send queues behind it."""
-        return self._task_backend is backend and backend.kind == "local"
+        return self._task_backend is backend and backend.serial
 
     async def wait(self, plan: SendPlan) -> SendPlan:
         """Wait for the summary in flight, then use it (or say why not)."""
@@ -424,14 +370,3 @@ class Trimmer:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:
-    """Evaluated prompt tokens per second over answers whose prefill was long enough to
-    measure (a handful of tokens is dominated by fixed per-request overhead)."""
-    tokens = seconds = 0.0
-    for m in answers:
-        if m and m.evaluated_prompt_tokens and m.ttft_ms and m.evaluated_prompt_tokens >= 32:
-            tokens += m.evaluated_prompt_tokens
-            seconds += m.ttft_ms / 1000
-    return tokens / seconds if seconds else None

@@ -1,218 +1,23 @@
-"""`phasechat bench SCRIPT`: replay a scripted chat and show, per turn, what prefill cost.
-
-A script is JSON: {"system": "...", "turns": ["...", ...], "max_tokens": 64}. Each turn is
-sent through a real `ChatSession` (the trimmer included unless --no-trim), so the figures
-are the ones a user of the chat would meet: prompt tokens, how many came from the
-engine's prefix cache, how many were evaluated, TTFT, decode rate, and whether the turn
-was the first with a new history summary.
-
-`--concurrency N` (remote backends) replays N copies of the chat in lockstep, each turn's
-N requests at once, and reports the aggregate output rate the server sustained.
-"""
+"""`phasechat bench SCRIPT`: the command line over chat/replay.py."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import math
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
-from backends.base import Backend
-from backends.models import ModelNotFound
-from chat.config import ConfigError
-from chat.profiles import BackendSpec, make_backend
-from chat.session import ChatSession, Settings
-from chat.trimmer import Summary, Trimmer
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """A scripted conversation."""
-
-    system: str
-    turns: tuple[str, ...]
-    max_tokens: int | None = None
-
-
-def load_script(path: Path) -> Script:
-    """Read and check a script; ValueError with one line on anything wrong."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected an object with 'system' and 'turns'")
-    turns = data.get("turns")
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-        raise ValueError(f"{path}: 'turns' must be a non-empty list of strings")
-    if not all(t.strip() for t in turns):
-        raise ValueError(f"{path}: a turn is empty")
-    system = data.get("system", "")
-    if not isinstance(system, str):
-        raise ValueError(f"{path}: 'system' must be a string")
-    max_tokens = data.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"{path}: 'max_tokens' must be a positive integer")
-    return Script(system, tuple(turns), max_tokens)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRow:
-    """One turn of one copy of the chat, as measured."""
-
-    turn: int
-    copy: int
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    evaluated_prompt_tokens: int | None
-    ttft_ms: float | None
-    e2e_ms: float | None
-    decode_tok_s: float | None
-    output_tokens: int
-    trimmed: bool
-    tokens_cut: int
-    trim_wait_ms: float | None
-    trim_note: str | None
-    finish: str | None
-    error: str | None
-
-    def line(self) -> str:
-        """The human line: turn, prompt, cached, evaluated, TTFT, decode rate, trimmed."""
-        copy = f"/{self.copy}" if self.copy else ""
-        text = (
-            f"turn {self.turn:>3}{copy}  prompt {_n(self.prompt_tokens):>6}  "
-            f"cached {_n(self.cached_tokens):>6}  evaluated {_n(self.evaluated_prompt_tokens):>6}"
-            f"  ttft {_f(self.ttft_ms, 0):>7} ms  decode {_f(self.decode_tok_s, 1):>6} tok/s"
-            f"  trimmed {'yes' if self.trimmed else 'no'}"
-        )
-        extra = [x for x in (self.trim_note, self.error) if x]
-        return text + ("  · " + " · ".join(extra) if extra else "")
-
-
-@dataclass
-class BenchResult:
-    """Every row of a replay, its wall time and the summaries written on the way."""
-
-    rows: list[TurnRow] = field(default_factory=list)
-    wall_s: float = 0.0
-    summaries: list[Summary] = field(default_factory=list)
-
-    def totals(self) -> dict[str, Any]:
-        """The figures of the summary line."""
-        rows = self.rows
-        ok = [r for r in rows if r.error is None]
-        prompt = sum(r.prompt_tokens or 0 for r in ok)
-        cached = sum(r.cached_tokens or 0 for r in ok)
-        ttfts = sorted(r.ttft_ms for r in ok if r.ttft_ms is not None)
-        output = sum(r.output_tokens for r in ok)
-        return {
-            "type": "summary",
-            "turns": len(rows),
-            "errors": len(rows) - len(ok),
-            "prompt_tokens": prompt,
-            "cached_tokens": cached,
-            "cached_share": cached / prompt if prompt else None,
-            "evaluated_prompt_tokens": sum(r.evaluated_prompt_tokens or 0 for r in ok),
-            "ttft_ms_mean": sum(ttfts) / len(ttfts) if ttfts else None,
-            "ttft_ms_max": ttfts[-1] if ttfts else None,
-            "trims": sum(r.trimmed for r in rows),
-            "trim_wait_ms": sum(r.trim_wait_ms or 0.0 for r in rows),
-            "summaries": len(self.summaries),
-            "summary_ms": sum(s.metrics.e2e_ms or 0.0 for s in self.summaries),
-            "summary_output_tokens": sum(s.metrics.output_tokens for s in self.summaries),
-            "output_tokens": output,
-            "wall_s": self.wall_s,
-            "output_tok_s": output / self.wall_s if self.wall_s else None,
-        }
-
-    def summary_line(self) -> str:
-        """Totals in one line."""
-        t = self.totals()
-        share = f" ({t['cached_share']:.0%})" if t["cached_share"] is not None else ""
-        return (
-            f"total: {t['turns']} turns, {t['errors']} errors · prompt {t['prompt_tokens']:,}"
-            f" · cached {t['cached_tokens']:,}{share} · evaluated "
-            f"{t['evaluated_prompt_tokens']:,} · ttft mean {_f(t['ttft_ms_mean'], 0)} ms, max "
-            f"{_f(t['ttft_ms_max'], 0)} ms · {t['trims']} trims, {t['summaries']} summaries "
-            f"({t['summary_ms'] / 1000:.1f} s, waited {t['trim_wait_ms'] / 1000:.1f} s) · "
-            f"output {t['output_tokens']:,} tokens in {t['wall_s']:.1f} s = "
-            f"{_f(t['output_tok_s'], 1)} tok/s aggregate"
-        )
-
-
-async def replay(
-    backend: Backend,
-    script: Script,
-    settings: Settings,
-    *,
-    trim: bool = True,
-    concurrency: int = 1,
-    configure: Callable[[Trimmer], None] | None = None,
-    on_row: Callable[[TurnRow], None] | None = None,
-) -> BenchResult:
-    """Send every turn of `script` through `concurrency` sessions on a started backend."""
-    sessions = [ChatSession(backend, replace(settings, system=script.system))]
-    sessions += [ChatSession(backend, sessions[0].settings) for _ in range(concurrency - 1)]
-    for s in sessions:
-        s.trimmer.enabled = trim
-        if configure is not None:
-            configure(s.trimmer)
-    result = BenchResult()
-    t0 = time.perf_counter()
-    try:
-        for turn, prompt in enumerate(script.turns, 1):
-            rows = await asyncio.gather(
-                *(_turn(s, prompt, turn, i) for i, s in enumerate(sessions))
-            )
-            for row in rows:
-                result.rows.append(row)
-                if on_row is not None:
-                    on_row(row)
-    finally:
-        result.wall_s = time.perf_counter() - t0
-        for s in sessions:
-            await s.aclose()
-            result.summaries.extend(s.trimmer.summaries)
-    return result
-
-
-async def _turn(session: ChatSession, prompt: str, turn: int, copy: int) -> TurnRow:
-    async for _ in session.send(prompt):
-        pass
-    e = session.exchanges[-1]
-    m = e.metrics
-    assert m is not None
-    # A request refused before prefill (context overflow) evaluated nothing; the metrics'
-    # fallback to our own prompt count would read as a full prefill.
-    refused = m.ttft_ms is None and e.answer.status == "error"
-    return TurnRow(
-        turn=turn,
-        copy=copy,
-        prompt_tokens=m.prompt_tokens,
-        cached_tokens=None if refused else m.cached_tokens,
-        evaluated_prompt_tokens=None if refused else m.evaluated_prompt_tokens,
-        ttft_ms=m.ttft_ms,
-        e2e_ms=m.e2e_ms,
-        decode_tok_s=m.decode_tok_s,
-        output_tokens=m.output_tokens,
-        trimmed=e.trimmed,
-        tokens_cut=e.tokens_cut,
-        trim_wait_ms=e.trim_wait_ms,
-        trim_note=e.trim_note,
-        finish=m.finish,
-        error=e.answer.error,
-    )
+from phasechat.backends.models import ModelNotFound
+from phasechat.chat.config import ConfigError
+from phasechat.chat.replay import Script, TurnRow, load_script, replay
+from phasechat.chat.settings import Settings
+from phasechat.chat.workspace import Workspace
+from phasechat.options import build_workspace, fail
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    """`bench`'s own options (the backend and engine ones come from phasechat.cli)."""
+    """`bench`'s own options (the backend and engine ones come from phasechat.options)."""
     p.add_argument("script", help='JSON: {"system": ..., "turns": [...], "max_tokens": 64}')
     p.add_argument("--no-trim", action="store_true", help="send the whole history every turn")
     p.add_argument("--json", action="store_true", help="one JSON object per turn, then totals")
@@ -226,51 +31,41 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `phasechat bench`; returns the exit status."""
-    from phasechat import cli  # cli imports this module: import it at run time
-
     if args.concurrency < 1:
-        return cli.fail("--concurrency must be 1 or more")
+        return fail("--concurrency must be 1 or more")
     try:
         script = load_script(Path(args.script).expanduser())
-        config = cli.read_config(args)
-        spec = cli.backend_spec(args)
+        workspace = build_workspace(args, all_backends=False)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
-        return cli.fail(str(exc))
-    if args.concurrency > 1 and spec.kind == "local":
-        return cli.fail(
-            "--concurrency needs a remote backend: the local model answers one at a time"
-        )
-    settings = cli.settings(args, config)
+        return fail(str(exc))
+    if args.concurrency > 1 and workspace.backend.serial:
+        return fail("--concurrency needs a remote backend: the local model answers one at a time")
+    settings = workspace.session.settings
     if args.max_tokens is None and script.max_tokens is not None:
         settings = replace(settings, max_tokens=script.max_tokens)
-    return asyncio.run(_bench(args, script, spec, settings))
+    return asyncio.run(_bench(args, script, workspace, settings))
 
 
 async def _bench(
-    args: argparse.Namespace, script: Script, spec: BackendSpec, settings: Settings
+    args: argparse.Namespace, script: Script, workspace: Workspace, settings: Settings
 ) -> int:
-    from phasechat import cli
-
-    backend = make_backend(spec)
+    backend = workspace.backend
     try:
         await backend.start()
         if backend.state == "failed":
-            return cli.fail(backend.state_detail)
-        emit = _json_row if args.json else _text_row
+            return fail(backend.state_detail)
         result = await replay(
             backend,
             script,
             settings,
             trim=not args.no_trim,
             concurrency=args.concurrency,
-            on_row=emit,
+            configure=workspace.configure_trimmer,
+            on_row=_json_row if args.json else _text_row,
         )
     finally:
-        await backend.aclose()
-    if args.json:
-        print(json.dumps(result.totals()))
-    else:
-        print(result.summary_line())
+        await workspace.aclose()
+    print(json.dumps(result.totals()) if args.json else result.summary_line())
     return 0
 
 
@@ -280,11 +75,3 @@ def _text_row(row: TurnRow) -> None:
 
 def _json_row(row: TurnRow) -> None:
     print(json.dumps({"type": "turn", **asdict(row)}, ensure_ascii=False), flush=True)
-
-
-def _n(v: int | None) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
-def _f(v: float | None, digits: int) -> str:
-    return "-" if v is None or math.isnan(v) else f"{v:,.{digits}f}"

@@ -8,9 +8,9 @@ import sys
 from dataclasses import asdict
 from datetime import datetime
 
-from chat.export import FORMATS, dumps, to_json, to_markdown
-from chat.store import ChatNotFound, ChatStore
-from chat.text import visible_controls
+from phasechat.chat.export import FORMATS, dumps, to_json, to_markdown
+from phasechat.chat.store import ChatNotFound, ChatStore
+from phasechat.chat.text import visible_controls
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

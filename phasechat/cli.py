@@ -9,22 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 
-from backends.events import TextDelta
-from backends.models import ModelNotFound
-from chat.config import ConfigError
-from chat.export import dumps
-from chat.profiles import make_backend
-from chat.session import ChatSession, InputError
-from chat.store import ChatStore
-from chat.text import visible_controls
 from phasechat import bench, chats
-from phasechat.options import add_backend_options, all_profiles, backend_spec, read_config, settings
-
-__all__ = ["backend_spec", "main", "read_config", "settings"]
+from phasechat.backends.events import TextDelta
+from phasechat.backends.models import ModelNotFound
+from phasechat.chat.config import ConfigError
+from phasechat.chat.export import dumps
+from phasechat.chat.session import InputError
+from phasechat.chat.text import visible_controls
+from phasechat.options import add_backend_options, build_workspace, fail
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,33 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_store(session: ChatSession) -> ChatStore | None:
-    """A store following `session` in a new chat; None (with a warning) if it cannot."""
-    try:
-        store = ChatStore()
-        store.attach(session, store.create_chat(system=session.settings.system))
-    except (sqlite3.Error, OSError) as exc:
-        print(f"phasechat: warning: chat not saved: {exc}", file=sys.stderr)
-        return None
-    return store
-
-
-def fail(message: str, code: int = 2) -> int:
-    print(f"phasechat: {visible_controls(message)}", file=sys.stderr)
-    return code
-
-
 async def ask(args: argparse.Namespace) -> int:
     """Stream one answer to stdout, or print one JSON object with --json."""
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:
-        config = read_config(args)
-        spec = backend_spec(args, config)
+        workspace = build_workspace(args, all_backends=False)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
-    backend = make_backend(spec)
-    session = ChatSession(backend, settings(args, config))
-    store: ChatStore | None = None
+    session, backend = workspace.session, workspace.backend
+    chat_id: int | None = None
     try:
         if not prompt.strip():
             raise InputError("empty prompt: nothing to ask")
@@ -81,7 +58,9 @@ async def ask(args: argparse.Namespace) -> int:
         if backend.state == "failed":
             return fail(backend.state_detail)
         if not args.no_save:
-            store = _open_store(session)
+            for line in workspace.open_store():
+                print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
+            workspace.ensure_chat()
         out = sys.stdout
         async for event in session.send(prompt):
             if isinstance(event, TextDelta) and event.text and not args.json:
@@ -90,19 +69,20 @@ async def ask(args: argparse.Namespace) -> int:
     except InputError as exc:
         return fail(str(exc))
     finally:
-        await backend.aclose()
+        store = workspace.store
         if store is not None:
             if store.error:
-                print(f"phasechat: warning: {store.error}", file=sys.stderr)
-            store.close()
+                print(f"phasechat: warning: {visible_controls(store.error)}", file=sys.stderr)
+            chat_id = store.chat_of(session)
+        await workspace.aclose()
     exchange = session.exchanges[-1]
     metrics = exchange.metrics
     assert metrics is not None
     if args.json:
         record = {"text": exchange.answer.content, **metrics.as_dict()}
-        if store is not None:
-            record["chat_id"] = store.chat_of(session)
-        record["token_times_ms"] = [t / 1e6 for t in exchange.trace.times]
+        if chat_id is not None:
+            record["chat_id"] = chat_id
+        record["token_times_ms"] = exchange.token_times_ms()
         print(dumps(record))
     elif exchange.answer.content and not exchange.answer.content.endswith("\n"):
         print()
@@ -138,16 +118,14 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "bench":
         return bench.run(args)
     try:
-        config = read_config(args)
-        spec = backend_spec(args, config)
-        profiles = all_profiles(spec, args, config)
+        workspace = build_workspace(args)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
     if not sys.stdout.isatty() and not os.environ.get("PHASECHAT_FORCE_TUI"):
         return fail("the chat UI needs a terminal; use `phasechat ask` for headless use")
-    from tui.app import PhasechatApp
+    from phasechat.tui.app import PhasechatApp
 
-    PhasechatApp(spec, settings(args, config), profiles=profiles, config=config).run()
+    PhasechatApp(workspace=workspace).run()
     return 0
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from backends.gguf import GGUFError, geometry
-from backends.local import physical_cores
-from backends.models import ModelNotFound, default_model_path
+from phasechat.backends.gguf import GGUFError, geometry
+from phasechat.backends.llama_glue import physical_cores
+from phasechat.backends.models import ModelNotFound, default_model_path
 
 
 def report() -> str:

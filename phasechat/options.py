@@ -11,14 +11,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from backends.local import LocalConfig
-from backends.openai import RemoteConfig
-from chat.config import Config, load_config
-from chat.profiles import BackendSpec, resolve_model_path
-from chat.session import Settings
-from chat.text import visible_controls
+from phasechat.backends.local import LocalConfig
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.config import Config, load_config
+from phasechat.chat.profiles import BackendSpec, resolve_model_path
+from phasechat.chat.settings import Settings
+from phasechat.chat.text import visible_controls
+from phasechat.chat.workspace import Workspace
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 
@@ -133,8 +135,6 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
 
 
 def _with_flags(remote: RemoteConfig, args: argparse.Namespace) -> RemoteConfig:
-    from dataclasses import replace
-
     return replace(remote, verify_tls=not args.insecure) if args.insecure else remote
 
 
@@ -163,13 +163,29 @@ def all_profiles(
     return unique
 
 
-def settings(args: argparse.Namespace, config: Config | None = None) -> Settings:
+def settings_from(args: argparse.Namespace, config: Config | None = None) -> Settings:
     """Engine settings: the options given, else the config's [engine], else built in."""
-    base = (config or Config()).engine.settings()
-    return Settings(
-        system=base.system if args.system is None else args.system,
-        max_tokens=base.max_tokens if args.max_tokens is None else args.max_tokens,
-        temperature=base.temperature if args.temperature is None else args.temperature,
-        stop=base.stop,
-        seed=base.seed if args.seed is None else args.seed,
-    )
+    base = (config or Config()).engine
+    given = {
+        key: getattr(args, key)
+        for key in ("system", "max_tokens", "temperature", "seed")
+        if getattr(args, key, None) is not None
+    }
+    return replace(base, **given)
+
+
+def build_workspace(args: argparse.Namespace, *, all_backends: bool = True) -> Workspace:
+    """The workspace the options and the config describe: what `ask`, `bench` and the
+    UI all run on. `all_backends=False` leaves out the profiles one could switch to.
+
+    Raises ConfigError, ModelNotFound, OSError or ValueError with a one-line message."""
+    config = read_config(args)
+    spec = backend_spec(args, config)
+    profiles = all_profiles(spec, args, config) if all_backends else [spec]
+    return Workspace(config, spec, profiles, settings_from(args, config))
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Print `message` as phasechat's one-line error (controls made visible); the exit code."""
+    print(f"phasechat: {visible_controls(message)}", file=sys.stderr)
+    return code

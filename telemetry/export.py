@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from telemetry.metrics import Metrics
-from telemetry.recorder import Trace
+from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.recorder import Trace
 
 #: CSV columns: every scalar metric, in the order Metrics declares them.
 CSV_FIELDS = ["request", "prompt"] + [f.name for f in fields(Metrics) if f.name != "warnings"]

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from telemetry.metrics import Metrics
+from phasechat.telemetry.metrics import Metrics
 
 RECENT = 8
 

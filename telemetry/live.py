@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from telemetry.recorder import Trace
+from phasechat.telemetry.recorder import Trace
 
 Phase = Literal["waiting", "prefill", "decode", "done"]
 #: A gap this many times the running median is "slow"; longer than STUCK_S is "stuck".

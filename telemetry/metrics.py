@@ -22,8 +22,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from telemetry.recorder import Trace
-from telemetry.tokens import estimate_text
+from phasechat.backends.tokens import estimate_text
+from phasechat.telemetry.recorder import Trace
 
 _NS_PER_MS = 1_000_000
 

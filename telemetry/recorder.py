@@ -12,7 +12,7 @@ from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from backends.events import (
+from phasechat.backends.events import (
     Event,
     Finished,
     FinishReason,

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backends.local import LocalBackend, LocalConfig
-from backends.models import default_model_path
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.models import default_model_path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "llama-server"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from textual.pilot import Pilot
 
-from chat.store import default_path
+from phasechat.chat.store import default_path
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:

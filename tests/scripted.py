@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from backends.base import LoadState, TokenCount
-from backends.events import Event, Finished, GenerationRequest, Message, TextDelta
+from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.events import Event, Finished, GenerationRequest, Message, TextDelta
 
 
 class ScriptedBackend:
-    kind = "scripted"
-    supports_kv_stats = False
     exact_token_counts = False
+    serial = False
+    context_window = None
 
     def __init__(self, name: str = "scripted", text: str = "Hello.") -> None:
         self._name = name
         self.text = text
+        self.closed = False
 
     @property
     def name(self) -> str:
@@ -37,6 +38,9 @@ class ScriptedBackend:
     async def start(self) -> None:
         return None
 
+    def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
+        return None
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         for word in self.text.split(" "):
             yield TextDelta(word + " ")
@@ -46,4 +50,4 @@ class ScriptedBackend:
         return TokenCount(sum(len(m.content) // 4 + 3 for m in messages), estimated=True)
 
     async def aclose(self) -> None:
-        return None
+        self.closed = True

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.local import LocalBackend
-from chat.conversation import ChatMessage
-from chat.export import to_json, to_markdown
-from chat.session import ChatSession
-from chat.store import ChatStore
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.conversation import ChatMessage
+from phasechat.chat.export import to_json, to_markdown
+from phasechat.chat.session import ChatSession
+from phasechat.chat.store import ChatStore
+from phasechat.telemetry.metrics import metrics_from_dict
 
 ESC = "\x1b]0;pwned\x07\x1b[31m"  # a title change and a colour, as a model might emit
 METRICS: dict[str, object] = {
@@ -52,7 +53,7 @@ def story_chat() -> int:
     return saved_chat(
         ChatMessage("user", "Tell me about KV caches"),
         ChatMessage("assistant", f"A cache {ESC}of keys\x9b2J.", "local", "/m/s.gguf",
-                    metrics=METRICS),
+                    metrics=metrics_from_dict(METRICS)),
         ChatMessage("user", "And then?"),
         ChatMessage("assistant", "Then it", "lab", "qwen", status="streaming"),
     )  # fmt: skip
@@ -85,11 +86,8 @@ def test_json_export_keeps_text_exact_and_escapes_controls() -> None:
     user, answer, _, cut = doc["messages"]
     assert user == {"role": "user", "content": "Tell me about KV caches", "status": "complete"}
     assert answer["content"] == f"A cache {ESC}of keys\x9b2J."  # exact after parsing
-    assert (answer["backend"], answer["model"], answer["metrics"]) == (
-        "local",
-        "/m/s.gguf",
-        METRICS,
-    )
+    assert (answer["backend"], answer["model"]) == ("local", "/m/s.gguf")
+    assert {k: answer["metrics"][k] for k in METRICS} == METRICS
     assert (cut["status"], cut["content"], cut["metrics"]) == ("cancelled", "Then it", None)
     assert cut["error"].startswith("interrupted")
     with ChatStore() as store:  # the module's output is what the command printed

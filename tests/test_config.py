@@ -11,21 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from backends.local import LocalConfig
-from backends.models import default_model_path
-from backends.openai import RemoteConfig
-from chat.config import (
+from phasechat.backends.local import LocalConfig
+from phasechat.backends.models import default_model_path
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.config import (
     Config,
     ConfigError,
     EndpointProfile,
-    EngineConfig,
     LocalProfile,
     config_path,
-    dump_config,
     load_config,
-    save_config,
 )
-from chat.session import Settings
+from phasechat.chat.config_write import dump_config, save_config
+from phasechat.chat.settings import Settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -48,7 +46,7 @@ def test_missing_file_is_the_defaults_and_creates_nothing(tmp_path: Path) -> Non
     path = tmp_path / "none" / "config.toml"
     config = load_config(path)
     assert config == Config() and config.path == path
-    assert config.engine.settings() == Settings()
+    assert config.engine == Settings()
     assert not path.parent.exists()
 
 
@@ -62,7 +60,7 @@ def test_importing_does_no_io(tmp_path: Path) -> None:
 
 def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     config = Config(
-        engine=EngineConfig(
+        engine=Settings(
             system='Say "hi"\\ then\n\ttab \x1b[31m ünïcode',
             temperature=0.25,
             max_tokens=64,
@@ -114,7 +112,7 @@ threads = 1
 """,
     )
     config = load_config(path)
-    assert config.engine.settings() == Settings(
+    assert config.engine == Settings(
         system=Settings().system, max_tokens=99, temperature=1.0, stop=("###",)
     )
     lab = config.endpoint("lab")

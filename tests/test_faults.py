@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-import backends.openai
-from backends.events import GenerationRequest, Message, ResponseStarted, TextDelta
-from backends.httplog import redact_headers, redact_secret, redact_url
-from backends.openai import TLS_OFF, RemoteBackend, RemoteConfig
-from backends.sse import SSEEvent, SSEParser
-from chat.session import ChatSession, Exchange, Settings
+import phasechat.backends.openai
+from phasechat.backends.events import GenerationRequest, Message, ResponseStarted, TextDelta
+from phasechat.backends.httplog import redact_headers, redact_secret, redact_url
+from phasechat.backends.openai import TLS_OFF, RemoteBackend, RemoteConfig
+from phasechat.backends.sse import SSEEvent, SSEParser
+from phasechat.chat.session import ChatSession, Exchange
+from phasechat.chat.settings import Settings
 from tests.conftest import free_port
 from tests.fault_server import FaultServer
 
@@ -156,7 +157,7 @@ async def test_events_split_at_any_byte(
             reads.append(chunk)
             return super().feed(chunk)
 
-    monkeypatch.setattr(backends.openai, "SSEParser", Recording)
+    monkeypatch.setattr(phasechat.backends.openai, "SSEParser", Recording)
     ex, _ = await ask(server.base_url, f"split-{step}")
     assert ex.answer.status == "complete" and ex.answer.content == "αβγ δ😀"
     # The reads really did cut through characters: some read ends inside one.
@@ -306,7 +307,8 @@ async def test_api_key_never_in_logs_or_results(
     for model in ("ok-3", "echokey", "echokey-stream", "status-500", "stall-30"):
         ex, backend = await ask(server.base_url, model, api_key_env="PHASECHAT_FAULT_KEY")
         shown += [ex.answer.content, ex.answer.error or "", *ex.trace.notices]
-        shown += [backend.state_detail, json.dumps(ex.answer.metrics)]
+        metrics = ex.answer.metrics.as_dict() if ex.answer.metrics else None
+        shown += [backend.state_detail, json.dumps(metrics)]
     assert server.headers[-1]["authorization"] == f"Bearer {SECRET}"  # it was sent
     records = [r for r in caplog.records if r.name == "phasechat.http"]
     assert len(records) == 2 * 5  # each request and each response

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.events import GenerationRequest, Message, StreamError
-from backends.gguf import geometry
-from backends.local import LocalBackend, LocalConfig
-from chat.store import default_path
+from phasechat.backends.events import GenerationRequest, Message, StreamError
+from phasechat.backends.gguf import geometry
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.chat.store import default_path
 from tests.conftest import ROOT
 from tests.helpers import stored_messages
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.events import (
+from phasechat.backends.events import (
     Finished,
     GenerationRequest,
     KVStats,
@@ -16,8 +16,9 @@ from backends.events import (
     StreamError,
     TextDelta,
 )
-from backends.local import LocalBackend, LocalConfig
-from chat.session import ChatSession, Settings
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings
 
 pytestmark = pytest.mark.model
 

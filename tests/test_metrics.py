@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.events import (
+from phasechat.backends.events import (
     Finished,
     KVStats,
     PromptEvaluated,
@@ -13,9 +13,9 @@ from backends.events import (
     TextDelta,
     Usage,
 )
-from telemetry.live import snapshot
-from telemetry.metrics import compute, percentile
-from telemetry.recorder import MAX_TIMES, Trace
+from phasechat.telemetry.live import snapshot
+from phasechat.telemetry.metrics import compute, percentile
+from phasechat.telemetry.recorder import MAX_TIMES, Trace
 
 MS = 1_000_000
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backends.events import (
+from phasechat.backends.events import (
     Event,
     Finished,
     GenerationRequest,
@@ -20,9 +20,9 @@ from backends.events import (
     TextDelta,
     Usage,
 )
-from backends.openai import RemoteBackend, RemoteConfig
-from telemetry.metrics import compute
-from telemetry.recorder import Trace, record
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.telemetry.metrics import compute
+from phasechat.telemetry.recorder import Trace, record
 
 REQUEST = GenerationRequest((Message("user", "hi"),), max_tokens=100)
 

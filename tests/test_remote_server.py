@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from backends.events import (
+from phasechat.backends.events import (
     Finished,
     GenerationRequest,
     Message,
@@ -21,8 +21,9 @@ from backends.events import (
     StreamError,
     TextDelta,
 )
-from backends.openai import RemoteBackend, RemoteConfig
-from chat.session import ChatSession, Settings
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings
 
 pytestmark = [pytest.mark.server, pytest.mark.model]
 

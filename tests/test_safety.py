@@ -12,9 +12,10 @@ import re
 import subprocess
 import sys
 
-from backends.openai import RemoteBackend, RemoteConfig
-from chat.session import ChatSession, Settings
-from chat.text import visible_controls
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings
+from phasechat.chat.text import visible_controls
 from tests.conftest import ROOT
 from tests.fault_server import MARKUP_PIECES, FaultServer, fault_server_thread
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from backends.openai import RemoteConfig
-from chat.conversation import ChatMessage, Conversation
-from chat.profiles import BackendSpec
-from chat.session import Settings
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.settings import Settings
+from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.themes import BUILTIN_THEMES
+from phasechat.tui.app import PhasechatApp
 from tests.scripted import ScriptedBackend
-from themes import BUILTIN_THEMES
-from tui.app import PhasechatApp
 
 METRICS = {
     "backend": "local",
@@ -43,7 +44,7 @@ def conversation() -> Conversation:
             "Model text stays text: [bold red]not markup[/] \x1b[31mno escape\x1b[0m",
             backend="local",
             model="SmolLM2-135M-Instruct.Q4_1.gguf",
-            metrics=METRICS,
+            metrics=metrics_from_dict(METRICS),
         )
     )
     c.add(ChatMessage("user", "And decode?"))
@@ -54,7 +55,9 @@ def conversation() -> Conversation:
             backend="openai",
             model="remote-model",
             status="cancelled",
-            metrics={**METRICS, "backend": "openai", "finish": "cancelled", "output_tokens": 7},
+            metrics=metrics_from_dict(
+                {**METRICS, "backend": "openai", "finish": "cancelled", "output_tokens": 7}
+            ),
         )
     )
     return c

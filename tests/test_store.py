@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.local import LocalBackend
-from chat.conversation import ChatMessage
-from chat.session import ChatSession, Settings
-from chat.store import INTERRUPTED, TITLE_CHARS, ChatNotFound, ChatStore, default_path
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.conversation import ChatMessage
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings
+from phasechat.chat.store import INTERRUPTED, TITLE_CHARS, ChatNotFound, ChatStore, default_path
+from phasechat.telemetry.metrics import metrics_from_dict
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ def test_database_lives_in_xdg_data_home_and_uses_wal(data_home: Path, store: Ch
 
 
 def test_messages_round_trip_with_status_and_metrics(store: ChatStore) -> None:
-    metrics = {"ttft_ms": 12.5, "output_tokens": 3, "warnings": []}
+    metrics = metrics_from_dict({"ttft_ms": 12.5, "output_tokens": 3, "warnings": []})
     session = offline_session(
         ChatMessage("user", "Why is the sky blue?"),
         ChatMessage("assistant", "Rayleigh", "local", "m.gguf", metrics=metrics),

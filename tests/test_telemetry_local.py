@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.gguf import geometry
-from backends.local import LocalBackend
-from backends.models import default_model_path, gemma3_model_path
-from chat.session import ChatSession, Settings
+from phasechat.backends.gguf import geometry
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.models import default_model_path, gemma3_model_path
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings
 
 pytestmark = pytest.mark.model
 

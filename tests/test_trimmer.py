@@ -15,14 +15,16 @@ from typing import Any
 
 import pytest
 
-from backends.base import TokenCount
-from backends.events import Event, GenerationRequest, Message, StreamError
-from backends.local import LocalBackend
-from backends.openai import RemoteBackend, RemoteConfig
-from chat.session import ChatSession, Exchange, Settings
-from chat.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, SUMMARY_HEADER, Trimmer
+from phasechat.backends.base import TokenCount
+from phasechat.backends.events import Event, GenerationRequest, Message, StreamError
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.tokens import estimate_messages
+from phasechat.chat.session import ChatSession, Exchange
+from phasechat.chat.settings import Settings
+from phasechat.chat.trim_types import SUMMARY_HEADER
+from phasechat.chat.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, Trimmer
 from phasechat.cli import main
-from telemetry.tokens import estimate_messages
 
 pytestmark = pytest.mark.model
 
@@ -283,8 +285,9 @@ async def test_send_over_budget_waits_for_the_summary(local_backend: LocalBacken
 class BrokenSummarizer:
     """A summarizer that fails: with an error event, or by raising."""
 
-    kind, name, model = "openai", "broken", "none"
-    supports_kv_stats = exact_token_counts = False
+    name, model = "broken", "none"
+    exact_token_counts = serial = False
+    context_window = None
     state, state_detail = "ready", "scripted"
 
     def __init__(self, raises: bool) -> None:
@@ -297,6 +300,9 @@ class BrokenSummarizer:
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         return TokenCount(estimate_messages(messages), estimated=True)
+
+    def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
+        return None
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         self.calls += 1

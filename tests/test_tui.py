@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Markdown
 
-from backends.local import LocalBackend
-from chat.session import Settings
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.settings import Settings
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.widgets import MessageView, PromptInput
 from tests.helpers import wait_for
-from tui.app import PhasechatApp
-from tui.widgets import MessageView, PromptInput
 
 pytestmark = pytest.mark.model
 

@@ -22,21 +22,21 @@ from textual.pilot import Pilot
 from textual.widgets import OptionList
 from textual.widgets._markdown import MarkdownParagraph
 
-from backends.events import Finished, GenerationRequest, Message
-from backends.local import LocalBackend
-from backends.openai import RemoteConfig
-from chat.profiles import BackendSpec
-from chat.session import Settings
-from chat.store import ChatStore
+from phasechat.backends.events import Finished, GenerationRequest, Message
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.settings import Settings
+from phasechat.chat.store import ChatStore
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.chats_screen import ChatsScreen
+from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.widgets import MessageView, PromptInput
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.helpers import stored_messages
 from tests.test_local_faults import megabyte_paste
 from tests.test_safety import CONTROL
-from tui.app import PhasechatApp
-from tui.chats_screen import ChatsScreen
-from tui.history_screen import HistoryScreen
-from tui.switch_screen import SwitchScreen
-from tui.widgets import MessageView, PromptInput
 
 #: Generous: the machine running the suite may be heavily loaded. A leak fails, not hangs.
 LIMIT_S = 120.0

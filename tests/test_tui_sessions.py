@@ -10,15 +10,15 @@ import platformdirs
 import pytest
 from textual.widgets import Input, OptionList, TextArea
 
-from backends.local import LocalBackend
-from chat.config import config_path, load_config
-from chat.session import Settings
-from chat.store import ChatStore
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.config import config_path, load_config
+from phasechat.chat.settings import Settings
+from phasechat.chat.store import ChatStore
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.chats_screen import ChatsScreen
+from phasechat.tui.settings_screen import SettingsScreen
+from phasechat.tui.widgets import MessageView
 from tests.helpers import wait_for
-from tui.app import PhasechatApp
-from tui.chats_screen import ChatsScreen
-from tui.settings_screen import SettingsScreen
-from tui.widgets import MessageView
 
 pytestmark = pytest.mark.model
 
@@ -106,8 +106,9 @@ def test_data_and_config_follow_xdg(tmp_path: Path) -> None:
 async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
     local_backend: LocalBackend,
 ) -> None:
-    from chat.config import Config, TrimConfig
-    from tui.widgets import LivePanel
+    from phasechat.chat.config import Config
+    from phasechat.chat.settings import TrimConfig
+    from phasechat.tui.widgets import LivePanel
 
     config = Config(trim=TrimConfig(budget=160, keep_last=2))
     app = PhasechatApp(

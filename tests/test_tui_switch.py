@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from textual.widgets import DataTable
 
-from backends.local import LocalBackend
-from backends.openai import RemoteConfig
-from chat.profiles import BackendSpec
-from chat.session import Settings
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.settings import Settings
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.history_screen import HistoryScreen, export_dir
+from phasechat.tui.switch_screen import SwitchScreen
 from tests.helpers import wait_for
-from tui.app import PhasechatApp
-from tui.history_screen import HistoryScreen, export_dir
-from tui.switch_screen import SwitchScreen
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 

@@ -1,9 +1,11 @@
-"""The phasechat Textual app.
+"""The phasechat Textual app: it draws a `Workspace` (chat/workspace.py) and runs its
+workers; the state itself (backends, session, store, config) lives there.
 
-Data flows one way: the app drives a `ChatSession` (chat/), which wraps a backend's event
-stream in the telemetry recorder. The generation worker only consumes events; a timer
-at REFRESH_HZ moves new text into the chat and redraws the telemetry panel from the
-recorder's state, so the UI's cost per second is fixed whatever the token rate.
+Data flows one way: the app drives the workspace's `ChatSession`, which wraps a
+backend's event stream in the telemetry recorder. The generation worker only consumes
+events; a timer at REFRESH_HZ moves new text into the chat and redraws the telemetry
+panel from the exchange's live figures, so the UI's cost per second is fixed whatever
+the token rate.
 """
 
 from __future__ import annotations
@@ -11,49 +13,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
-from backends.base import Backend
-from chat.config import Config
-from chat.conversation import Conversation
-from chat.profiles import BackendSpec, make_backend
-from chat.session import ChatSession, Exchange, InputError, Settings
-from chat.store import ChatStore
-from telemetry.forecast import Forecast
-from telemetry.live import snapshot
-from telemetry.metrics import metrics_from_dict
-from telemetry.tokens import estimate_text
-from themes import VARIABLE_DEFAULTS
-from tui.panel import draft_forecast
-from tui.session_features import SessionFeatures
-from tui.telemetry_view import (
+from phasechat.backends.base import Backend
+from phasechat.backends.tokens import estimate_text
+from phasechat.chat.config import Config
+from phasechat.chat.conversation import Conversation
+from phasechat.chat.costs import DraftForecast
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.session import ChatSession, Exchange, InputError
+from phasechat.chat.settings import Settings
+from phasechat.chat.workspace import Workspace
+from phasechat.telemetry.forecast import Forecast
+from phasechat.themes import VARIABLE_DEFAULTS
+from phasechat.tui import dialogs
+from phasechat.tui.chat_log import ChatLog, footer_of
+from phasechat.tui.dialogs import register_themes
+from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.telemetry_view import (
     answer_footer,
     engine_line,
-    fmt,
     forecast_line,
     live_content,
+    status_content,
     trim_line,
 )
-from tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
-FORECAST_EVERY_S = 0.25
 YIELD_EVERY_NS = 4_000_000
 
 
-class PhasechatApp(SessionFeatures):
+class PhasechatApp(App[None]):
     """Chat with a local or remote model and watch prefill and decode live."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -75,31 +78,39 @@ class PhasechatApp(SessionFeatures):
         spec: BackendSpec | None = None,
         settings: Settings | None = None,
         backend: Backend | None = None,
-        profiles: list[BackendSpec] | None = None,
+        profiles: Sequence[BackendSpec] = (),
         config: Config | None = None,
+        *,
+        workspace: Workspace | None = None,
     ) -> None:
+        """Draw `workspace`, or one built from the other arguments (as tests do)."""
         super().__init__()
-        self.config = config or Config()
-        self.store: ChatStore | None = None  # opened on mount; None if it cannot be
-        spec = spec or BackendSpec()
-        active = backend or make_backend(spec)
-        self.session = ChatSession(active, settings)
-        # Backends handed in are closed by their owner; the ones we make, by us.
-        self._owned: set[str] = set() if backend is not None else {spec.name}
-        self.profiles = {p.name: p for p in [spec, *(profiles or [])]}
-        self.backends: dict[str, Backend] = {spec.name: active}
+        self.workspace = workspace or Workspace(
+            config or Config(), spec or BackendSpec(), profiles, settings, backend
+        )
         self._streaming: tuple[Exchange, MessageView] | None = None
         self._sending = False
         self._started = False
         self._pending_text = ""
-        self._marked = 0  # messages shown as summarized
-        self._forecast: tuple[str, Forecast | None, float] = ("", None, 0.0)
+        self._forecast = DraftForecast()
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
+    @property
+    def session(self) -> ChatSession:
+        return self.workspace.session
+
+    @property
+    def backend(self) -> Backend:
+        return self.workspace.backend
+
+    @property
+    def generating(self) -> bool:
+        return self._sending or self._streaming is not None
+
     # -- layout ----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="log")
+        yield ChatLog(id="log")
         yield LivePanel(id="telemetry")
         yield PromptInput(id="prompt", show_line_numbers=False)
         yield Static(id="status")
@@ -110,19 +121,28 @@ class PhasechatApp(SessionFeatures):
 
     def on_mount(self) -> None:
         self._setup_themes()
-        self._open_store()
-        self.apply_trim_config()
-        self.query_one("#log", VerticalScroll).anchor()
-        self.query_one("#prompt", PromptInput).focus()
+        for line in self.workspace.open_store():
+            failed = self.workspace.store is None
+            self.notify(line, severity="error" if failed else "warning", markup=False)
+        self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
+        self.query_one(ChatLog).anchor()
+        self.query_one(PromptInput).focus()
         self.set_interval(1 / REFRESH_HZ, self.refresh_live)
         self.load_backend()
         self.refresh_status()
 
-    @property
-    def generating(self) -> bool:
-        return self._sending or self._streaming is not None
+    def _setup_themes(self) -> None:
+        """Built-in and user themes; the one last chosen; remember the next choice."""
+        for error in register_themes(self, self.workspace.config.theme):
+            self.notify(error, title="theme", severity="warning", markup=False)
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
 
-    # -- backend ---------------------------------------------------------------------
+    def _remember_theme(self, theme: Theme) -> None:
+        error = self.workspace.remember_theme(theme.name)
+        if error:
+            self.notify(error, severity="error", markup=False)
+
+    # -- backends --------------------------------------------------------------------
     @work(exclusive=True, group="load")
     async def load_backend(self) -> None:
         backend = self.backend
@@ -133,40 +153,33 @@ class PhasechatApp(SessionFeatures):
         await backend.start()
         self.refresh_status()
         if backend.state == "failed":
-            self.notify(backend.state_detail, title="backend failed", severity="error")
+            self.notify(
+                backend.state_detail, title="backend failed", severity="error", markup=False
+            )
+
+    def _start_summarizer(self, backend: Backend | None) -> None:
+        if backend is not None:
+            self.run_worker(backend.start(), group="load-summarizer")
 
     async def switch_to(self, name: str) -> None:
         """Answer with profile `name` from now on; a streaming answer is stopped first
         (its partial text is kept) and the conversation carries over."""
-        if name == self.backend.name or name not in self.profiles:
+        if name == self.backend.name or name not in self.workspace.profiles:
             return
         await self.stop_and_wait()
-        backend = self.backends.get(name)
+        backend = self.workspace.switch(name)
         if backend is None:
-            backend = self.backends[name] = make_backend(self.profiles[name])
-            self._owned.add(name)
-        self.session.switch_backend(backend)
-        self.notify(f"now answering with {name} · {backend.model}")
+            return
+        self.notify(f"now answering with {name} · {backend.model}", markup=False)
         if backend.state in ("idle", "failed"):
             self.load_backend()
         self.refresh_status()
 
     async def show_conversation(self, conversation: Conversation) -> None:
-        """Replace the chat on screen (and in the session) with a saved conversation."""
+        """Replace the chat on screen (and in the session) with `conversation`."""
         await self.stop_and_wait()
         self.session.conversation = conversation
-        log = self.query_one("#log", VerticalScroll)
-        await log.remove_children()
-        views = [MessageView(m) for m in conversation.messages]
-        await log.mount_all(views)
-        for view in views:
-            m = view.message
-            if m.role == "assistant" and m.metrics:
-                footer = answer_footer(metrics_from_dict(m.metrics))
-                if m.error:
-                    footer = Content.assemble(footer, (f"\n{m.error}", "$error"))
-                view.set_footer(footer)
-        log.anchor()
+        await self.query_one(ChatLog).show(conversation)
 
     # -- sending ---------------------------------------------------------------------
     @on(PromptInput.Submitted)
@@ -185,8 +198,8 @@ class PhasechatApp(SessionFeatures):
         if not text.strip():
             self.notify("empty prompt: type a message first", severity="warning")
             return False
-        self.query_one("#prompt", PromptInput).clear()
-        self._ensure_chat()
+        self.query_one(PromptInput).clear()
+        self.workspace.ensure_chat()
         self._sending = True  # `generating` from now, not from when the worker starts
         self._started = False
         self._pending_text = text
@@ -197,18 +210,19 @@ class PhasechatApp(SessionFeatures):
     async def generate(self, prompt: str) -> None:
         """Consume the session's event stream; the refresh timer does the drawing."""
         self._started = True
-        predicted = self._forecast[1] if self._forecast[0] == prompt else None
+        predicted = self._forecast.of(prompt)
         try:
             exchange = self.session.begin(prompt)
         except InputError as exc:
-            self.notify(str(exc), severity="warning")
+            self.notify(str(exc), severity="warning", markup=False)
             self._sending = False
             return
         if predicted is not None:
             self._predicted[exchange.answer.id] = predicted
         stream = self.session.run(exchange)
         try:
-            await self._mount_exchange(exchange)
+            self._streaming = (exchange, await self.query_one(ChatLog).add_exchange(exchange))
+            self.refresh_status()
             # A fast stream can deliver thousands of buffered events without the loop
             # ever suspending; give the UI a turn every few milliseconds.
             clock = time.perf_counter_ns
@@ -227,14 +241,6 @@ class PhasechatApp(SessionFeatures):
                 with contextlib.suppress(NoMatches):
                     self.refresh_status()
 
-    async def _mount_exchange(self, exchange: Exchange) -> None:
-        log = self.query_one("#log", VerticalScroll)
-        answer = MessageView(exchange.answer)
-        await log.mount_all([MessageView(exchange.user), answer])
-        answer.start_stream()
-        self._streaming = (exchange, answer)
-        self.refresh_status()
-
     async def _finish_exchange(self) -> None:
         if self._streaming is None:
             return
@@ -242,14 +248,14 @@ class PhasechatApp(SessionFeatures):
         try:
             await self.refresh_live()
             if exchange.metrics is not None:
-                footer = answer_footer(
-                    exchange.metrics, self._predicted.get(exchange.answer.id), exchange.trim_note
-                )
+                predicted = self._predicted.get(exchange.answer.id)
+                footer = answer_footer(exchange.metrics, predicted, exchange.trim_note)
                 if exchange.answer.error:
-                    footer = Content.assemble(footer, (f"\n{exchange.answer.error}", "$error"))
                     self.last_error = exchange.answer.error
-                    self.notify(exchange.answer.error, title="answer failed", severity="error")
-                await view.finish(footer)
+                    self.notify(
+                        exchange.answer.error, title="answer failed", severity="error", markup=False
+                    )
+                await view.finish(footer_of(exchange.answer, footer))
         except NoMatches:
             pass  # the app is shutting down: the answer itself was saved by the session
         finally:
@@ -262,12 +268,12 @@ class PhasechatApp(SessionFeatures):
     async def refresh_live(self) -> None:
         """Move new text into the streaming message and redraw the panel (REFRESH_HZ)."""
         try:
-            panel = self.query_one("#telemetry", LivePanel)
+            panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
         if self._streaming is not None:
             exchange, view = self._streaming
-            text = exchange.trace.text
+            text = exchange.text
             if len(text) > view.shown:
                 await view.append(text[view.shown :])
                 view.shown = len(text)
@@ -276,63 +282,32 @@ class PhasechatApp(SessionFeatures):
         else:
             panel.show(Content.assemble(("no answers yet   ", "dim"), self._forecast_content()))
             return
-        trace = exchange.trace
-        kv = (
-            (trace.kv.used_tokens, trace.kv.capacity_tokens, trace.kv.used_bytes)
-            if trace.kv
-            else None
-        )
-        parts = [live_content(snapshot(trace, time.perf_counter_ns()), kv)]
+        parts = [live_content(exchange.live(), exchange.kv)]
         if not self.generating:
             if exchange.metrics is not None:
                 parts.append(engine_line(exchange.metrics))
             parts.append(self._forecast_content())
-            self._mark_summarized()
+            trimmer = self.session.trimmer
+            self.query_one(ChatLog).mark_summarized(
+                trimmer.covered if trimmer.enabled else frozenset()
+            )
         if self.session.trimmer.summaries or self.session.trimmer.pending:
             parts.append(trim_line(self.session.trim_stats()))
         panel.show(Content("\n").join(p for p in parts if p))
 
-    def _mark_summarized(self) -> None:
-        """Dim the messages the trimmer has replaced by a summary, when that changes."""
-        trimmer = self.session.trimmer
-        covered = trimmer.covered if trimmer.enabled else frozenset()
-        if len(covered) == self._marked:
-            return
-        self._marked = len(covered)
-        for view in self.query(MessageView):
-            view.mark_summarized(view.message.id in covered)
-
     def _forecast_content(self) -> Content:
-        """The draft's forecast, recomputed at most every FORECAST_EVERY_S when it changed."""
+        """The forecast of the draft in the prompt box."""
         try:
-            draft = self.query_one("#prompt", PromptInput).text
+            draft = self.query_one(PromptInput).text
         except NoMatches:
             return Content("")
-        text, _, at = self._forecast
-        now = time.monotonic()
-        if draft != text and now - at >= FORECAST_EVERY_S:
-            self._forecast = (draft, draft_forecast(self.session, draft), now)
-        current = self._forecast[1]
+        current = self._forecast.update(self.session, draft)
         return forecast_line(current) if current is not None else Content("")
 
     def refresh_status(self) -> None:
-        b = self.backend
-        state = "streaming" if self.generating else b.state
         last = self.session.exchanges[-1].metrics if self.session.exchanges else None
-        tail = ""
-        if last is not None:
-            tail = f"  ·  last: TTFT {fmt(last.ttft_ms, ' ms', 0)}, {fmt(last.decode_tok_s)} tok/s"
-        style = {"failed": "$error", "loading": "$warning", "streaming": "$accent"}.get(
-            state, "$success"
-        )
         self.query_one("#status", Static).update(
-            Content.assemble(
-                (f" {b.name}", "bold"),
-                f" · {b.model} · ",
-                (state, style),
-                (f" · {b.state_detail}" if b.state == "failed" else "", "$error"),
-                tail,
-            )
+            status_content(self.backend, self.generating, last)
         )
 
     # -- actions ---------------------------------------------------------------------
@@ -352,7 +327,7 @@ class PhasechatApp(SessionFeatures):
                 # Cancelled before it ran: no finally will reset us, and the text the
                 # user typed goes back into the prompt box.
                 self._sending = False
-                prompt = self.query_one("#prompt", PromptInput)
+                prompt = self.query_one(PromptInput)
                 if not prompt.text:
                     prompt.text = self._pending_text
                 self.refresh_status()
@@ -363,43 +338,55 @@ class PhasechatApp(SessionFeatures):
         if users and not self.generating:
             self.send(users[-1].content)
 
+    def action_switch_backend(self) -> None:
+        """Pick a backend profile, seeing what the switch costs first."""
+        dialogs.switch_backend(self)
+
+    def action_chats(self) -> None:
+        """Saved chats: open one (it replaces the chat on screen), search, manage."""
+        dialogs.chats(self)
+
+    def action_new_chat(self) -> None:
+        """Start an empty chat (the current one stays saved)."""
+
+        async def reset() -> None:
+            await self.stop_and_wait()
+            await self.show_conversation(self.workspace.new_chat())
+
+        self.run_worker(reset(), group="chat")
+
+    def action_settings(self) -> None:
+        """Engine parameters and the trimmer; applied from the next message, saved."""
+        dialogs.settings(self)
+
+    def toggle_trimming(self) -> None:
+        """Turn the history trimmer on or off (saved)."""
+        enabled, error = self.workspace.toggle_trimming()
+        if error:
+            self.notify(error, severity="error", markup=False)
+        self.notify(f"history trimming {'on' if enabled else 'off'}")
+
+    def action_history(self) -> None:
+        self.push_screen(HistoryScreen(self.session.exchanges))
+
     def action_toggle_telemetry(self) -> None:
-        panel = self.query_one("#telemetry", LivePanel)
+        panel = self.query_one(LivePanel)
         panel.display = not panel.display
 
     def action_focus_prompt(self) -> None:
-        self.query_one("#prompt", PromptInput).focus()
+        self.query_one(PromptInput).focus()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Stop answer", "Stop the answer being generated", self.action_stop)
-        yield SystemCommand("Retry", "Send the last message again", self.action_retry)
-        yield SystemCommand(
-            "Switch backend", "Answer with another model or endpoint", self.action_switch_backend
-        )
-        yield SystemCommand(
-            "Request history", "Every answer's metrics; export JSONL/CSV", self.action_history
-        )
-        yield SystemCommand("Chats", "Open, search, rename, delete, export", self.action_chats)
-        yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
-        yield SystemCommand(
-            "Toggle history trimming", "Summarize old turns to bound prefill", self.toggle_trimming
-        )
-        yield SystemCommand(
-            "Engine settings", "System prompt, temperature, max tokens, stop", self.action_settings
-        )
-        yield SystemCommand(
-            "Toggle telemetry",
-            "Show or hide the live telemetry panel",
-            self.action_toggle_telemetry,
-        )
+        for title, help_text, action in dialogs.COMMANDS:
+            yield SystemCommand(title, help_text, getattr(self, action))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             error = event.worker.error
             self.last_error = f"{type(error).__name__}: {error}"
-            self.notify(self.last_error, title="internal error", severity="error")
+            self.notify(self.last_error, title="internal error", severity="error", markup=False)
             self.refresh_status()
 
     async def on_unmount(self) -> None:
@@ -408,7 +395,4 @@ class PhasechatApp(SessionFeatures):
         for worker in running:  # let a cancelled answer save its final state first
             with contextlib.suppress(WorkerCancelled, WorkerFailed, TimeoutError):
                 await asyncio.wait_for(worker.wait(), 5)
-        for name in self._owned:
-            await self.backends[name].aclose()
-        if self.store is not None:
-            self.store.close()
+        await self.workspace.aclose()

@@ -13,9 +13,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from chat.export import to_json, to_markdown
-from chat.store import ChatStore, ChatSummary
-from tui.history_screen import export_dir
+from phasechat.chat.export import to_json, to_markdown
+from phasechat.chat.store import ChatStore, ChatSummary
+from phasechat.tui.history_screen import export_dir
 
 
 class ChatsScreen(ModalScreen[int | None]):

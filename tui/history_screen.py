@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-import platformdirs
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from chat.session import Exchange
-from chat.text import visible_controls
-from telemetry.export import record, to_csv, to_jsonl
-from tui.telemetry_view import fmt
+from phasechat.chat.paths import exports_dir
+from phasechat.chat.session import Exchange
+from phasechat.chat.text import visible_controls
+from phasechat.telemetry.export import to_csv, to_jsonl
+from phasechat.tui.telemetry_view import fmt
 
 COLUMNS = (
     "#",
@@ -35,7 +35,7 @@ COLUMNS = (
 
 def export_dir() -> Path:
     """Where exports go: phasechat's data directory (XDG_DATA_HOME moves it)."""
-    return Path(platformdirs.user_data_dir("phasechat")) / "exports"
+    return exports_dir()
 
 
 class HistoryScreen(ModalScreen[None]):
@@ -89,11 +89,7 @@ class HistoryScreen(ModalScreen[None]):
             )
 
     def records(self) -> list[dict[str, object]]:
-        out = []
-        for i, e in enumerate(self.exchanges, 1):
-            assert e.metrics is not None
-            out.append(record(i, e.user.content, e.metrics, e.trace))
-        return out
+        return [e.export_record(i) for i, e in enumerate(self.exchanges, 1)]
 
     def action_export(self, kind: str) -> None:
         """Write the table to the exports folder and say where."""

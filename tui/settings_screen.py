@@ -13,52 +13,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
-from chat.config import TrimConfig
-from chat.session import Settings
-
-
-def parse_trim(enabled: bool, budget: str, keep_last: str, summarizer: str | None) -> TrimConfig:
-    """Trimmer settings from the form; ValueError names the field that is wrong."""
-    value: int | None = None
-    if budget.strip():
-        try:
-            value = int(budget)
-        except ValueError:
-            raise ValueError(
-                f"trim budget: expected a whole number or blank, got {budget!r}"
-            ) from None
-        if value < 64:
-            raise ValueError("trim budget: expected at least 64 tokens (blank: automatic)")
-    try:
-        keep = int(keep_last)
-    except ValueError:
-        raise ValueError(f"keep last: expected a whole number, got {keep_last!r}") from None
-    if keep < 0:
-        raise ValueError("keep last: expected 0 or more")
-    return TrimConfig(enabled, value, keep, summarizer)
-
-
-def parse_settings(system: str, temperature: str, max_tokens: str, stop: str) -> Settings:
-    """Settings from the form's text; ValueError names the field that is wrong."""
-    try:
-        temp = float(temperature)
-    except ValueError:
-        raise ValueError(f"temperature: expected a number, got {temperature!r}") from None
-    if not 0 <= temp <= 5:
-        raise ValueError("temperature: expected 0 to 5")
-    try:
-        tokens = int(max_tokens)
-    except ValueError:
-        raise ValueError(f"max_tokens: expected a whole number, got {max_tokens!r}") from None
-    if tokens < 1:
-        raise ValueError("max_tokens: expected 1 or more")
-    try:
-        stops = json.loads(stop) if stop.strip() else []
-    except ValueError:
-        raise ValueError('stop: expected a JSON list of strings, e.g. ["\\n\\n"]') from None
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise ValueError("stop: expected a JSON list of non-empty strings")
-    return Settings(system=system, max_tokens=tokens, temperature=temp, stop=tuple(stops))
+from phasechat.chat.settings import Settings, TrimConfig, parse_settings, parse_trim
 
 
 class SettingsScreen(ModalScreen[tuple[Settings, TrimConfig] | None]):
@@ -114,6 +69,7 @@ class SettingsScreen(ModalScreen[tuple[Settings, TrimConfig] | None]):
     def save(self) -> None:
         try:
             settings = parse_settings(
+                self.settings,
                 self.query_one("#system", TextArea).text,
                 self.query_one("#temperature", Input).value,
                 self.query_one("#max_tokens", Input).value,

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from chat.profiles import BackendSpec
+from phasechat.chat.profiles import BackendSpec
 
 
 class SwitchScreen(ModalScreen[str | None]):

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from chat.trimmer import TrimStats
-from telemetry.forecast import Forecast
-from telemetry.live import Live
-from telemetry.metrics import Metrics
+from phasechat.backends.base import Backend
+from phasechat.backends.events import KVStats
+from phasechat.chat.costs import SwitchCost
+from phasechat.chat.trim_types import TrimStats
+from phasechat.telemetry.forecast import Forecast
+from phasechat.telemetry.live import Live
+from phasechat.telemetry.metrics import Metrics
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -20,6 +23,36 @@ def fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "-"
     return f"{value:,.{digits}f}{unit}"
+
+
+def status_content(backend: Backend, generating: bool, last: Metrics | None) -> Content:
+    """The status line: backend, model, state, and the last answer's headline figures."""
+    state = "streaming" if generating else backend.state
+    tail = ""
+    if last is not None:
+        tail = f"  ·  last: TTFT {fmt(last.ttft_ms, ' ms', 0)}, {fmt(last.decode_tok_s)} tok/s"
+    style = {"failed": "$error", "loading": "$warning", "streaming": "$accent"}.get(
+        state, "$success"
+    )
+    return Content.assemble(
+        (f" {backend.name}", "bold"),
+        f" · {backend.model} · ",
+        (state, style),
+        (f" · {backend.state_detail}" if backend.state == "failed" else "", "$error"),
+        tail,
+    )
+
+
+def switch_line(cost: SwitchCost) -> str:
+    """One line: the history's size on a switch target and its measured re-prefill time."""
+    head = f"history {'~' if cost.estimated else ''}{cost.tokens:,} tokens"
+    if cost.active:
+        return head + " · active"
+    seconds = cost.reprefill_s
+    if seconds is None:
+        return head + " · re-prefill time unknown (not measured yet)"
+    rate = fmt(cost.rates.prefill_tok_s)
+    return f"{head} · re-prefill ≈ {fmt(seconds, ' s', 1)} at {rate} tok/s"
 
 
 def sparkline(values: tuple[float, ...] | list[float], width: int = 40) -> str:
@@ -43,7 +76,7 @@ def phase_bar(prefill_ms: float | None, total_ms: float | None, width: int = 30)
     )
 
 
-def live_content(live: Live, kv: tuple[int, int, int] | None = None) -> Content:
+def live_content(live: Live, kv: KVStats | None = None) -> Content:
     """The live panel while a request runs (and just after)."""
     parts: list[str | tuple[str, str] | Content] = []
     if live.phase in ("waiting", "prefill"):
@@ -80,7 +113,7 @@ def live_content(live: Live, kv: tuple[int, int, int] | None = None) -> Content:
     if live.phase != "waiting" and live.ttft_ms is not None:
         out.append(phase_bar(live.ttft_ms, live.elapsed_ms))
     if kv is not None:
-        out.append(kv_gauge(*kv))
+        out.append(kv_gauge(kv.used_tokens, kv.capacity_tokens, kv.used_bytes))
     return Content("\n").join(out)
 
 

@@ -11,8 +11,8 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
-from chat.conversation import ChatMessage
-from chat.text import visible_controls
+from phasechat.chat.conversation import ChatMessage
+from phasechat.chat.text import visible_controls
 
 
 class MessageView(Vertical):

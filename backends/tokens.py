@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from backends.events import Message
+from phasechat.backends.events import Message
 
 # Per-message framing a chat template adds (OpenAI's documented 3 + 3 for the reply).
 _PER_MESSAGE = 3

@@ -1,0 +1,95 @@
+"""The chat database's schema (chats, messages, a full-text index over messages) and the
+records read back from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chats (
+    id INTEGER PRIMARY KEY,
+    title TEXT,
+    system TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    backend TEXT,
+    model TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    metrics TEXT,
+    created REAL NOT NULL,
+    UNIQUE (chat_id, position)
+);
+"""
+# External-content FTS5 index kept in step by triggers; a streamed answer's row is
+# rewritten at each flush, and the triggers re-index it each time.
+FTS = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    content, content='messages', content_rowid='id'
+);
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+
+class ChatNotFound(LookupError):
+    """No chat has this id; the message is one line for a human."""
+
+    def __init__(self, chat_id: int) -> None:
+        super().__init__(f"no chat with id {chat_id}")
+        self.chat_id = chat_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChatSummary:
+    """One line of the chat list. `backend`/`model` are those of the latest answer."""
+
+    id: int
+    title: str
+    system: str
+    backend: str | None
+    model: str | None
+    messages: int
+    created: datetime
+    updated: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO 8601, UTC)."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "backend": self.backend,
+            "model": self.model,
+            "messages": self.messages,
+            "created": self.created.isoformat(),
+            "updated": self.updated.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A message that matches a search, with a one-line excerpt around the match."""
+
+    chat_id: int
+    title: str
+    position: int
+    role: str
+    snippet: str

@@ -1,0 +1,81 @@
+"""What the history trimmer decides and reports, as plain data: a summary, the plan for
+one send, and the panel's figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from phasechat.backends.events import Message
+from phasechat.telemetry.metrics import Metrics
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+INSTRUCTION = (
+    "Summarize the conversation so far in at most {words} words, as notes for yourself. "
+    "Keep names, numbers, facts, decisions and open questions. Write only the summary."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One summary: its text, the messages it stands for, and what it cost to write."""
+
+    text: str
+    covers: frozenset[int]  # ids of the ChatMessages it replaces (earlier summaries' too)
+    backend: str
+    model: str
+    metrics: Metrics  # the summary request's own TTFT, e2e and token counts
+    started_ns: int = 0  # perf_counter_ns when its request was sent
+    finished_ns: int = 0  # ... and when its last event arrived
+
+    def message(self) -> Message:
+        """The summary as it goes into the prompt, right after the system prompt."""
+        return Message("system", SUMMARY_HEADER + self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class SendPlan:
+    """How one send relates to the trimmer; copied onto the exchange for the UI.
+
+    `trimmed`: this send is the first with a new summary (its prefix cache starts over
+    after the system prompt). `wait`: the send must wait for the summary in flight.
+    `note`: one line for the user when the trimmer did something unexpected.
+    """
+
+    trimmed: bool = False
+    wait: bool = False
+    note: str | None = None
+    waited_ms: float | None = None
+    serial: bool = False  # the summary runs on the chat's own local model, one at a time
+
+
+@dataclass(frozen=True, slots=True)
+class TrimStats:
+    """What the telemetry panel shows about trimming."""
+
+    enabled: bool
+    budget: int
+    estimated: bool  # token counts are tiktoken estimates, not the model's tokenizer
+    summaries: int
+    summarized_messages: int
+    pending: bool
+    tokens_cut: int  # the last prompt: full history minus what was sent
+    tokens_cut_total: int  # summed over every send
+    prefill_tok_s: float | None  # measured on this session's own answers
+    prefill_s_saved: float | None  # tokens_cut_total / prefill_tok_s, as a cold prefill
+    summary_ttft_ms: float | None  # the latest summary's own cost
+    summary_e2e_ms: float | None
+    summary_tokens: int | None
+    summary_ms_total: float  # every summary's e2e, summed
+    last_error: str | None
+
+
+def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:
+    """Evaluated prompt tokens per second over answers whose prefill was long enough to
+    measure (a handful of tokens is dominated by fixed per-request overhead)."""
+    tokens = seconds = 0.0
+    for m in answers:
+        if m and m.evaluated_prompt_tokens and m.ttft_ms and m.evaluated_prompt_tokens >= 32:
+            tokens += m.evaluated_prompt_tokens
+            seconds += m.ttft_ms / 1000
+    return tokens / seconds if seconds else None

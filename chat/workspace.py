@@ -1,0 +1,168 @@
+"""The application's state, apart from any screen: which backends exist, which one
+answers, the chat session, where it is saved, and the user's settings.
+
+`phasechat ask`, `phasechat bench` and the TUI all build one `Workspace` from the same
+config and options, so a profile, a `[trim]` section or an `[engine]` setting means the
+same thing everywhere. The TUI only draws it and turns its errors into notifications:
+every method here returns what went wrong as one line instead of raising.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+
+from phasechat.backends.base import Backend
+from phasechat.chat.config import Config
+from phasechat.chat.config_write import save_config
+from phasechat.chat.conversation import Conversation
+from phasechat.chat.profiles import BackendSpec, make_backend
+from phasechat.chat.session import ChatSession
+from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.store import ChatStore
+from phasechat.chat.trimmer import Trimmer
+
+
+class Workspace:
+    """Profiles and their backends, the session, the store and the config."""
+
+    def __init__(
+        self,
+        config: Config,
+        active: BackendSpec,
+        profiles: Sequence[BackendSpec] = (),
+        settings: Settings | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        """`backend`, when given, is the active profile's backend already built (and
+        closed by its owner, not by us); otherwise backends are built on first use."""
+        self.config = config
+        self.profiles = {p.name: p for p in [active, *profiles]}
+        first = backend or make_backend(active)
+        self._backends: dict[str, Backend] = {active.name: first}
+        self._owned: set[str] = set() if backend is not None else {active.name}
+        self.session = ChatSession(first, settings or config.engine)
+        self.store: ChatStore | None = None
+        self.configure_trimmer(self.session.trimmer)
+
+    # -- backends --------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        """The backend that answers now."""
+        return self.session.backend
+
+    def built(self, name: str) -> Backend | None:
+        """Profile `name`'s backend if it has been built (loaded or not), else None."""
+        return self._backends.get(name)
+
+    def backend_for(self, name: str) -> Backend:
+        """Profile `name`'s backend, built (not started) on first use."""
+        backend = self._backends.get(name)
+        if backend is None:
+            backend = self._backends[name] = make_backend(self.profiles[name])
+            self._owned.add(name)
+        return backend
+
+    def switch(self, name: str) -> Backend | None:
+        """Answer with profile `name` from the next send on (the conversation carries
+        over); None when it is already active or unknown. The caller stops a streaming
+        answer first and starts the backend if it is not loaded."""
+        if name == self.backend.name or name not in self.profiles:
+            return None
+        backend = self.backend_for(name)
+        self.session.switch_backend(backend)
+        return backend
+
+    # -- the trimmer -----------------------------------------------------------------
+    def configure_trimmer(self, trimmer: Trimmer) -> Backend | None:
+        """Set `trimmer` from `[trim]`; its summarizer is a profile's backend by name.
+
+        Returns the summarizer's backend when it still has to be started."""
+        trim = self.config.trim
+        trimmer.enabled, trimmer.budget, trimmer.keep_last = (
+            trim.enabled,
+            trim.budget,
+            trim.keep_last,
+        )
+        name = trim.summarizer
+        if name is None or name not in self.profiles:
+            trimmer.summarizer = None
+            return None
+        backend = trimmer.summarizer = self.backend_for(name)
+        return backend if backend.state == "idle" else None
+
+    def toggle_trimming(self) -> tuple[bool, str | None]:
+        """Turn trimming on or off and save it: (now on, an error saving the config)."""
+        trim = replace(self.config.trim, enabled=not self.config.trim.enabled)
+        error = self.save(replace(self.config, trim=trim))
+        self.configure_trimmer(self.session.trimmer)
+        return trim.enabled, error
+
+    # -- settings and the config file ------------------------------------------------
+    def save(self, config: Config) -> str | None:
+        """Write `config` and use it from now on; the error in one line if it failed
+        (then nothing changes)."""
+        try:
+            save_config(config, config.path)
+        except OSError as exc:
+            return f"config not saved: {exc}"
+        self.config = config
+        return None
+
+    def apply_settings(
+        self, settings: Settings, trim: TrimConfig
+    ) -> tuple[Backend | None, str | None]:
+        """Use new engine and trimmer settings from the next message on, and save them.
+
+        Returns (a summarizer backend to start, an error saving the config)."""
+        self.session.update_settings(settings)
+        error = self.save(replace(self.config, engine=settings, trim=trim))
+        if error is not None:  # still used for this session, only not remembered
+            self.config = replace(self.config, engine=settings, trim=trim)
+        return self.configure_trimmer(self.session.trimmer), error
+
+    def remember_theme(self, name: str) -> str | None:
+        """Save the chosen theme; the error in one line if it could not be saved."""
+        if name == self.config.theme:
+            return None
+        return self.save(replace(self.config, theme=name))
+
+    # -- saved chats -----------------------------------------------------------------
+    def open_store(self) -> list[str]:
+        """Open the chat database. Returns what the user should read, one line each:
+        why chats cannot be saved (then `store` stays None), or that a data file others
+        could read was made private."""
+        try:
+            self.store = ChatStore()
+        except (sqlite3.Error, OSError) as exc:
+            return [f"chats will not be saved: {exc}"]
+        return list(self.store.notices)
+
+    def ensure_chat(self) -> None:
+        """Save the session as a chat from its first message on (a chat is created then)."""
+        store = self.store
+        if store is not None and store.chat_of(self.session) is None:
+            store.attach(self.session, store.create_chat(system=self.session.settings.system))
+
+    def open_chat(self, chat_id: int) -> None:
+        """Continue saved chat `chat_id` in the session (the current one stays saved)."""
+        assert self.store is not None
+        self.store.detach(self.session)
+        self.store.resume(self.session, chat_id)
+
+    def new_chat(self) -> Conversation:
+        """Start an empty conversation (the current one stays saved); returns it."""
+        if self.store is not None:
+            self.store.detach(self.session)
+        conversation = Conversation(system=self.session.settings.system)
+        self.session.conversation = conversation
+        return conversation
+
+    async def aclose(self) -> None:
+        """Stop background work, close the backends we built and the store."""
+        await self.session.aclose()
+        for name in self._owned:
+            await self._backends[name].aclose()
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,96 @@
+"""The app's modal screens, opened and their answers applied: switch backend, saved
+chats, settings; and the themes registered at start-up. Kept apart from the app so the
+app stays about layout, streaming and bindings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import App
+
+from phasechat.chat.costs import switch_cost
+from phasechat.chat.paths import themes_dir
+from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
+from phasechat.tui.chats_screen import ChatsScreen
+from phasechat.tui.settings_screen import SettingsScreen
+from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.telemetry_view import switch_line
+
+if TYPE_CHECKING:
+    from phasechat.tui.app import PhasechatApp
+
+#: The command palette's entries: title, help, and the app's method to call.
+COMMANDS = (
+    ("Stop answer", "Stop the answer being generated", "action_stop"),
+    ("Retry", "Send the last message again", "action_retry"),
+    ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
+    ("Request history", "Every answer's metrics; export JSONL/CSV", "action_history"),
+    ("Chats", "Open, search, rename, delete, export", "action_chats"),
+    ("New chat", "Start an empty chat", "action_new_chat"),
+    ("Toggle history trimming", "Summarize old turns to bound prefill", "toggle_trimming"),
+    ("Engine settings", "System prompt, temperature, max tokens, stop", "action_settings"),
+    ("Toggle telemetry", "Show or hide the live telemetry panel", "action_toggle_telemetry"),
+)
+
+
+def register_themes(app: App[None], chosen: str | None) -> list[str]:
+    """Register the built-in and user themes and select `chosen` (else the default).
+    Returns one line per user theme that could not be loaded."""
+    for theme in BUILTIN_THEMES:
+        app.register_theme(theme)
+    user, errors = load_user_themes(themes_dir())
+    for theme in user:
+        app.register_theme(theme)
+    wanted = chosen or DEFAULT_THEME
+    app.theme = wanted if wanted in app.available_themes else DEFAULT_THEME
+    return errors
+
+
+def switch_backend(app: PhasechatApp) -> None:
+    """Each profile with what switching to it costs; the chosen one answers next."""
+    ws = app.workspace
+    rows = [
+        (spec, switch_line(switch_cost(ws.session, name, ws.built(name))))
+        for name, spec in ws.profiles.items()
+    ]
+
+    async def chosen(name: str | None) -> None:
+        if name:
+            await app.switch_to(name)
+
+    app.push_screen(SwitchScreen(rows, ws.backend.name), chosen)
+
+
+def chats(app: PhasechatApp) -> None:
+    """Saved chats: the one opened replaces the chat on screen (the old one stays saved)."""
+    store = app.workspace.store
+    if store is None:
+        app.notify("chats are not being saved (see the earlier error)", severity="error")
+        return
+
+    async def chosen(chat_id: int | None) -> None:
+        if chat_id is not None:
+            await app.stop_and_wait()
+            app.workspace.open_chat(chat_id)
+            await app.show_conversation(app.session.conversation)
+
+    app.push_screen(ChatsScreen(store), chosen)
+
+
+def settings(app: PhasechatApp) -> None:
+    """Engine parameters and the trimmer: applied from the next message, and saved."""
+    ws = app.workspace
+
+    def chosen(result: tuple[Settings, TrimConfig] | None) -> None:
+        if result is None:
+            return
+        summarizer, error = ws.apply_settings(*result)
+        if summarizer is not None:
+            app.run_worker(summarizer.start(), group="load-summarizer")
+        if error:
+            app.notify(error, severity="error", markup=False)
+        else:
+            app.notify("settings saved; they apply from the next message")
+
+    app.push_screen(SettingsScreen(ws.session.settings, ws.config.trim, list(ws.profiles)), chosen)
