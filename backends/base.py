@@ -72,6 +72,11 @@ class Backend(Protocol):
         """The context window in tokens, where known (None: unknown)."""
         ...
 
+    @property
+    def context_source(self) -> str | None:
+        """Where `context_window` comes from, in a few words (None: unknown)."""
+        ...
+
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         """Tokens the messages take as a prompt (chat template included)."""
         ...

@@ -4,7 +4,10 @@ Every backend turns a `GenerationRequest` into an async stream of `Event`s. Cons
 `match` on the event type; the union is closed, so mypy flags a consumer that forgets a
 case when it uses `assert_never`.
 
-Backends never time themselves: the telemetry recorder stamps each event on arrival.
+Backends never time themselves: the telemetry recorder stamps each event on arrival,
+with one exception: a backend that produces tokens in another thread (the local model)
+stamps each `TextDelta` where it was made (`t_ns`, the same process-wide
+`perf_counter_ns` clock), so a busy event loop cannot bunch the token times together.
 What a server *reports* about its own timing travels as data (`ServerTimings`, `Usage`)
 and is kept beside the client's measurement, never instead of it.
 """
@@ -73,7 +76,9 @@ class PromptEvaluated:
 
 @dataclass(frozen=True, slots=True)
 class PrefillProgress:
-    """Server-reported prefill progress (llama-server `return_progress`)."""
+    """Prefill progress: llama-server's `return_progress`, or the local backend after each
+    batch. `processed` counts the prompt tokens done, cached ones included (llama-server's
+    shape: it runs from `cached` to `total`); `time_ms` is the engine's time so far."""
 
     total: int
     cached: int
@@ -93,6 +98,8 @@ class TextDelta:
 
     text: str
     tokens: int | None = None
+    #: when the backend produced it (`perf_counter_ns`), if it knows better than arrival
+    t_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,9 @@ class ServerTimings:
     predicted_n: int
     predicted_ms: float
     cache_n: int | None = None
+    #: speculative decoding (a draft model): tokens drafted and how many were accepted
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

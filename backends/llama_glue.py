@@ -84,19 +84,32 @@ def eog_check(llm: Any) -> Callable[[int], bool]:
     return lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
 
 
-def token_loop(llm: Any, tokens: list[int], temp: float) -> Generator[int, None, None]:
+def token_loop(
+    llm: Any,
+    tokens: list[int],
+    temp: float,
+    on_prompt: Callable[[int, int], None],
+    on_batch: Callable[[int], None],
+) -> Generator[int, None, None]:
     """`Llama.generate` without its per-token Python: one C decode per token, and greedy
     by numpy argmax (the first maximum, as llama.cpp's greedy sampler picks; the sampler
     copies all n_vocab logits per call, ~10x the cost). Other temperatures use the chain
     `Llama.generate` builds (top-k 40, top-p 0.95, min-p 0.05, temp, seeded dist).
 
-    The prompt still goes through `llm.eval`, so the eval probe reports exact counts, and
-    `n_tokens` / `input_ids` stay Llama's record of the KV cache for the next request.
+    The prompt still goes through `llm.eval`, so `n_tokens` / `input_ids` stay Llama's
+    record of the KV cache for the next request. `on_prompt(cached, evaluated)` is called
+    once the prefix reuse is known; the rest is evaluated one `n_batch` at a time (as
+    `Llama.eval` does inside) with `on_batch(evaluated so far)` after each batch.
     """
     import llama_cpp.llama_cpp as lib
     import numpy as np
 
-    llm.eval(tokens[reuse_prefix(llm, tokens) :])
+    start = reuse_prefix(llm, tokens)
+    on_prompt(start, len(tokens) - start)
+    step = int(llm.n_batch)
+    for i in range(start, len(tokens), step):
+        llm.eval(tokens[i : i + step])
+        on_batch(min(len(tokens), i + step) - start)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
     if temp == 0.0:
         n_vocab, logits, as_array = (
@@ -186,11 +199,12 @@ def perf_counters(llm: Any) -> tuple[float, float, int, int]:
     return float(d.t_p_eval_ms), float(d.t_eval_ms), int(d.n_p_eval), int(d.n_eval)
 
 
-def engine_timings(llm: Any, before: tuple[float, float, int, int]) -> ServerTimings:
-    """This request's share of llama.cpp's own counters, in llama-server's shape.
+def engine_timings(llm: Any, before: tuple[float, float, int, int], cached: int) -> ServerTimings:
+    """This request's share of llama.cpp's own counters, in llama-server's shape, with
+    `cache_n` the prompt tokens reused from the KV cache (as llama-server reports it).
 
     The counters are cumulative, so we report deltas. llama.cpp counts any 1-token
-    batch as decode, so a one-token prompt replay shows up in predicted_n.
+    batch as decode, so a one-token prompt batch shows up in predicted_n.
     """
     after = perf_counters(llm)
     return ServerTimings(
@@ -198,7 +212,7 @@ def engine_timings(llm: Any, before: tuple[float, float, int, int]) -> ServerTim
         prompt_ms=after[0] - before[0],
         predicted_n=after[3] - before[3],
         predicted_ms=after[1] - before[1],
-        cache_n=None,
+        cache_n=cached,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,11 +30,13 @@ from phasechat.backends.events import (
     GenerationRequest,
     KVStats,
     Message,
+    PrefillProgress,
     PromptEvaluated,
     StreamError,
     TextDelta,
 )
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
+from phasechat.backends.handoff import Handoff
 from phasechat.backends.llama_glue import (
     NO_SYSTEM_ROLE,
     chat_formatter,
@@ -88,7 +91,6 @@ class LocalBackend:
         self.gpu_layers = 0
         self.threads = 0
         self.model_bytes = 0
-        self._eval_probe: Callable[[int, int], None] | None = None
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
         self._last_format: tuple[tuple[Message, ...], list[int], list[str]] | None = None
@@ -121,6 +123,10 @@ class LocalBackend:
     @property
     def context_window(self) -> int | None:
         return self.n_ctx
+
+    @property
+    def context_source(self) -> str | None:
+        return "llama.cpp n_ctx"
 
     # -- loading -------------------------------------------------------------------
     async def start(self) -> None:
@@ -173,7 +179,6 @@ class LocalBackend:
             verbose=False,
         )
         self._formatter, self._format_name = chat_formatter(llm, self.config.chat_format, g)
-        _install_eval_probe(llm, self)
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         if self.config.warmup:
@@ -249,19 +254,21 @@ class LocalBackend:
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+        handoff = Handoff(loop)
         cancel = threading.Event()
 
         def emit(event: Event) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            handoff.put(event, urgent=not isinstance(event, TextDelta))
 
         job = loop.run_in_executor(self._executor, self._generate, request, emit, cancel)
         try:
-            while True:
-                event = await queue.get()
-                yield event
-                if isinstance(event, Finished | StreamError):
-                    break
+            done = False
+            while not done:
+                for event in await handoff.take():
+                    yield event
+                    if isinstance(event, Finished | StreamError):
+                        done = True
+                        break
         finally:
             cancel.set()
             # Wait for the thread to stop so the context is free for the next request.
@@ -272,19 +279,21 @@ class LocalBackend:
     ) -> None:
         before = perf_counters(self._llm)
         try:
-            reason = self._generate_inner(request, emit, cancel)
+            reason, cached = self._generate_inner(request, emit, cancel)
         except _Handled:
             return
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {_one_line(exc)}"))
             return
-        emit(engine_timings(self._llm, before))
+        emit(engine_timings(self._llm, before, cached))
         emit(self._kv_stats())
         emit(Finished(reason))
 
     def _generate_inner(
         self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
-    ) -> FinishReason:
+    ) -> tuple[FinishReason, int]:
+        """Generate on the llama thread; returns how it ended and the cached prompt tokens.
+        Each token is stamped here, as it is made (`TextDelta.t_ns`)."""
         llm = self._llm
         tokens, template_stops = self.format_prompt(request.messages)
         n_ctx = int(llm.n_ctx())
@@ -299,11 +308,18 @@ class LocalBackend:
             )
             raise _Handled
         prompt_tokens = len(tokens)
+        clock = time.perf_counter_ns
+        prefill = {"cached": 0, "t0": clock()}
 
-        def on_first_eval(cached: int, evaluated: int) -> None:
+        def on_prompt(cached: int, evaluated: int) -> None:
+            prefill.update(cached=cached, t0=clock())
             emit(PromptEvaluated(prompt_tokens, cached, evaluated))
 
-        self._eval_probe = on_first_eval
+        def on_batch(done: int) -> None:
+            elapsed = (clock() - prefill["t0"]) / 1e6
+            cached = prefill["cached"]
+            emit(PrefillProgress(prompt_tokens, cached, cached + done, elapsed))
+
         stops = StopMatcher([*request.stop, *template_stops])
         decode = self.token_decoder()
         eog = eog_check(llm)
@@ -313,7 +329,7 @@ class LocalBackend:
             llm.set_seed(request.seed)
         n = 0
         reason: FinishReason = "length"
-        gen = token_loop(llm, tokens, temp)
+        gen = token_loop(llm, tokens, temp, on_prompt, on_batch)
         try:
             for token in gen:
                 if cancel.is_set():
@@ -323,8 +339,9 @@ class LocalBackend:
                     reason = "stop"
                     break
                 n += 1
+                made = clock()
                 text, hit = stops.feed(decode(token))
-                emit(TextDelta(text, 1))
+                emit(TextDelta(text, 1, made))
                 if hit:
                     reason = "stop"
                     break
@@ -332,21 +349,23 @@ class LocalBackend:
                     break
         finally:
             gen.close()
-            self._eval_probe = None
         tail = stops.flush(decode(None)) if reason != "stop" else ""
         if tail:
             emit(TextDelta(tail, 0))
-        return reason
+        return reason, prefill["cached"]
 
     def token_decoder(self) -> Callable[[int | None], str]:
         """Token id -> the text it completes. A character whose UTF-8 bytes span several
-        tokens comes out once, whole, with the token that completes it; None flushes."""
+        tokens comes out once, whole, with the token that completes it. None ends the
+        answer: the bytes of a character the answer stopped inside (max_tokens in the
+        middle of a Japanese character) are dropped, never shown as U+FFFD."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         piece = self._piece
 
         def decode(token: int | None) -> str:
             if token is None:
-                return decoder.decode(b"", final=True)
+                decoder.reset()  # an incomplete character: not text
+                return ""
             return decoder.decode(piece(token))
 
         return decode
@@ -376,18 +395,3 @@ class _Handled(Exception):
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def _install_eval_probe(llm: Any, backend: LocalBackend) -> None:
-    """Wrap `Llama.eval` to see prefix reuse: on a request's first eval, `n_tokens` is the
-    count reused from the KV cache and `len(tokens)` the count about to be evaluated."""
-    original = llm.eval
-
-    def eval_probe(tokens: Sequence[int]) -> None:
-        probe = backend._eval_probe
-        if probe is not None:
-            backend._eval_probe = None
-            probe(int(llm.n_tokens), len(tokens))
-        original(tokens)
-
-    llm.eval = eval_probe

@@ -37,6 +37,14 @@ from phasechat.backends.http_errors import connect_error, lost_message, plural, 
 from phasechat.backends.httplog import event_hooks, redact_secret, redact_url
 from phasechat.backends.openai_wire import parse_chunk, whole_reply
 from phasechat.backends.sse import SSEParser
+from phasechat.backends.windows import (
+    OLLAMA_OWNERS,
+    Window,
+    from_models,
+    llama_server_props,
+    ollama_window,
+    root_of,
+)
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -53,6 +61,8 @@ class RemoteConfig:
     first_token_timeout_s: float = 300.0  # a long prefill is not a stall
     stall_timeout_s: float = 15.0  # the longest gap allowed between events, mid-answer
     verify_tls: bool = True  # turning it off is explicit and announced on every answer
+    #: the server's context window, for a server that does not say it (None: ask it)
+    context_window: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,6 +85,10 @@ class RemoteBackend:
         self._state: LoadState = "idle"
         self._detail = self._with_tls("not connected")
         self._client: httpx.AsyncClient | None = None
+        #: the context window and where it came from (None: unknown)
+        self.window: Window | None = None
+        if self.config.context_window:
+            self.window = Window(self.config.context_window, "set by the user")
 
     @property
     def name(self) -> str:
@@ -145,21 +159,38 @@ class RemoteBackend:
             err = status_error(r.status_code, r.text, self.shown_url, self.config.api_key_env)
             self._state, self._detail = "failed", self._scrub(err.message)
             return
+        entries: list[dict[str, Any]] = []
         try:
             body = r.json()
-            self.models = [str(m["id"]) for m in body.get("data", [])]
-            self.is_llama_server = any(
-                m.get("owned_by") == "llamacpp" for m in body.get("data", [])
-            )
+            entries = [m for m in body.get("data", []) if isinstance(m, dict)]
+            self.models = [str(m["id"]) for m in entries]
+            self.is_llama_server = any(m.get("owned_by") == "llamacpp" for m in entries)
         except (ValueError, KeyError, TypeError, AttributeError):
             self.models = []
         if not self._model and self.models:
             self._model = self.models[0]
+        if self.window is None:
+            self.window = await self._ask_window(entries)
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
+
+    async def _ask_window(self, entries: list[dict[str, Any]]) -> Window | None:
+        """The server's context window, where it says it (backends/windows.py)."""
+        client, root, headers = self._http(), root_of(self.base_url), self._headers()
+        if self.is_llama_server:
+            props = await llama_server_props(client, root, headers)
+            return props or from_models(entries, self._model)
+        listed = from_models(entries, self._model)
+        if listed is not None or not any(m.get("owned_by") in OLLAMA_OWNERS for m in entries):
+            return listed
+        return await ollama_window(client, root, headers, self._model)
 
     @property
     def context_window(self) -> int | None:
-        return None  # not asked of the server yet
+        return self.window.tokens if self.window is not None else None
+
+    @property
+    def context_source(self) -> str | None:
+        return self.window.source if self.window is not None else None
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         from phasechat.backends.tokens import estimate_messages

@@ -82,9 +82,17 @@ def parse_chunk(data: str) -> list[Event]:
                 int(timings.get("predicted_n", 0)),
                 float(timings.get("predicted_ms", 0.0)),
                 int(timings["cache_n"]) if "cache_n" in timings else None,
+                # only with a draft model (llama.cpp tools/server/server-common.cpp,
+                # server_slot_stats::to_json: "if (n_draft_tokens > 0)")
+                _int_or_none(timings.get("draft_n")),
+                _int_or_none(timings.get("draft_n_accepted")),
             )
         )
     return out
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 async def whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Event]:

@@ -58,13 +58,18 @@ class EndpointProfile:
     base_url: str
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    context: int | None = None  # the server's window, where it does not say it
     #: An inline key (discouraged, warned about). repr=False keeps it out of logs.
     api_key: str | None = field(default=None, repr=False)
 
     def remote_config(self) -> RemoteConfig:
         """The backend config (the key is never part of it: see `install_key`)."""
         return RemoteConfig(
-            base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, name=self.name
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            name=self.name,
+            context_window=self.context,
         )
 
     def install_key(self) -> None:
@@ -211,6 +216,7 @@ def _endpoint(r: _Reader, raw: object, where: str) -> EndpointProfile:
         base_url=r.get(t, "base_url", where, str, _REQUIRED),
         model=r.get(t, "model", where, str, None),
         api_key_env=r.get(t, "api_key_env", where, str, "OPENAI_API_KEY"),
+        context=r.get(t, "context", where, int, None),
         api_key=r.get(t, "api_key", where, str, None),
     )
     r.check(
@@ -219,6 +225,7 @@ def _endpoint(r: _Reader, raw: object, where: str) -> EndpointProfile:
         f"expected an http:// or https:// URL, got {p.base_url!r}",
     )
     r.check(bool(p.api_key_env.strip()), f"{where}.api_key_env", "must not be empty")
+    r.check(p.context is None or p.context >= 16, f"{where}.context", "expected at least 16")
     if p.api_key:
         r.warnings.append(
             f"{r.path}: {where}.api_key: a key written in the config file; prefer "

@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,14 @@ class TurnRow:
     trim_note: str | None
     finish: str | None
     error: str | None
+    #: every metric of the answer, as `ask --json` prints them (warnings included)
+    metrics: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        """The turn as one JSON-ready object: every metric, then the turn's own fields
+        (which win where they differ: a refused request evaluated nothing)."""
+        fields = {k: v for k, v in asdict(self).items() if k != "metrics"}
+        return {"type": "turn", **self.metrics, **fields}
 
     def line(self) -> str:
         """The human line: turn, prompt, cached, evaluated, TTFT, decode rate, trimmed."""
@@ -212,6 +220,7 @@ async def _turn(session: ChatSession, prompt: str, turn: int, copy: int) -> Turn
         trim_note=e.trim_note,
         finish=m.finish,
         error=e.answer.error,
+        metrics=m.as_dict(),
     )
 
 

@@ -19,7 +19,7 @@ from phasechat.chat.settings import Settings
 from phasechat.chat.trim_types import SendPlan, TrimStats
 from phasechat.chat.trimmer import Trimmer
 from phasechat.telemetry.export import record
-from phasechat.telemetry.live import Live, snapshot
+from phasechat.telemetry.live import Live, finished, snapshot
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.recorder import record as recorded
@@ -60,8 +60,10 @@ class Exchange:
         return self.trace.kv
 
     def live(self, now_ns: int | None = None) -> Live:
-        """The live figures at `now_ns` (default: now)."""
-        return snapshot(self.trace, time.perf_counter_ns() if now_ns is None else now_ns)
+        """The live figures at `now_ns` (default: now); once the answer is finished, its
+        final figures (the same numbers as its metrics)."""
+        live = snapshot(self.trace, time.perf_counter_ns() if now_ns is None else now_ns)
+        return finished(live, self.metrics) if self.metrics is not None else live
 
     def token_times_ms(self) -> list[float]:
         """When each token (or chunk) arrived, in ms on the process clock."""
@@ -147,6 +149,8 @@ class ChatSession:
             max_tokens=request.max_tokens,
             prompt_estimate=count.tokens,
             prompt_estimate_exact=not count.estimated,
+            window=backend.context_window,
+            window_source=backend.context_source,
         )
         exchange = Exchange(user, answer, trace, request=request)
         self._planned(exchange, plan)
@@ -166,6 +170,7 @@ class ChatSession:
         plan = exchange.trim_plan
         if plan is None or not plan.wait:
             return
+        exchange.trace.t_queued = time.perf_counter_ns()  # shown as its own phase
         plan = await self.trimmer.wait(plan)
         exchange.request = request = self.request()
         count = self.backend.count_tokens(request.messages)

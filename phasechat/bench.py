@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from phasechat.backends.models import ModelNotFound
@@ -74,4 +74,4 @@ def _text_row(row: TurnRow) -> None:
 
 
 def _json_row(row: TurnRow) -> None:
-    print(json.dumps({"type": "turn", **asdict(row)}, ensure_ascii=False), flush=True)
+    print(json.dumps(row.record(), ensure_ascii=False), flush=True)

@@ -62,6 +62,12 @@ def add_backend_options(p: argparse.ArgumentParser, top: bool = True) -> None:
     )
     g.add_argument("--n-ctx", type=int, default=default(4096), help="local: context in tokens")
     g.add_argument(
+        "--context",
+        type=int,
+        default=default(None),
+        help="openai: the server's context window, for a server that does not report it",
+    )
+    g.add_argument(
         "--gpu-layers",
         type=int,
         default=default(None),
@@ -122,7 +128,10 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
         return BackendSpec("local", local=local)
     if name == "openai":
         remote = RemoteConfig(
-            base_url=args.base_url, model=args.model, api_key_env=args.api_key_env
+            base_url=args.base_url,
+            model=args.model,
+            api_key_env=args.api_key_env,
+            context_window=args.context,
         )
         return BackendSpec("openai", remote=_with_flags(remote, args))
     known = [
@@ -135,7 +144,12 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
 
 
 def _with_flags(remote: RemoteConfig, args: argparse.Namespace) -> RemoteConfig:
-    return replace(remote, verify_tls=not args.insecure) if args.insecure else remote
+    """A profile's endpoint with the flags that apply to any endpoint."""
+    if getattr(args, "insecure", False):
+        remote = replace(remote, verify_tls=False)
+    if getattr(args, "context", None):
+        remote = replace(remote, context_window=args.context)
+    return remote
 
 
 def all_profiles(

@@ -6,12 +6,14 @@ token times, so its cost does not grow with the answer's length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from phasechat.backends.events import PrefillProgress
+from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.recorder import Trace
 
-Phase = Literal["waiting", "prefill", "decode", "done"]
+Phase = Literal["summary", "waiting", "prefill", "decode", "done"]
 #: A gap this many times the running median is "slow"; longer than STUCK_S is "stuck".
 SLOW_FACTOR = 4.0
 STUCK_S = 2.0
@@ -27,8 +29,12 @@ class Live:
     ttft_ms: float | None
     prompt_tokens: int | None
     cached_tokens: int | None
-    prefill_done: int | None  # server-reported progress (llama-server)
+    prefill_done: int | None  # prompt tokens done, cached included (engine-reported)
+    prefill_left_ms: float | None  # the rest of the prefill at the engine's rate so far
     tokens: int
+    #: "tokens" when the backend counts them; "chunks" when it cannot (a remote stream
+    #: before its usage arrives): then `tokens` and the rate count chunks
+    unit: Literal["tokens", "chunks"]
     tokens_estimated: bool
     decode_tok_s: float | None
     chars_per_s: float | None
@@ -41,6 +47,8 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     """The live view of `trace` at `now_ns` (a `perf_counter_ns` value)."""
     end = trace.t_done if trace.t_done is not None else now_ns
     first, last = trace.t_first_token, trace.t_last_token
+    if trace.t_queued is not None and not trace.t_sent:
+        return _queued(trace, now_ns)
     if trace.done:
         phase: Phase = "done"
     elif first is not None:
@@ -72,11 +80,62 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         prompt_tokens=prompt.prompt_tokens if prompt else trace.prompt_estimate,
         cached_tokens=prompt.cached_tokens if prompt else (progress.cached if progress else None),
         prefill_done=progress.processed if progress else None,
+        prefill_left_ms=_left(progress) if first is None else None,
         tokens=tokens,
-        tokens_estimated=not trace.tokens_known,
+        unit="tokens" if trace.tokens_known else "chunks",
+        tokens_estimated=False,
         decode_tok_s=(tokens - 1) / window_s if window_s > 0 and tokens > 1 else None,
-        chars_per_s=trace.chars / window_s if window_s > 0 else None,
+        chars_per_s=(trace.chars - trace.chars_first) / window_s if window_s > 0 else None,
         recent_itl_ms=recent,
         since_last_ms=since,
         stall=stall,
+    )
+
+
+def _left(progress: PrefillProgress | None) -> float | None:
+    """The rest of the prefill at the rate the engine has shown so far."""
+    if progress is None or progress.time_ms <= 0:
+        return None
+    done = progress.processed - progress.cached
+    if done <= 0:
+        return None
+    return (progress.total - progress.processed) * progress.time_ms / done
+
+
+def _queued(trace: Trace, now_ns: int) -> Live:
+    """Not sent yet: the request waits for a history summary (not part of its TTFT)."""
+    assert trace.t_queued is not None
+    return Live(
+        phase="summary",
+        elapsed_ms=(now_ns - trace.t_queued) / 1e6,
+        ttft_ms=None,
+        prompt_tokens=trace.prompt_estimate,
+        cached_tokens=None,
+        prefill_done=None,
+        prefill_left_ms=None,
+        tokens=0,
+        unit="tokens",
+        tokens_estimated=False,
+        decode_tok_s=None,
+        chars_per_s=None,
+        recent_itl_ms=(),
+        since_last_ms=None,
+        stall="",
+    )
+
+
+def finished(live: Live, m: Metrics) -> Live:
+    """The live view of a finished request, with the final figures: one number for one
+    answer, the same as its footer (tokens from usage where the server sent it)."""
+    return replace(
+        live,
+        phase="done",
+        ttft_ms=m.ttft_ms,
+        tokens=m.output_tokens,
+        unit="tokens",
+        tokens_estimated=m.output_tokens_estimated,
+        decode_tok_s=m.decode_tok_s,
+        chars_per_s=m.chars_per_s,
+        since_last_ms=None,
+        stall="",
     )

@@ -2,12 +2,18 @@
 
 - `ttft_ms`: request sent -> first text.
 - `e2e_ms`: request sent -> last event.
-- `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT.
+- `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT. None
+  when the server does not say how much of the prompt it had cached (`cache_reported`
+  False: vLLM without prompt-token details, Ollama): a rate from a guess would be wrong
+  by the whole cached prefix.
 - `decode_tok_s`: (output_tokens - 1) / (last token - first token): the decode window,
   first token excluded. Never output tokens / total wall time.
 - `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive text events
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
-- `chars`, `chars_per_s` (over the decode window), `chars_per_token`: Unicode characters.
+- `chars`, `chars_per_s`, `chars_per_token`: Unicode characters. The rates use the
+  decode window too (the first text event's characters excluded), so
+  `chars_per_s == chars_per_token * decode_tok_s`.
+- `draft_acceptance`: speculative decoding, accepted / drafted tokens (llama-server).
 
 `server_*` fields are the engine's own account beside ours: llama-server's `timings`,
 or, for the local backend, llama.cpp's perf counters (per-request deltas).
@@ -45,6 +51,7 @@ class Metrics:
     output_tokens: int
     output_tokens_estimated: bool
     prefill_tok_s: float | None
+    cache_reported: bool
     decode_tok_s: float | None
     tpot_ms: float | None
     itl_ms_p50: float | None
@@ -67,6 +74,11 @@ class Metrics:
     server_predicted_ms: float | None
     server_prefill_tok_s: float | None
     server_decode_tok_s: float | None
+    server_draft_n: int | None
+    server_draft_accepted: int | None
+    draft_acceptance: float | None
+    context_window: int | None
+    context_source: str | None
     warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,6 +98,7 @@ def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     values["chars"] = int(data.get("chars") or 0)
     values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
     values["prompt_tokens_source"] = str(data.get("prompt_tokens_source") or "none")
+    values["cache_reported"] = bool(data.get("cache_reported", True))
     values["backend"] = str(data.get("backend") or "")
     values["model"] = str(data.get("model") or "")
     return Metrics(**values)
@@ -129,7 +142,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
 
-    chars_per_s = trace.chars / decode_s if decode_s else None
+    window_chars = trace.chars - trace.chars_first
+    chars_per_s = window_chars / decode_s if decode_s else None
+    chars_per_token = window_chars / (output - 1) if decode_s and output > 1 else None
     share = ttft / e2e if ttft is not None and e2e else None
 
     s = trace.server
@@ -147,6 +162,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         output_tokens=output,
         output_tokens_estimated=out_estimated,
         prefill_tok_s=prefill_tok_s,
+        cache_reported=cached is not None,
         decode_tok_s=decode_tok_s,
         tpot_ms=tpot,
         itl_ms_p50=pick(50),
@@ -155,11 +171,14 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         itl_ms_max=gaps[-1] if gaps else None,
         chars=trace.chars,
         chars_per_s=chars_per_s,
-        chars_per_token=trace.chars / output if output else None,
+        chars_per_token=chars_per_token,
         prefill_share=share,
         decode_share=1 - share if share is not None else None,
-        kv_used_tokens=trace.kv.used_tokens if trace.kv else None,
-        kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else None,
+        # the engine's KV figures; for a server, what this chat holds of its window
+        kv_used_tokens=trace.kv.used_tokens
+        if trace.kv
+        else (prompt_tokens + output if prompt_tokens is not None and trace.window else None),
+        kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
         kv_bytes=trace.kv.used_bytes if trace.kv else None,
         implied_bandwidth_gb_s=_bandwidth(trace, decode_tok_s),
         server_prompt_n=s.prompt_n if s else None,
@@ -169,6 +188,13 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_predicted_ms=s.predicted_ms if s else None,
         server_prefill_tok_s=s.prompt_n / s.prompt_ms * 1000 if s and s.prompt_ms else None,
         server_decode_tok_s=s.predicted_n / s.predicted_ms * 1000 if s and s.predicted_ms else None,
+        server_draft_n=s.draft_n if s else None,
+        server_draft_accepted=s.draft_n_accepted if s else None,
+        draft_acceptance=s.draft_n_accepted / s.draft_n
+        if s and s.draft_n and s.draft_n_accepted is not None
+        else None,
+        context_window=trace.window,
+        context_source=trace.window_source,
         warnings=tuple(_disagreements(trace, prompt_tokens)),
     )
 
@@ -199,12 +225,13 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
         cache = s.cache_n or 0
         total = u.prompt_tokens if u is not None else s.prompt_n + cache
         return total, "server", cache, s.prompt_n
-    if u is not None:
+    if u is not None:  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
-        return u.prompt_tokens, "server", cached, u.prompt_tokens - (cached or 0)
-    if trace.prompt_estimate is not None:
+        evaluated = u.prompt_tokens - cached if cached is not None else None
+        return u.prompt_tokens, "server", cached, evaluated
+    if trace.prompt_estimate is not None:  # a server that reports nothing: ours, cache unknown
         src = "tokenizer" if trace.prompt_estimate_exact else "estimate"
-        return trace.prompt_estimate, src, None, trace.prompt_estimate
+        return trace.prompt_estimate, src, None, None
     return None, "none", None, None
 
 
@@ -218,30 +245,37 @@ def _output_tokens(trace: Trace) -> tuple[int, bool]:
     return estimate_text(trace.text), True
 
 
+#: With no window to compare against, a server that read less than this share of our
+#: estimate (another tokenizer's count) is taken to have cut the prompt.
+TRUNCATED_SHARE = 0.5
+
+
 def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
-    """Server truth vs client truth, where the difference matters."""
+    """Server truth vs client truth, where the difference matters.
+
+    The local backend is its own engine: its counts are exact, a prompt that does not fit
+    is refused, and every token it made arrives, so nothing is checked there (llama.cpp's
+    own counters misfile a token or two between prompt and decode)."""
     out: list[str] = []
-    s = trace.server
-    if s is not None and trace.prompt_estimate and trace.prompt_estimate_exact:
-        seen = s.prompt_n + (s.cache_n or 0)
-        if seen < trace.prompt_estimate:
-            out.append(
-                f"server saw {seen} prompt tokens, we sent {trace.prompt_estimate}: "
-                "the prompt was probably truncated"
-            )
-    if s is not None and trace.usage is not None:
-        seen = s.prompt_n + (s.cache_n or 0)
-        if trace.usage.prompt_tokens and seen < trace.usage.prompt_tokens:
-            out.append(
-                f"server evaluated + cached {seen} of {trace.usage.prompt_tokens} prompt "
-                "tokens: the prompt was truncated"
-            )
+    s, u = trace.server, trace.usage
+    if trace.prompt is None:
+        if s is not None and u is not None and u.prompt_tokens:
+            seen = s.prompt_n + (s.cache_n or 0)
+            if seen < u.prompt_tokens:
+                out.append(
+                    f"server evaluated + cached {seen} of {u.prompt_tokens} prompt tokens: "
+                    "the prompt was truncated"
+                )
+        out += _cut_to_window(trace)
     if (
-        s is not None
+        trace.prompt is None  # the local backend counts what it made itself
+        and s is not None
         and trace.tokens_known
         and trace.deltas
         and s.predicted_n
-        and abs(s.predicted_n - trace.tokens) > 2  # the engine may not evaluate the last token
+        # the engine does not decode the last token, and counts a 1-token prompt batch
+        # as decode: one either way is agreement
+        and abs(s.predicted_n - trace.tokens) > 1
     ):
         out.append(f"server generated {s.predicted_n} tokens, {trace.tokens} arrived")
     if trace.max_tokens and trace.tokens_known and trace.tokens > trace.max_tokens:
@@ -249,3 +283,25 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
     if prompt_tokens is None:
         out.append("no prompt token count from the server")
     return out
+
+
+def _cut_to_window(trace: Trace) -> list[str]:
+    """A server that read fewer prompt tokens than we sent (Ollama cuts to num_ctx
+    silently), judged against its real window where we know it."""
+    s, u, sent = trace.server, trace.usage, trace.prompt_estimate
+    read = u.prompt_tokens if u is not None else (s.prompt_n + (s.cache_n or 0) if s else None)
+    if not sent or read is None or read >= sent:
+        return []
+    approx = "" if trace.prompt_estimate_exact else "~"
+    window = trace.window
+    if window is not None and sent > window:
+        return [
+            f"the server's window is {window:,} tokens; we sent {approx}{sent:,} prompt "
+            f"tokens and it read {read:,}: the prompt was truncated"
+        ]
+    if read < sent * TRUNCATED_SHARE:
+        return [
+            f"server read {read:,} prompt tokens, we sent {approx}{sent:,}: "
+            "the prompt was probably truncated"
+        ]
+    return []

@@ -1,5 +1,9 @@
 """The recorder: stamps every backend event on arrival, keeps one `Trace` per request.
 
+A text event that carries the time it was made (`TextDelta.t_ns`: the local backend
+stamps each token on the llama thread) is timed by that instead of its arrival, so
+tokens queued behind a busy UI keep their real spacing.
+
 The hot path (`observe`) does a clock read, an append and a few integer updates per
 event; everything derived (rates, percentiles) is computed on demand by
 `telemetry.metrics`, at the UI's refresh rate or once at the end.
@@ -40,7 +44,12 @@ class Trace:
     max_tokens: int = 0
     prompt_estimate: int | None = None  # our own count, before sending
     prompt_estimate_exact: bool = False
+    #: the backend's context window when the request was sent (None: unknown)
+    window: int | None = None
+    window_source: str | None = None
     t_sent: int = 0
+    #: set while the request waits before it is sent (for a history summary): since when
+    t_queued: int | None = None
     t_first_byte: int | None = None
     t_first_token: int | None = None
     t_last_token: int | None = None
@@ -53,6 +62,8 @@ class Trace:
     tokens: int = 0  # tokens the backend vouched for (local: exact)
     tokens_known: bool = True
     chars: int = 0
+    #: characters of the first text event: the decode window starts after it
+    chars_first: int = 0
     text_parts: list[str] = field(default_factory=list)
     prompt: PromptEvaluated | None = None
     usage: Usage | None = None
@@ -78,9 +89,12 @@ class Trace:
     def observe(self, event: Event, now: int) -> None:
         """Record one event that arrived at `now` (ns)."""
         match event:
-            case TextDelta(text=text, tokens=tokens):
+            case TextDelta(text=text, tokens=tokens, t_ns=made):
+                if made is not None:
+                    now = made
                 if self.t_first_token is None:
                     self.t_first_token = now
+                    self.chars_first = len(text)
                 self.t_last_token = now
                 self.deltas += 1
                 if tokens is None:

@@ -13,6 +13,7 @@ class ScriptedBackend:
     exact_token_counts = False
     serial = False
     context_window = None
+    context_source = None
 
     def __init__(self, name: str = "scripted", text: str = "Hello.") -> None:
         self._name = name

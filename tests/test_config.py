@@ -139,7 +139,7 @@ threads = 1
         (
             '[[endpoints]]\nname = "a"\nbase_url = "http://a/v1"\napi_url = "x"\n',
             "endpoints[0].api_url: unknown key (expected one of: name, base_url, model, "
-            "api_key_env, api_key)",
+            "api_key_env, context, api_key)",
         ),
         ('[[local]]\nname = "x"\ngpu_layer = 3\n', "local[0].gpu_layer: unknown key"),
         ("[engine]\nmax_tokens = true\n", "engine.max_tokens: expected an integer, got true"),

@@ -43,8 +43,10 @@ def test_known_answers() -> None:
     # prefill rate over evaluated tokens only (60, not 100), over TTFT
     assert m.prefill_tok_s == pytest.approx(300.0)
     assert (m.prompt_tokens, m.cached_tokens, m.evaluated_prompt_tokens) == (100, 40, 60)
+    # the character rates use the decode window too: the first token's 2 chars are out
     assert m.chars == 22 and m.chars_per_token == 2.0
-    assert m.chars_per_s == pytest.approx(220.0)
+    assert m.chars_per_s == pytest.approx(200.0)
+    assert m.chars_per_s == pytest.approx(m.chars_per_token * m.decode_tok_s)
     assert m.prefill_share == pytest.approx(200 / 305)
     assert m.kv_used_tokens == 111 and m.kv_capacity_tokens == 2048
 
@@ -104,8 +106,10 @@ def test_japanese_chars_per_second_counts_characters_not_bytes() -> None:
     t.observe(Finished("stop"), 200 * MS)
     m = compute(t)
     assert m.chars == 9  # not 27 UTF-8 bytes
-    assert m.chars_per_s == pytest.approx(9 / 0.1)
-    assert m.chars_per_token == pytest.approx(3.0)
+    # after the first token: "、世界" and "。" in 0.1 s, 2 tokens
+    assert m.chars_per_s == pytest.approx(4 / 0.1)
+    assert m.chars_per_token == pytest.approx(2.0)
+    assert m.chars_per_s == pytest.approx(m.chars_per_token * (m.decode_tok_s or 0))
 
 
 def test_truncated_prompt_warning_from_server_timings() -> None:

@@ -64,20 +64,26 @@ def test_character_split_across_tokens_comes_out_once(local_backend: LocalBacken
 
 
 async def test_client_figures_agree_with_llama_cpp_counters(local_backend: LocalBackend) -> None:
+    import llama_cpp
+
     session = ChatSession(local_backend, Settings(max_tokens=48, temperature=0))
     long_prompt = "Summarise: " + "The sea was calm and the light turned slowly. " * 12
     async for _ in session.send(long_prompt):
         pass
     m = session.exchanges[-1].metrics
-    assert m is not None and m.output_tokens > 8
+    assert m is not None and m.output_tokens > 8 and m.warnings == ()
     assert m.server_prompt_n == m.evaluated_prompt_tokens  # the same prompt tokens evaluated
+    assert m.server_cache_n == m.cached_tokens
     assert m.server_prompt_ms is not None and m.ttft_ms is not None
-    # The client's TTFT contains llama.cpp's prefill time plus the first sample.
-    assert m.ttft_ms >= m.server_prompt_ms * 0.95
-    assert m.ttft_ms <= m.server_prompt_ms * 3 + 50
-    # Decode rates: the same steps timed from two sides (loose: a correctness check).
+    # TTFT is llama.cpp's prefill plus templating, tokenizing and the first sample: a
+    # few ms (the first token is stamped on the llama thread, not when the UI reads it)
+    assert m.server_prompt_ms <= m.ttft_ms <= m.server_prompt_ms + 25
+    # the same decode steps timed from two sides; ours adds the loop between them
     assert m.decode_tok_s is not None and m.server_decode_tok_s is not None
-    assert m.decode_tok_s == pytest.approx(m.server_decode_tok_s, rel=0.35)
-    assert m.kv_used_tokens is not None and m.kv_bytes is not None
-    assert m.kv_bytes == geometry(default_model_path()).kv_bytes(m.kv_used_tokens, 2048)
-    assert m.implied_bandwidth_gb_s is not None and m.implied_bandwidth_gb_s > 0
+    assert m.decode_tok_s == pytest.approx(m.server_decode_tok_s, rel=0.05)
+    assert m.decode_tok_s <= m.server_decode_tok_s * 1.01
+    # KV bytes against the engine's own account of the sequence's state (which adds a
+    # small header): within 0.2%
+    engine_bytes = llama_cpp.llama_state_seq_get_size(local_backend._llm.ctx, 0)
+    assert m.kv_bytes is not None and m.kv_used_tokens == local_backend._llm.n_tokens
+    assert m.kv_bytes <= engine_bytes <= m.kv_bytes * 1.002

@@ -287,7 +287,7 @@ class BrokenSummarizer:
 
     name, model = "broken", "none"
     exact_token_counts = serial = False
-    context_window = None
+    context_window = context_source = None
     state, state_detail = "ready", "scripted"
 
     def __init__(self, raises: bool) -> None:

@@ -49,6 +49,7 @@ async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -
         assert answer.status == "cancelled" and answer.content
         assert app.session.exchanges[0].trace.tokens < 400
         # the app is usable again at once
+        app.session.update_settings(max_tokens=16)
         app.send("Hi")
         await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
         assert app.session.exchanges[1].answer.status == "complete"

@@ -44,6 +44,7 @@ from phasechat.tui.dialogs import register_themes
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.telemetry_view import (
     answer_footer,
+    context_gauge,
     engine_line,
     forecast_line,
     live_content,
@@ -285,6 +286,8 @@ class PhasechatApp(App[None]):
         parts = [live_content(exchange.live(), exchange.kv)]
         if not self.generating:
             if exchange.metrics is not None:
+                if exchange.kv is None:  # a server: its window instead of the KV cache
+                    parts.append(context_gauge(exchange.metrics))
                 parts.append(engine_line(exchange.metrics))
             parts.append(self._forecast_content())
             trimmer = self.session.trimmer

@@ -79,7 +79,12 @@ def phase_bar(prefill_ms: float | None, total_ms: float | None, width: int = 30)
 def live_content(live: Live, kv: KVStats | None = None) -> Content:
     """The live panel while a request runs (and just after)."""
     parts: list[str | tuple[str, str] | Content] = []
-    if live.phase in ("waiting", "prefill"):
+    if live.phase == "summary":
+        parts += [
+            ("waiting for the history summary", "bold $phase-prefill"),
+            f"   {fmt(live.elapsed_ms / 1000, ' s', 1)}…  (not sent yet: not in TTFT)",
+        ]
+    elif live.phase in ("waiting", "prefill"):
         prompt = f"{live.prompt_tokens:,} tokens" if live.prompt_tokens else "the prompt"
         progress = ""
         if live.prefill_done is not None and live.prompt_tokens:
@@ -88,17 +93,20 @@ def live_content(live: Live, kv: KVStats | None = None) -> Content:
             (f"prefilling {prompt}{progress}", "bold $phase-prefill"),
             f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
         ]
+        if live.prefill_left_ms is not None:
+            parts.append(f"   ≈ {fmt(live.prefill_left_ms / 1000, ' s', 1)} left")
         if live.cached_tokens:
             parts.append(f"   cached prefix {live.cached_tokens:,}")
     else:
         approx = "~" if live.tokens_estimated else ""
+        unit = "tok" if live.unit == "tokens" else "chunks"
         parts += [
             ("decoding" if live.phase == "decode" else "done", "bold $phase-decode"),
             f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
             "   ",
-            (f"{approx}{fmt(live.decode_tok_s)} tok/s", "bold $accent"),
+            (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
             f"   {fmt(live.chars_per_s, ' chars/s', 0)}",
-            f"   {approx}{live.tokens:,} {'chunks' if live.tokens_estimated else 'tokens'}",
+            f"   {approx}{live.tokens:,} {live.unit}",
         ]
         if live.cached_tokens:
             parts.append(f"   cached prefix {live.cached_tokens:,}")
@@ -110,11 +118,30 @@ def live_content(live: Live, kv: KVStats | None = None) -> Content:
         since = fmt((live.since_last_ms or 0) / 1000, " s", 1)
         line2.append((f"  {live.stall}: no token for {since}", "bold $stall"))
     out = [Content.assemble(*parts), Content.assemble(*line2)]
-    if live.phase != "waiting" and live.ttft_ms is not None:
+    if live.phase not in ("summary", "waiting") and live.ttft_ms is not None:
         out.append(phase_bar(live.ttft_ms, live.elapsed_ms))
     if kv is not None:
         out.append(kv_gauge(kv.used_tokens, kv.capacity_tokens, kv.used_bytes))
     return Content("\n").join(out)
+
+
+def context_gauge(m: Metrics, width: int = 20) -> Content:
+    """A server's window: what this chat holds of it (prompt + answer), and who said how
+    large it is; or that the server does not say."""
+    if m.context_window is None:
+        return Content.assemble(
+            ("context ", "dim"), "window unknown (the server does not report it; --context N)"
+        )
+    used = m.kv_used_tokens or 0
+    frac = min(1.0, used / m.context_window)
+    filled = round(frac * width)
+    return Content.assemble(
+        ("context ", "dim"),
+        ("■" * filled, "$stall" if frac > 0.9 else "$kv-fill"),
+        ("□" * (width - filled), "dim"),
+        f" {used:,}/{m.context_window:,} tokens",
+        (f" ({m.context_source})" if m.context_source else "", "dim"),
+    )
 
 
 def kv_gauge(used: int, capacity: int, used_bytes: int, width: int = 20) -> Content:
@@ -137,7 +164,7 @@ def answer_footer(
     approx = "~" if m.output_tokens_estimated else ""
     bits = [
         f"TTFT {fmt(m.ttft_ms, ' ms', 0)}",
-        f"{fmt(m.decode_tok_s)} tok/s",
+        f"{approx}{fmt(m.decode_tok_s)} tok/s",
         f"{approx}{m.output_tokens} tokens",
         f"prompt {m.prompt_tokens if m.prompt_tokens is not None else '-'}"
         + (f" ({m.cached_tokens} cached)" if m.cached_tokens else ""),
@@ -162,6 +189,13 @@ def engine_line(m: Metrics) -> Content:
             f"prefill {fmt(m.server_prefill_tok_s)} tok/s ({m.server_prompt_n} tok"
             + (f", {m.server_cache_n} cached" if m.server_cache_n else "")
             + f") · decode {fmt(m.server_decode_tok_s)} tok/s",
+        ]
+    if m.prefill_tok_s is None and not m.cache_reported and m.ttft_ms is not None:
+        parts += [("   prefill ", "dim"), "n/a (server does not report its cache)"]
+    if m.draft_acceptance is not None:
+        parts += [
+            ("   draft ", "dim"),
+            f"{m.server_draft_accepted}/{m.server_draft_n} accepted ({m.draft_acceptance:.0%})",
         ]
     if m.implied_bandwidth_gb_s is not None:
         parts += [("   roofline ", "dim"), f"≈ {m.implied_bandwidth_gb_s:.2f} GB/s effective"]
@@ -188,6 +222,9 @@ def forecast_line(f: Forecast, actual: Metrics | None = None) -> Content:
         head[10:],
         " → TTFT ≈ ",
         (fmt(f.ttft_ms, " ms", 0), "bold $phase-prefill"),
+        (f" ({fmt(f.overhead_ms, ' ms', 0)} fixed + {fmt(f.prefill_ms, ' ms', 0)} prefill)", "dim")
+        if f.overhead_ms
+        else "",
         total if f.total_ms else "",
     ]
     if actual is not None:

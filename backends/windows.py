@@ -1,0 +1,94 @@
+"""A remote server's context window, asked of the server itself where it says it.
+
+- llama.cpp's llama-server: `GET /v1/models` carries `meta.n_ctx` (the slot's window,
+  tools/server/server-context.cpp, the models listing), and `GET /props` carries
+  `default_generation_settings.n_ctx` and `total_slots`.
+- vLLM: `GET /v1/models` carries `max_model_len` per model.
+- Ollama: `POST /api/show` has the model's trained `<arch>.context_length` and, when the
+  Modelfile sets it, `num_ctx` in `parameters`; `GET /api/ps` has the `context_length` a
+  loaded model runs with. The window in force is the running one, not the trained one.
+
+Anything else (OpenAI, LM Studio, an unknown server) says nothing: the window is unknown
+and the user can set it (`--context`, `[[endpoints]] context`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+#: `owned_by` in Ollama's OpenAI-compatible `/v1/models` listing
+OLLAMA_OWNERS = ("library", "ollama")
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A context window in tokens, and which endpoint said so."""
+
+    tokens: int
+    source: str
+    slots: int | None = None  # llama-server's parallel slots, each with this window
+
+
+def _positive(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def from_models(entries: list[dict[str, Any]], model: str) -> Window | None:
+    """The window the `/v1/models` listing gives for `model` (llama-server, vLLM)."""
+    entry = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
+    meta = entry.get("meta")
+    if isinstance(meta, dict) and (n := _positive(meta.get("n_ctx"))):
+        return Window(n, "llama-server /v1/models meta.n_ctx")
+    if n := _positive(entry.get("max_model_len")):
+        return Window(n, "vLLM /v1/models max_model_len")
+    return None
+
+
+def root_of(base_url: str) -> str:
+    """The server's root for its own endpoints: the base URL without a final /v1."""
+    return re.sub(r"/v1/?$", "", base_url.rstrip("/"))
+
+
+async def llama_server_props(
+    client: httpx.AsyncClient, root: str, headers: dict[str, str]
+) -> Window | None:
+    """llama-server's `GET /props`: the slot window and how many slots share the server."""
+    try:
+        r = await client.get(f"{root}/props", headers=headers, timeout=5.0)
+        body = r.json() if r.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return None
+    settings = body.get("default_generation_settings") if isinstance(body, dict) else None
+    n = _positive(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    if n is None:
+        return None
+    return Window(n, "llama-server /props", _positive(body.get("total_slots")))
+
+
+async def ollama_window(
+    client: httpx.AsyncClient, root: str, headers: dict[str, str], model: str
+) -> Window | None:
+    """Ollama's running window: `/api/ps` for a loaded model, else `num_ctx` from
+    `/api/show` (the trained context is not the window Ollama runs with)."""
+    try:
+        r = await client.get(f"{root}/api/ps", headers=headers, timeout=5.0)
+        running = r.json().get("models", []) if r.status_code == 200 else []
+        for m in running if isinstance(running, list) else []:
+            mine = isinstance(m, dict) and model in (m.get("name"), m.get("model"))
+            if mine and (n := _positive(m.get("context_length"))):
+                return Window(n, "Ollama /api/ps context_length")
+        r = await client.post(f"{root}/api/show", json={"model": model}, headers=headers)
+        body = r.json() if r.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    params = body.get("parameters") if isinstance(body, dict) else None
+    found = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
+    if found and (n := _positive(int(found.group(1)))):
+        return Window(n, "Ollama /api/show num_ctx")
+    return None

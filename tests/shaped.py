@@ -1,0 +1,92 @@
+"""Servers shaped like vLLM and Ollama, for what phasechat cannot get from a real one here:
+a hidden prefix cache, a silently truncating window, speculative-decoding fields.
+
+Served through an `httpx.MockTransport` into the real `RemoteBackend`, so the whole
+client path (requests, SSE parsing, the window probes) runs. The shapes:
+- vLLM `/v1/models` entries carry `max_model_len` (vllm/entrypoints/openai/protocol.py,
+  `ModelCard`); its streamed `usage` has `prompt_tokens_details: null` unless the server
+  runs with `--enable-prompt-tokens-details`.
+- Ollama lists models with `owned_by: "library"`; `GET /api/ps` reports the loaded
+  model's `context_length`; `POST /api/show` has `parameters` (`num_ctx N`) and
+  `model_info` (`<arch>.context_length`, the trained context); a prompt longer than
+  `num_ctx` is cut to fit and usage reports what was kept.
+- llama-server with a draft model adds `draft_n` / `draft_n_accepted` to `timings`
+  (tools/server/server-common.cpp, `server_slot_stats::to_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+
+
+def sse(*objs: dict[str, Any]) -> bytes:
+    body = b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs)
+    return body + b"data: [DONE]\n\n"
+
+
+def chunk(text: str | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    delta = {"content": text} if text is not None else {}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def answer(words: int, usage: dict[str, Any], **last: Any) -> bytes:
+    """`words` chunks of text, a finish, then a usage chunk (stream_options.include_usage)."""
+    chunks = [chunk(f"w{i} ") for i in range(words)]
+    return sse(*chunks, chunk(finish="stop", **last), {"choices": [], "usage": usage})
+
+
+class Shaped:
+    """A scripted server: `models` for `/v1/models`, `routes` for other GETs/POSTs, and
+    `reply(request_json)` for each chat completion. Records every request."""
+
+    def __init__(
+        self,
+        models: list[dict[str, Any]],
+        reply: Callable[[dict[str, Any]], bytes],
+        routes: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.models, self.reply, self.routes = models, reply, routes or {}
+        self.requests: list[httpx.Request] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if path.endswith("/v1/models"):
+            return httpx.Response(200, json={"object": "list", "data": self.models})
+        if path.endswith("/chat/completions"):
+            body = self.reply(json.loads(request.content))
+
+            async def stream() -> AsyncIterator[bytes]:
+                yield body
+
+            return httpx.Response(
+                200, content=stream(), headers={"content-type": "text/event-stream"}
+            )
+        if path in self.routes:
+            return httpx.Response(200, json=self.routes[path])
+        return httpx.Response(404, json={"error": "not found"})
+
+    def backend(self, **config: Any) -> RemoteBackend:
+        cfg = RemoteConfig(base_url="http://shaped.test/v1", **config)
+        return RemoteBackend(cfg, httpx.MockTransport(self.handle))
+
+
+VLLM_MODELS = [
+    {"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm", "max_model_len": 32768}
+]
+OLLAMA_MODELS = [{"id": "llama3.2:1b", "object": "model", "created": 0, "owned_by": "library"}]
+
+
+def ollama_routes(num_ctx: int, loaded: bool) -> dict[str, dict[str, Any]]:
+    ps = {"models": [{"name": "llama3.2:1b", "model": "llama3.2:1b", "context_length": num_ctx}]}
+    show = {
+        "parameters": f'num_ctx {num_ctx}\nstop "<|eot_id|>"',
+        "model_info": {"llama.context_length": 131072},
+    }
+    return {"/api/ps": ps if loaded else {"models": []}, "/api/show": show}
