@@ -3,8 +3,10 @@ one send, and the panel's figures."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from phasechat.backends.events import Message
 from phasechat.telemetry.metrics import Metrics
@@ -27,10 +29,57 @@ class Summary:
     metrics: Metrics  # the summary request's own TTFT, e2e and token counts
     started_ns: int = 0  # perf_counter_ns when its request was sent
     finished_ns: int = 0  # ... and when its last event arrived
+    #: "model": written by the summarizer; "extractive": the first sentence of each
+    #: summarized turn, because the model's summary was unusable (`why`)
+    kind: Literal["model", "extractive"] = "model"
+    why: str | None = None
 
-    def message(self) -> Message:
-        """The summary as it goes into the prompt, right after the system prompt."""
-        return Message("system", SUMMARY_HEADER + self.text)
+    def system(self, system: str) -> Message:
+        """The one system message with the summary appended after the user's own system
+        prompt, which stays byte-identical, so the prefix up to it still hits the cache.
+        Every chat template accepts one system message first; a second one, or one in
+        the middle, breaks strict templates (Gemma, Mistral)."""
+        head = f"{system}\n\n" if system else ""
+        return Message("system", head + SUMMARY_HEADER + self.text)
+
+
+#: A summary whose 4-word phrases are this repetitive is a model stuck in a loop.
+REPEAT_SHARE = 0.6
+
+
+def unusable(text: str, finish: str | None) -> str | None:
+    """Why a model-written summary cannot be used as it is (None: it can)."""
+    if not text.strip():
+        return "the model's summary was empty"
+    if finish == "length":
+        return "the model's summary ran past its length limit"
+    words = text.lower().split()
+    grams = [tuple(words[i : i + 4]) for i in range(len(words) - 3)]
+    if len(grams) >= 8 and len(set(grams)) / len(grams) < REPEAT_SHARE:
+        return "the model's summary repeated itself"
+    return None
+
+
+def first_sentence(text: str, max_chars: int = 240) -> str:
+    """The first sentence of `text`, on one line, at most `max_chars`."""
+    flat = " ".join(text.split())
+    match = re.match(r"(.+?[.!?])(\s|$)", flat)
+    sentence = match.group(1) if match else flat
+    return sentence if len(sentence) <= max_chars else sentence[: max_chars - 1] + "…"
+
+
+def extractive(turns: Sequence[Message], max_chars: int) -> str:
+    """The first sentence of each summarized turn, oldest first, within `max_chars`
+    (the newest turns are kept when they do not all fit)."""
+    lines = [f"- {m.role}: {first_sentence(m.content)}" for m in turns if m.content.strip()]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if size + len(line) + 1 > max_chars:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(reversed(kept))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +117,8 @@ class TrimStats:
     summary_tokens: int | None
     summary_ms_total: float  # every summary's e2e, summed
     last_error: str | None
+    summary_kind: str | None = None  # the one in use: "model" or "extractive"
+    summary_why: str | None = None  # why the model's was not used
 
 
 def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:

@@ -33,7 +33,9 @@ from phasechat.chat.trim_types import (
     SendPlan,
     Summary,
     TrimStats,
+    extractive,
     measured_prefill_rate,
+    unusable,
 )
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
@@ -44,6 +46,10 @@ DEFAULT_CONTEXT = 8192
 MARGIN = 64
 #: Budget share kept back when counts are tiktoken estimates of another tokenizer.
 ESTIMATE_SLACK = 0.10
+#: Turns of the chat's own growth a trim leaves room for before the next one.
+CALM_TURNS = 4
+#: Characters per token for sizing an extractive summary (English prose, roughly).
+CHARS_PER_TOKEN = 4
 
 
 class Trimmer:
@@ -104,8 +110,7 @@ class Trimmer:
         if not self.enabled or self.summary is None:
             return conversation.prompt_messages()
         covered = self.summary.covers
-        out = [Message("system", conversation.system)] if conversation.system else []
-        out.append(self.summary.message())
+        out = [self.summary.system(conversation.system)]
         out.extend(
             Message(m.role, m.content)
             for m in conversation.messages
@@ -227,9 +232,10 @@ class Trimmer:
         cut = self._plan(backend, conversation, budget)
         if not cut:
             return False
-        head = [Message("system", conversation.system)] if conversation.system else []
         if self.summary is not None:
-            head.append(self.summary.message())
+            head = [self.summary.system(conversation.system)]
+        else:
+            head = [Message("system", conversation.system)] if conversation.system else []
         body = [Message(m.role, m.content) for m in cut if m.in_prompt]
         limit = self.summary_budget(budget)
         ask = Message("user", self.instruction.format(words=max(10, limit * 3 // 5)))
@@ -240,27 +246,41 @@ class Trimmer:
         covers = self.covered | {m.id for m in cut}
         self._task_backend = summarizer
         self._task = asyncio.create_task(
-            self._write(summarizer, request, frozenset(covers)), name="phasechat-summary"
+            self._write(summarizer, request, frozenset(covers), body), name="phasechat-summary"
         )
         return True
 
+    def goal(self, budget: int) -> int:
+        """Prompt tokens a trim cuts down to, summary included: `target` of the budget,
+        and low enough that CALM_TURNS more turns of this chat's own growth fit after it
+        (so a trim buys calm turns that reuse the prefix, instead of one per turn)."""
+        grown = [b - a for a, b in itertools.pairwise(self._growth[-5:]) if b > a]
+        per_turn = sum(grown) / len(grown) if grown else 0.0
+        return int(min(budget * self.target, budget - CALM_TURNS * per_turn))
+
     def _plan(self, backend: Backend, conversation: Conversation, budget: int) -> list[ChatMessage]:
         """The oldest uncovered turns to summarize: as few as bring the prompt down to
-        `target` of the budget, never any of the last `keep_last` turns."""
+        `goal`. The last `keep_last` turns are kept verbatim while that is possible; when
+        they alone exceed the goal they yield, down to the last turn."""
         covered = self.covered
         rest = [m for m in conversation.messages if m.id not in covered]
         starts = [i for i, m in enumerate(rest) if m.role == "user"]
-        last = len(starts) - max(1, self.keep_last)  # the deepest allowed cut, a turn index
+        last = len(starts) - 1  # the deepest cut keeps the last turn only
         if last < 1:
             return []
         system = [Message("system", conversation.system)] if conversation.system else []
-        goal = int(budget * self.target) - self.summary_budget(budget) - 16
+        goal = self.goal(budget) - self.summary_budget(budget) - 16
 
         def tokens_after(j: int) -> int:
             kept = [Message(m.role, m.content) for m in rest[starts[j] :] if m.in_prompt]
             return self._count(backend, (*system, *kept))
 
+        preferred = len(starts) - max(1, self.keep_last)  # keeps the last keep_last turns
         lo, hi = 1, last  # binary search: the remaining prompt shrinks as the cut deepens
+        if preferred >= 1 and tokens_after(preferred) <= goal:
+            hi = preferred  # the preferred cut reaches the goal: the best cut is within it
+        elif tokens_after(last) > goal:
+            return rest[: starts[last]]  # even the last turn alone is over: cut the rest
         while lo < hi:
             mid = (lo + hi) // 2
             if tokens_after(mid) <= goal:
@@ -288,9 +308,15 @@ class Trimmer:
         return tuple(messages)
 
     async def _write(
-        self, backend: Backend, request: GenerationRequest, covers: frozenset[int]
+        self,
+        backend: Backend,
+        request: GenerationRequest,
+        covers: frozenset[int],
+        turns: Sequence[Message],
     ) -> Summary | None:
-        """Run the summary request; on any failure keep the reason and return None."""
+        """Run the summary request; on any failure keep the reason and return None. A
+        summary that came back unusable (empty, cut at its limit, repeating itself) is
+        replaced by an extractive one made from `turns`."""
         trace = Trace(backend=backend.name, model=backend.model, max_tokens=request.max_tokens)
         try:
             async for _ in record(backend.stream(request), trace):
@@ -304,9 +330,9 @@ class Trimmer:
             self.last_error = trace.error.message
             return None
         text = trace.text.strip()
-        if not text:
-            self.last_error = "the summarizer returned no text"
-            return None
+        why = unusable(text, trace.finish)
+        if why is not None:  # the first sentence of each turn, within the same size
+            text = extractive(turns, max_chars=request.max_tokens * CHARS_PER_TOKEN)
         self.last_error = None
         return Summary(
             text,
@@ -316,6 +342,8 @@ class Trimmer:
             compute(trace),
             started_ns=trace.t_sent,
             finished_ns=trace.t_done or time.perf_counter_ns(),
+            kind="extractive" if why else "model",
+            why=why,
         )
 
     def _collect(self) -> str | None:
@@ -361,6 +389,8 @@ class Trimmer:
             summary_tokens=latest.output_tokens if latest else None,
             summary_ms_total=sum(s.metrics.e2e_ms or 0.0 for s in self.summaries),
             last_error=self.last_error,
+            summary_kind=self.summary.kind if self.summary else None,
+            summary_why=self.summary.why if self.summary else None,
         )
 
     async def aclose(self) -> None:

@@ -248,6 +248,10 @@ def trim_line(t: TrimStats) -> Content:
             parts.append(f" (≈ {fmt(t.prefill_s_saved, ' s', 1)} of cold prefill)")
     if t.summaries:
         parts.append(f" · summaries cost {fmt(t.summary_ms_total / 1000, ' s', 1)}")
+    if t.summary_kind == "extractive":
+        parts.append((f" · extractive summary ({t.summary_why})", "$warning"))
+    elif t.summary_kind == "model":
+        parts.append((" · model-written summary", "dim"))
     if t.pending:
         parts.append((" · summarizing…", "$phase-prefill"))
     if t.last_error:
