@@ -1,0 +1,61 @@
+"""The remote backend against llama.cpp's own `llama-server` (a real one, on 127.0.0.1):
+server-reported usage and `timings`, and the prompt cache across turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    ResponseStarted,
+    ServerTimings,
+    TextDelta,
+    Usage,
+)
+from backends.openai import RemoteBackend, RemoteConfig
+
+pytestmark = [pytest.mark.server]
+
+SYSTEM = Message("system", "You are a helpful assistant who answers in one short sentence.")
+
+
+async def ask(backend: RemoteBackend, *messages: Message) -> list[Event]:
+    req = GenerationRequest((SYSTEM, *messages), max_tokens=16, temperature=0)
+    return [e async for e in backend.stream(req)]
+
+
+async def test_usage_timings_and_cached_prefix(real_llama_server: str) -> None:
+    backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
+    await backend.start()
+    assert backend.state == "ready", backend.state_detail
+    assert backend.is_llama_server
+
+    first_q = Message("user", "What is a lighthouse?")
+    first = await ask(backend, first_q)
+    assert isinstance(first[0], ResponseStarted) and isinstance(first[-1], Finished)
+    answer = "".join(e.text for e in first if isinstance(e, TextDelta))
+    assert answer.strip()
+    (usage,) = [e for e in first if isinstance(e, Usage)]
+    timings = [e for e in first if isinstance(e, ServerTimings)]
+    assert timings, "llama-server sends `timings` on the last chunk"
+    last = timings[-1]
+    # The server's own prompt count: the chat template around the two messages.
+    assert usage.prompt_tokens > 10
+    assert last.prompt_n + (last.cache_n or 0) == usage.prompt_tokens
+    assert last.predicted_n == usage.completion_tokens > 0
+    assert last.prompt_ms > 0 and last.predicted_ms > 0
+
+    # A second turn repeats the first one as its prefix: the server reuses its KV cache.
+    second = await ask(
+        backend, first_q, Message("assistant", answer), Message("user", "And a harbour?")
+    )
+    await backend.aclose()
+    assert isinstance(second[-1], Finished)
+    (usage2,) = [e for e in second if isinstance(e, Usage)]
+    timings2 = [e for e in second if isinstance(e, ServerTimings)][-1]
+    assert timings2.cache_n is not None and timings2.cache_n > 0
+    assert usage2.cached_tokens == timings2.cache_n
+    assert timings2.prompt_n + timings2.cache_n == usage2.prompt_tokens > usage.prompt_tokens
