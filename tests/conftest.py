@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from backends.local import LocalBackend, LocalConfig
 from backends.models import default_model_path
-from tests.llama_server import BUILD_HINT, LlamaServer, llama_server_binary
+from tests.llama_server import BUILD_HINT, LlamaServer, free_port, llama_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 # Raw SSE bodies and JSON answers recorded from a real llama-server
@@ -53,12 +52,6 @@ def local_backend(model_path: Path) -> Iterator[LocalBackend]:
     assert backend.state == "ready", backend.state_detail
     yield backend
     asyncio.run(backend.aclose())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
