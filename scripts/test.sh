@@ -3,7 +3,7 @@
 # ruff (lint + format check), mypy --strict, and the pytest suite.
 # The tests against llama.cpp's own llama-server need its binary (scripts/llama_server.sh):
 # under CI (CI=true) or with PHASECHAT_BUILD_LLAMA_SERVER=1 it is built here once (about
-# 10 minutes, then cached); otherwise an already cached build is used, and without one
+# 8 minutes, then cached); otherwise an already cached build is used, and without one
 # those tests skip, saying how to build it. PHASECHAT_LLAMA_SERVER=PATH names any binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
