@@ -245,7 +245,13 @@ class RemoteBackend:
                 json=self.request_body(request),
                 headers=self._headers(),
             )
-            response = await client.send(req, stream=True)
+            try:
+                response = await client.send(req, stream=True)
+            except httpx.RemoteProtocolError:
+                # A kept-alive connection the server had already closed (llama-server
+                # does this after some streamed answers): nothing was answered, so the
+                # request goes once more, on a new connection.
+                response = await client.send(req, stream=True)
         except httpx.HTTPError as exc:
             yield connect_error(exc, self.shown_url, self.config.first_token_timeout_s)
             return

@@ -1,14 +1,13 @@
-"""Shared fixtures: the real bundled model, a real OpenAI-compatible server, fixtures."""
+"""Shared fixtures: the real bundled model, real OpenAI-compatible servers, recordings."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,9 +15,12 @@ import pytest
 
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
+from tests.llama_server import BUILD_HINT, LlamaServer, free_port, llama_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "llama-server"
+# Raw SSE bodies and JSON answers recorded from a real llama-server
+# (tests/fixtures/record.py; tests/fixtures/README.md says what each file is).
+FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +33,9 @@ def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
+    """The recordings are part of the repository: a missing one is an error, not a skip."""
     if not FIXTURES.is_dir():
-        pytest.skip(f"recorded llama-server streams not found at {FIXTURES}")
+        pytest.fail(f"recorded llama-server streams not found at {FIXTURES}")
     return FIXTURES
 
 
@@ -49,12 +52,6 @@ def local_backend(model_path: Path) -> Iterator[LocalBackend]:
     assert backend.state == "ready", backend.state_detail
     yield backend
     asyncio.run(backend.aclose())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -107,3 +104,43 @@ def llama_server(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def start_llama_server(
+    model_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., str]]:
+    """A factory: `start_llama_server(*extra_args)` runs llama.cpp's own `llama-server`
+    on the bundled model on 127.0.0.1 (see tests/llama_server.py for the command) with
+    `extra_args` added (e.g. "--parallel", "4", or "--jinja", "--chat-template-file", X),
+    waits for /health and returns its base URL (ending in /v1). The same arguments give
+    the same server for the whole run; all are stopped at the end.
+
+    The binary is $PHASECHAT_LLAMA_SERVER (scripts/test.sh sets it). Without one the
+    tests that need it skip, saying how to build it; under CI (CI=true) they fail.
+    """
+    binary = llama_server_binary()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI: no llama-server binary. {BUILD_HINT}")
+        pytest.skip(f"no llama-server binary. {BUILD_HINT}")
+    logs = tmp_path_factory.mktemp("llama-server")
+    servers: dict[tuple[str, ...], LlamaServer] = {}
+
+    def start(*extra_args: str) -> str:
+        if extra_args not in servers:
+            log = logs / f"server-{len(servers)}.log"
+            servers[extra_args] = LlamaServer.start(binary, model_path, extra_args, log)
+        return servers[extra_args].base_url
+
+    try:
+        yield start
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def real_llama_server(start_llama_server: Callable[..., str]) -> str:
+    """llama.cpp's own llama-server (usage, `timings`, prompt cache): its base URL."""
+    return start_llama_server()

@@ -67,24 +67,24 @@ async def test_usage_and_timings_from_last_chunk(fixtures_dir: Path, chunk: int)
     assert isinstance(events[0], ResponseStarted)
     assert events[-1] == Finished("length")
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
-    assert text == expected_text(path) and text.startswith("A lighthouse")
-    assert [e for e in events if isinstance(e, Usage)] == [Usage(26, 40, 0)]
+    assert text == expected_text(path) and text.startswith("Lighthouses are")
+    assert [e for e in events if isinstance(e, Usage)] == [Usage(28, 40, 0)]
     (timings,) = [e for e in events if isinstance(e, ServerTimings)]
-    assert (timings.prompt_n, timings.predicted_n, timings.cache_n) == (26, 40, 0)
-    assert timings.prompt_ms == pytest.approx(168.636)
+    assert (timings.prompt_n, timings.predicted_n, timings.cache_n) == (28, 40, 0)
+    assert timings.prompt_ms == pytest.approx(61.163)
 
 
 async def test_cached_prefix_reported(fixtures_dir: Path) -> None:
     events = await collect(backend_for((fixtures_dir / "02-cached-prefix.sse").read_bytes()))
     (timings,) = [e for e in events if isinstance(e, ServerTimings)]
-    assert (timings.cache_n, timings.prompt_n) == (28, 19)
+    assert (timings.cache_n, timings.prompt_n) == (67, 19)
     trace = Trace("remote", "m")
     # The metrics take cached and evaluated prompt tokens from the server's own report.
     for e in events:
         trace.observe(e, 1)
     m = compute(trace)
     assert (m.cached_tokens, m.evaluated_prompt_tokens, m.prompt_tokens_source) == (
-        28,
+        67,
         19,
         "server",
     )
@@ -93,8 +93,8 @@ async def test_cached_prefix_reported(fixtures_dir: Path) -> None:
 async def test_prefill_progress_and_per_token_timings(fixtures_dir: Path) -> None:
     events = await collect(backend_for((fixtures_dir / "03-progress-per-token.sse").read_bytes()))
     progress = [e for e in events if isinstance(e, PrefillProgress)]
-    assert progress[0] == PrefillProgress(36, 14, 14, 0)
-    assert progress[-1].processed == progress[-1].total == 36
+    assert progress[0] == PrefillProgress(26, 14, 14, 0)
+    assert progress[-1].processed == progress[-1].total == 26
     assert len([e for e in events if isinstance(e, ServerTimings)]) > 5
     assert isinstance(events[-1], Finished)
 
@@ -143,7 +143,7 @@ async def test_recorder_counts_tokens_from_usage(fixtures_dir: Path) -> None:
         pass
     m = compute(trace)
     assert m.output_tokens == 40 and not m.output_tokens_estimated
-    assert m.server_prompt_n == 26 and m.ttft_ms is not None and m.e2e_ms is not None
+    assert m.server_prompt_n == 28 and m.ttft_ms is not None and m.e2e_ms is not None
     assert m.ttft_ms <= m.e2e_ms
 
 

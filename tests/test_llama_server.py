@@ -1,0 +1,96 @@
+"""The remote backend against llama.cpp's own `llama-server` (a real one, on 127.0.0.1):
+server-reported usage and `timings`, and the prompt cache across turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    ResponseStarted,
+    ServerTimings,
+    TextDelta,
+    Usage,
+)
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+
+pytestmark = [pytest.mark.server]
+
+SYSTEM = Message("system", "You are a helpful assistant who answers in one short sentence.")
+
+
+async def ask(backend: RemoteBackend, *messages: Message) -> list[Event]:
+    req = GenerationRequest((SYSTEM, *messages), max_tokens=16, temperature=0)
+    return [e async for e in backend.stream(req)]
+
+
+async def test_usage_timings_and_cached_prefix(real_llama_server: str) -> None:
+    backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
+    await backend.start()
+    assert backend.state == "ready", backend.state_detail
+    assert backend.is_llama_server
+
+    first_q = Message("user", "What is a lighthouse?")
+    first = await ask(backend, first_q)
+    assert isinstance(first[0], ResponseStarted) and isinstance(first[-1], Finished)
+    answer = "".join(e.text for e in first if isinstance(e, TextDelta))
+    assert answer.strip()
+    (usage,) = [e for e in first if isinstance(e, Usage)]
+    timings = [e for e in first if isinstance(e, ServerTimings)]
+    assert timings, "llama-server sends `timings` on the last chunk"
+    last = timings[-1]
+    # The server's own prompt count: the chat template around the two messages.
+    assert usage.prompt_tokens > 10
+    assert last.prompt_n + (last.cache_n or 0) == usage.prompt_tokens
+    assert last.predicted_n == usage.completion_tokens > 0
+    assert last.prompt_ms > 0 and last.predicted_ms > 0
+
+    await backend.aclose()
+
+    # A second turn repeats the first one as its prefix: the server reuses its KV cache
+    # (the slot's, not the connection's). A new backend, so a new connection: this
+    # llama-server sometimes closes a kept-alive connection right after a streamed
+    # answer, and a request sent on it then fails with "Server disconnected" (about 1 in
+    # 10 here; see tests/fixtures/README.md), which is not what this test is about.
+    backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
+    second = await ask(
+        backend, first_q, Message("assistant", answer), Message("user", "And a harbour?")
+    )
+    await backend.aclose()
+    assert isinstance(second[-1], Finished)
+    (usage2,) = [e for e in second if isinstance(e, Usage)]
+    timings2 = [e for e in second if isinstance(e, ServerTimings)][-1]
+    assert timings2.cache_n is not None and timings2.cache_n > 0
+    assert usage2.cached_tokens == timings2.cache_n
+    assert timings2.prompt_n + timings2.cache_n == usage2.prompt_tokens > usage.prompt_tokens
+
+
+async def test_a_chat_on_one_connection_is_measured_right_every_turn(
+    real_llama_server: str,
+) -> None:
+    """Twelve turns on one backend (one kept-alive connection): every turn answers (the
+    connection llama-server sometimes drops after a stream is retried once), the window
+    comes from the server, the cache is reported, and no alarm is raised."""
+    from phasechat.chat.session import ChatSession
+    from phasechat.chat.settings import Settings
+
+    backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
+    await backend.start()
+    assert backend.context_window == 4096 and backend.context_source == "llama-server /props"
+    session = ChatSession(backend, Settings(max_tokens=12, temperature=0))
+    for i in range(12):
+        async for _ in session.send(f"Give me one word about the number {i}."):
+            pass
+    await backend.aclose()
+    metrics = [e.metrics for e in session.exchanges]
+    assert [e.answer.status for e in session.exchanges] == ["complete"] * 12
+    for m in metrics[1:]:
+        assert m is not None and m.warnings == () and m.cache_reported
+        assert m.cached_tokens == m.server_cache_n and (m.cached_tokens or 0) > 0
+        assert m.evaluated_prompt_tokens == m.server_prompt_n
+        assert m.prompt_tokens == (m.server_prompt_n or 0) + (m.server_cache_n or 0)
+        assert m.context_window == 4096 and m.kv_used_tokens == m.prompt_tokens + m.output_tokens
+        assert m.decode_tok_s is not None and m.prefill_tok_s is not None
