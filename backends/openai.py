@@ -40,6 +40,7 @@ from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import (
     OLLAMA_OWNERS,
     Window,
+    context_refusal,
     from_models,
     llama_server_props,
     ollama_window,
@@ -258,13 +259,17 @@ class RemoteBackend:
         try:
             if response.status_code != 200:
                 text = (await response.aread())[:4000].decode("utf-8", errors="replace")
-                yield status_error(
+                error = status_error(
                     response.status_code,
                     text,
                     self.shown_url,
                     self.config.api_key_env,
                     response.headers.get("retry-after"),
                 )
+                refusal = context_refusal(text) if response.status_code == 400 else None
+                if refusal is not None:  # the prompt does not fit the server's window
+                    error = dataclasses.replace(error, kind="context_overflow", detail=refusal)
+                yield error
                 return
             yield ResponseStarted(response.status_code)
             ctype = response.headers.get("content-type", "")

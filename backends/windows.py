@@ -14,6 +14,7 @@ and the user can set it (`--context`, `[[endpoints]] context`).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -91,4 +92,39 @@ async def ollama_window(
     found = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
     if found and (n := _positive(int(found.group(1)))):
         return Window(n, "Ollama /api/show num_ctx")
+    return None
+
+
+#: How servers say a prompt does not fit, and where they put the numbers.
+_VLLM_LIMIT = re.compile(r"maximum context length is (\d+) tokens.*?(\d+) tokens", re.S)
+_LLAMA_LIMIT = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+)")
+
+
+def context_refusal(body: str) -> dict[str, object] | None:
+    """If an error body says the prompt does not fit the server's window: what it says
+    of the sizes (`n_ctx`, `n_prompt_tokens`, either may be missing); else None.
+
+    llama-server: `type: exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`
+    (tools/server/server-task.cpp, server_task_result_error::to_json); vLLM and OpenAI:
+    "This model's maximum context length is N tokens. However, you requested M tokens",
+    or OpenAI's `code: context_length_exceeded`."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    err = err if isinstance(err, dict) else {}
+    text = str(err.get("message") or body)
+    out: dict[str, object] = {}
+    if err.get("type") == "exceed_context_size_error" or _LLAMA_LIMIT.search(text):
+        for key in ("n_ctx", "n_prompt_tokens"):
+            if n := _positive(err.get(key)):
+                out[key] = n
+        if (m := _LLAMA_LIMIT.search(text)) and "n_ctx" not in out:
+            out.update(n_prompt_tokens=int(m.group(1)), n_ctx=int(m.group(2)))
+        return out
+    if m := _VLLM_LIMIT.search(text):
+        return {"n_ctx": int(m.group(1)), "n_prompt_tokens": int(m.group(2))}
+    if err.get("code") == "context_length_exceeded":
+        return out
     return None

@@ -185,25 +185,66 @@ class ChatSession:
         the conversation marked "cancelled".
         """
         self.current = exchange
-        trace, answer = exchange.trace, exchange.answer
-        flush_ns = int(FLUSH_S * 1e9)
-        next_flush = time.perf_counter_ns() + flush_ns
         try:
             await self._settle(exchange)
-            assert exchange.request is not None
-            async for event in recorded(self.backend.stream(exchange.request), trace):
-                if (
-                    self.listeners
-                    and isinstance(event, TextDelta)
-                    and trace.t_last_token is not None
-                    and trace.t_last_token >= next_flush
-                ):
-                    next_flush = trace.t_last_token + flush_ns
-                    answer.content = trace.text
-                    self._updated(answer, final=False)
+            async for event in self._attempt(exchange):
                 yield event
+            if await self._refit(exchange):  # refused as too long: trimmed, sent once more
+                async for event in self._attempt(exchange):
+                    yield event
         finally:
             self._finish(exchange)
+
+    async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
+        """One request of `exchange` through the recorder, its text saved as it streams."""
+        trace, answer = exchange.trace, exchange.answer
+        assert exchange.request is not None
+        flush_ns = int(FLUSH_S * 1e9)
+        next_flush = time.perf_counter_ns() + flush_ns
+        async for event in recorded(self.backend.stream(exchange.request), trace):
+            if (
+                self.listeners
+                and isinstance(event, TextDelta)
+                and trace.t_last_token is not None
+                and trace.t_last_token >= next_flush
+            ):
+                next_flush = trace.t_last_token + flush_ns
+                answer.content = trace.text
+                self._updated(answer, final=False)
+            yield event
+
+    async def _refit(self, exchange: Exchange) -> bool:
+        """After a server refused the prompt as longer than its window: learn the window
+        it named, trim the history to fit it, and prepare one more request. False when
+        there is nothing to trim (then the refusal stands)."""
+        error = exchange.trace.error
+        if error is None or error.kind != "context_overflow" or not self.trimmer.enabled:
+            return False
+        n_ctx = error.detail.get("n_ctx")
+        if isinstance(n_ctx, int) and n_ctx > 0:
+            self.trimmer.windows[self.backend.name] = n_ctx
+        plan = await self.trimmer.refit(self.backend, self.conversation, self.settings.max_tokens)
+        if plan is None:
+            return False
+        request = self.request()
+        count = self.backend.count_tokens(request.messages)
+        old = exchange.trace
+        exchange.trace = Trace(
+            backend=old.backend,
+            model=old.model,
+            max_tokens=old.max_tokens,
+            prompt_estimate=count.tokens,
+            prompt_estimate_exact=not count.estimated,
+            window=self.trimmer.windows.get(self.backend.name, old.window),
+            window_source="the server's refusal" if old.window is None else old.window_source,
+        )
+        exchange.trace.notices.append(
+            f"the server refused the prompt as longer than its window: {error.message}; "
+            "trimmed the history and sent it again"
+        )
+        exchange.request = request
+        exchange.trimmed, exchange.trim_note = True, plan.note
+        return True
 
     async def send(self, prompt: str) -> AsyncGenerator[Event, None]:
         """`begin` + `run`: add `prompt` and stream the answer's events."""

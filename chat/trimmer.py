@@ -94,6 +94,8 @@ class Trimmer:
         self._growth: list[int] = []  # history tokens after each answer since the last trim
         self._estimated = False
         self._fresh = False  # a summary was taken into use and no send has used it yet
+        #: windows servers named when they refused a prompt, by backend name
+        self.windows: dict[str, int] = {}
 
     # -- what goes into the prompt ------------------------------------------------------
     @property
@@ -122,7 +124,7 @@ class Trimmer:
         """The context window the budget is carved from."""
         if self.context:
             return self.context
-        n_ctx = backend.context_window
+        n_ctx = self.windows.get(backend.name) or backend.context_window
         return n_ctx if n_ctx is not None and n_ctx > 0 else DEFAULT_CONTEXT
 
     def budget_for(self, backend: Backend, max_tokens: int) -> int:
@@ -172,6 +174,20 @@ class Trimmer:
         if tokens <= budget and not serial:
             return SendPlan(note="summary not ready: sent full history")
         return SendPlan(wait=True, serial=serial)
+
+    async def refit(
+        self, backend: Backend, conversation: Conversation, max_tokens: int
+    ) -> SendPlan | None:
+        """After the server refused the prompt as too long (its window now known in
+        `windows`): summarize down to the budget now and wait for it. None when there is
+        nothing to summarize or the summary failed (the refusal then stands)."""
+        if not self.enabled:
+            return None
+        self._collect()
+        if self._task is None and not self.start(backend, conversation, max_tokens):
+            return None
+        plan = await self.wait(SendPlan(wait=True, serial=self._serial(backend)))
+        return plan if plan.trimmed else None
 
     def _serial(self, backend: Backend) -> bool:
         """The summary in flight holds the chat's own local model: a send queues behind it."""
