@@ -1,13 +1,20 @@
 """Metrics of one request, named as serving benchmarks name them (vLLM, AIPerf).
 
-- `ttft_ms`: request sent -> first text.
+- `ttft_ms`: request sent -> first token of any kind (thinking or answer).
+- `ttfo_ms`: request sent -> first answer token (AIPerf's "time to first output token");
+  equal to TTFT for a model that does not think.
 - `e2e_ms`: request sent -> last event.
 - `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT.
-- `decode_tok_s`: (output_tokens - 1) / (last token - first token): the decode window,
-  first token excluded. Never output tokens / total wall time.
-- `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive text events
+- `output_tokens`: every generated token, thinking included (as `usage.completion_tokens`);
+  `reasoning_tokens` (the thinking's share: the server's count, else the model's
+  tokenizer, else an estimate; `reasoning_tokens_source` says which) and `answer_tokens`.
+- `reasoning_ms`: first thinking token -> first answer token (or last thinking token).
+- `decode_tok_s`: (output_tokens - 1) / (last token - first token): the whole decode
+  window, thinking included, first token excluded. Never output tokens / total wall time.
+- `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive token events
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
-- `chars`, `chars_per_s` (over the decode window), `chars_per_token`: Unicode characters.
+- `chars` (of the answer), `chars_per_s` (over the answer's window: first answer token ->
+  last token), `chars_per_token` (per answer token): Unicode characters.
 
 `server_*` fields are the engine's own account beside ours: llama-server's `timings`,
 or, for the local backend, llama.cpp's perf counters (per-request deltas).
@@ -36,6 +43,7 @@ class Metrics:
     model: str
     finish: str | None
     ttft_ms: float | None
+    ttfo_ms: float | None
     e2e_ms: float | None
     first_byte_ms: float | None
     prompt_tokens: int | None
@@ -44,6 +52,10 @@ class Metrics:
     evaluated_prompt_tokens: int | None
     output_tokens: int
     output_tokens_estimated: bool
+    reasoning_tokens: int | None
+    reasoning_tokens_source: str
+    reasoning_ms: float | None
+    answer_tokens: int | None
     prefill_tok_s: float | None
     decode_tok_s: float | None
     tpot_ms: float | None
@@ -86,6 +98,7 @@ def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     values["chars"] = int(data.get("chars") or 0)
     values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
     values["prompt_tokens_source"] = str(data.get("prompt_tokens_source") or "none")
+    values["reasoning_tokens_source"] = str(data.get("reasoning_tokens_source") or "none")
     values["backend"] = str(data.get("backend") or "")
     values["model"] = str(data.get("model") or "")
     return Metrics(**values)
@@ -117,11 +130,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
     output, out_estimated = _output_tokens(trace)
+    thought, thought_source = _reasoning_tokens(trace, output, out_estimated)
+    answer = max(0, output - thought) if thought is not None else output
 
-    decode_s = None
-    if trace.t_first_token is not None and trace.t_last_token is not None:
-        window_ns = trace.t_last_token - trace.t_first_token
-        decode_s = window_ns / 1e9 if window_ns > 0 else None
+    decode_s = _window_s(trace.t_first_token, trace.t_last_token)
     decode_tok_s = (output - 1) / decode_s if decode_s and output > 1 else None
     tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
     prefill_tok_s = evaluated / (ttft / 1000) if evaluated and ttft else None
@@ -129,8 +141,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
 
-    chars_per_s = trace.chars / decode_s if decode_s else None
+    answer_s = _window_s(trace.t_first_answer, trace.t_last_token)
+    chars_per_s = trace.chars / answer_s if answer_s else None
     share = ttft / e2e if ttft is not None and e2e else None
+    reasoning_end = trace.t_first_answer or trace.t_last_reasoning
 
     s = trace.server
     return Metrics(
@@ -138,6 +152,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         model=trace.model,
         finish=trace.finish,
         ttft_ms=ttft,
+        ttfo_ms=ms(trace.t_first_answer),
         e2e_ms=e2e,
         first_byte_ms=ms(trace.t_first_byte),
         prompt_tokens=prompt_tokens,
@@ -146,6 +161,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         evaluated_prompt_tokens=evaluated,
         output_tokens=output,
         output_tokens_estimated=out_estimated,
+        reasoning_tokens=thought,
+        reasoning_tokens_source=thought_source,
+        reasoning_ms=_span_ms(trace.t_first_reasoning, reasoning_end),
+        answer_tokens=answer,
         prefill_tok_s=prefill_tok_s,
         decode_tok_s=decode_tok_s,
         tpot_ms=tpot,
@@ -155,7 +174,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         itl_ms_max=gaps[-1] if gaps else None,
         chars=trace.chars,
         chars_per_s=chars_per_s,
-        chars_per_token=trace.chars / output if output else None,
+        chars_per_token=trace.chars / answer if answer else None,
         prefill_share=share,
         decode_share=1 - share if share is not None else None,
         kv_used_tokens=trace.kv.used_tokens if trace.kv else None,
@@ -180,6 +199,17 @@ def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:
     if kv is None or not kv.model_bytes or not decode_tok_s:
         return None
     return decode_tok_s * (kv.model_bytes + kv.used_bytes) / 1e9
+
+
+def _window_s(first: int | None, last: int | None) -> float | None:
+    """Seconds from `first` to `last` (ns), None when not a positive span."""
+    if first is None or last is None or last <= first:
+        return None
+    return (last - first) / 1e9
+
+
+def _span_ms(first: int | None, last: int | None) -> float | None:
+    return (last - first) / _NS_PER_MS if first is not None and last is not None else None
 
 
 def _ms_since(start: int) -> Any:
@@ -209,13 +239,33 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
 
 
 def _output_tokens(trace: Trace) -> tuple[int, bool]:
+    """Every generated token (thinking included), best source first."""
     if trace.tokens_known and trace.deltas:
         return trace.tokens, False
     if trace.usage is not None and trace.usage.completion_tokens:
         return trace.usage.completion_tokens, False
     if trace.server is not None and trace.server.predicted_n:
         return trace.server.predicted_n, False
-    return estimate_text(trace.text), True
+    return estimate_text(trace.reasoning) + estimate_text(trace.text), True
+
+
+def _reasoning_tokens(trace: Trace, output: int, output_estimated: bool) -> tuple[int | None, str]:
+    """The thinking's tokens and where the count came from: the server's own count, the
+    backend's per-token count (the local model's tokenizer), else an estimate: tiktoken's
+    share of the thinking in the whole output, applied to the output's count (so that a
+    server's exact total is kept, e.g. llama-server, which does not split it)."""
+    u = trace.usage
+    if u is not None and u.reasoning_tokens is not None:
+        return u.reasoning_tokens, "server"
+    if not trace.reasoning_deltas:
+        return None, "none"
+    if trace.reasoning_tokens_known:
+        return trace.reasoning_tokens, "tokenizer"
+    thought = estimate_text(trace.reasoning)
+    if output_estimated:
+        return thought, "estimate"
+    said = estimate_text(trace.text)
+    return round(output * thought / (thought + said)) if thought else 0, "estimate"
 
 
 def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
