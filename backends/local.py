@@ -31,7 +31,6 @@ from phasechat.backends.events import (
     Message,
     PromptEvaluated,
     StreamError,
-    TextDelta,
 )
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
 from phasechat.backends.llama_glue import (
@@ -49,6 +48,7 @@ from phasechat.backends.llama_glue import (
 )
 from phasechat.backends.models import ModelNotFound, default_model_path
 from phasechat.backends.stops import StopMatcher
+from phasechat.backends.think import ThinkSplitter, opens_think
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class LocalConfig:
     threads: int | None = None  # None: physical cores
     n_batch: int = 512
     chat_format: str | None = None  # None: the GGUF's template, else by architecture
+    chat_template: str | None = None  # a Jinja chat template used instead of the GGUF's
     warmup: bool = True
     # llama.cpp's own default ("auto") turns flash attention on wherever the device
     # supports it (always on CPU); llama-cpp-python 0.3.36 can only say on or off, and
@@ -91,7 +92,7 @@ class LocalBackend:
         self._eval_probe: Callable[[int, int], None] | None = None
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
-        self._last_format: tuple[tuple[Message, ...], list[int], list[str]] | None = None
+        self._last_format: tuple[tuple[Message, ...], list[int], list[str], bool] | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -172,7 +173,9 @@ class LocalBackend:
             flash_attn=self.config.flash_attn,
             verbose=False,
         )
-        self._formatter, self._format_name = chat_formatter(llm, self.config.chat_format, g)
+        self._formatter, self._format_name = chat_formatter(
+            llm, self.config.chat_format, g, self.config.chat_template
+        )
         _install_eval_probe(llm, self)
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
@@ -196,13 +199,23 @@ class LocalBackend:
 
         The last result is kept: a forecast asks for the count and the cached prefix of
         the same draft one after the other."""
+        last = self._formatted(messages)
+        return list(last[1]), list(last[2])
+
+    def prompt_opens_think(self, messages: Sequence[Message]) -> bool:
+        """Whether the templated prompt ends inside an open `<think>` block."""
+        return self._formatted(messages)[3]
+
+    def _formatted(
+        self, messages: Sequence[Message]
+    ) -> tuple[tuple[Message, ...], list[int], list[str], bool]:
         key, last = tuple(messages), self._last_format  # read once: two threads call this
         if last is None or last[0] != key:
             last = (key, *self._format(messages))
             self._last_format = last
-        return list(last[1]), list(last[2])
+        return last
 
-    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
+    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str], bool]:
         assert self._llm is not None and self._formatter is not None
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         if self._format_name in NO_SYSTEM_ROLE:
@@ -213,7 +226,7 @@ class LocalBackend:
         tokens = self._llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )
-        return list(tokens), [s for s in stops if s]
+        return list(tokens), [s for s in stops if s], opens_think(result.prompt)
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).
@@ -305,6 +318,7 @@ class LocalBackend:
 
         self._eval_probe = on_first_eval
         stops = StopMatcher([*request.stop, *template_stops])
+        think = ThinkSplitter(opened=self.prompt_opens_think(request.messages))
         decode = self.token_decoder()
         eog = eog_check(llm)
         limit = min(request.max_tokens, n_ctx - prompt_tokens)
@@ -324,7 +338,8 @@ class LocalBackend:
                     break
                 n += 1
                 text, hit = stops.feed(decode(token))
-                emit(TextDelta(text, 1))
+                for event in think.token_events(text):
+                    emit(event)
                 if hit:
                     reason = "stop"
                     break
@@ -334,8 +349,8 @@ class LocalBackend:
             gen.close()
             self._eval_probe = None
         tail = stops.flush(decode(None)) if reason != "stop" else ""
-        if tail:
-            emit(TextDelta(tail, 0))
+        for event in think.tail_events(tail):
+            emit(event)
         return reason
 
     def token_decoder(self) -> Callable[[int | None], str]:
