@@ -4,7 +4,8 @@ Split as llama-server splits it with its default reasoning format (deepseek): th
 is opened either by the chat template (the prompt ends with `<think>`, as Qwen3's,
 DeepSeek-R1's and SmolLM3's templates do in thinking mode: llama-server's
 "thinking forced open") or by the model's own first words; it ends at `</think>`.
-Whitespace that starts the thinking or the answer is dropped. A tag split across tokens
+Whitespace that starts the thinking, or the answer after it, is dropped (a model that
+does not think keeps its text exactly). A tag split across tokens
 is held back until the next piece decides it, as `StopMatcher` holds a stop string.
 """
 
@@ -31,6 +32,7 @@ class ThinkSplitter:
         self.thinking = opened
         self._start = True  # nothing shown yet: "<think>" may open, whitespace is dropped
         self._held = ""
+        self._closed = False  # the block ended: the answer's leading whitespace goes
 
     def feed(self, text: str) -> list[Piece]:
         """The pieces `text` completes (possibly none: a partial tag is held)."""
@@ -47,14 +49,15 @@ class ThinkSplitter:
                     self._held = buf  # whitespace, or the start of "<think>": undecided
                     break
                 self._start = False
-                buf = stripped
+                if self.thinking or self._closed:  # a plain answer keeps its whitespace
+                    buf = stripped
             if not self.thinking:
                 out.append((False, buf))
                 break
             cut = buf.find(CLOSE)
             if cut >= 0:
                 out.append((True, buf[:cut]))
-                self.thinking, self._start = False, True  # the answer's own start
+                self.thinking, self._start, self._closed = False, True, True
                 buf = buf[cut + len(CLOSE) :]
                 continue
             keep = _partial_suffix(buf, CLOSE)
@@ -81,7 +84,7 @@ class ThinkSplitter:
     def flush(self) -> list[Piece]:
         """End of stream: what was held is text of the current kind after all."""
         held, self._held = self._held, ""
-        if self._start:
+        if self._start and (self.thinking or self._closed):
             held = held.strip()
         return [(self.thinking, held)] if held else []
 

@@ -39,7 +39,8 @@ def test_tags_split_anywhere_across_tokens(step: int) -> None:
     # A tag that is not at the start of the output is text, as in llama-server.
     assert split("Hi <think>x</think>", False, step) == ("", "Hi <think>x</think>")
     assert split("cut off mid-thought </th", True, step) == ("cut off mid-thought </th", "")
-    assert split("  <thin", False, step) == ("", "<thin")
+    assert split("  <thin", False, step) == ("", "  <thin")
+    assert split(" Hi", False, step) == ("", " Hi")  # no block: the text stays exact
 
 
 def test_one_event_per_token_even_when_a_tag_is_held() -> None:
