@@ -103,12 +103,29 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """New chain-of-thought text: what a thinking model writes before its answer.
+
+    Servers stream it apart from the answer (llama-server and older vLLM in
+    `delta.reasoning_content`, newer vLLM and OpenRouter in `delta.reasoning`); the local
+    backend splits a `<think>...</think>` block off the same way. `tokens` and `t_ns` as
+    in `TextDelta`.
+    """
+
+    text: str
+    tokens: int | None = None
+    t_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts reported by the server (OpenAI `usage`)."""
+    """Token counts reported by the server (OpenAI `usage`). `completion_tokens`
+    includes `reasoning_tokens` (`completion_tokens_details`), where a server says."""
 
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +186,7 @@ Event = (
     | PromptEvaluated
     | PrefillProgress
     | TextDelta
+    | ReasoningDelta
     | Usage
     | ServerTimings
     | KVStats

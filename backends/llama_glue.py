@@ -29,12 +29,13 @@ def fold_system(msgs: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def chat_formatter(
-    llm: Any, chat_format: str | None, geo: Geometry
+    llm: Any, chat_format: str | None, geo: Geometry, chat_template: str | None = None
 ) -> tuple[Callable[..., Any], str]:
-    """The prompt formatter: the GGUF's own Jinja template, else a named format."""
+    """The prompt formatter: `chat_template` (Jinja) if given, else the GGUF's own
+    template, else a named format."""
     from llama_cpp import llama_chat_format as lcf
 
-    template = llm.metadata.get("tokenizer.chat_template")
+    template = chat_template or llm.metadata.get("tokenizer.chat_template")
     if chat_format is None and template:
         eos_id, bos_id = llm.token_eos(), llm.token_bos()
         eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
@@ -42,7 +43,7 @@ def chat_formatter(
         formatter = lcf.Jinja2ChatFormatter(
             template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id]
         )
-        return formatter, "gguf template"
+        return formatter, "custom template" if chat_template else "gguf template"
     name = chat_format or FORMAT_BY_ARCH.get(geo.architecture, "chatml")
     func = getattr(lcf, "format_" + name.replace("-", "").replace(".", "_"), None)
     if func is None:

@@ -32,6 +32,7 @@ from phasechat.backends.events import (
     Message,
     PrefillProgress,
     PromptEvaluated,
+    ReasoningDelta,
     StreamError,
     TextDelta,
 )
@@ -52,6 +53,7 @@ from phasechat.backends.llama_glue import (
 )
 from phasechat.backends.models import ModelNotFound, default_model_path
 from phasechat.backends.stops import StopMatcher
+from phasechat.backends.think import ThinkSplitter, opens_think
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class LocalConfig:
     threads: int | None = None  # None: physical cores
     n_batch: int = 512
     chat_format: str | None = None  # None: the GGUF's template, else by architecture
+    chat_template: str | None = None  # a Jinja chat template used instead of the GGUF's
     warmup: bool = True
     # llama.cpp's own default ("auto") turns flash attention on wherever the device
     # supports it (always on CPU); llama-cpp-python 0.3.36 can only say on or off, and
@@ -93,7 +96,7 @@ class LocalBackend:
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
-        self._last_format: tuple[tuple[Message, ...], list[int], list[str]] | None = None
+        self._last_format: tuple[tuple[Message, ...], list[int], list[str], bool] | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -178,7 +181,9 @@ class LocalBackend:
             flash_attn=self.config.flash_attn,
             verbose=False,
         )
-        self._formatter, self._format_name = chat_formatter(llm, self.config.chat_format, g)
+        self._formatter, self._format_name = chat_formatter(
+            llm, self.config.chat_format, g, self.config.chat_template
+        )
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         if self.config.warmup:
@@ -201,13 +206,23 @@ class LocalBackend:
 
         The last result is kept: a forecast asks for the count and the cached prefix of
         the same draft one after the other."""
+        last = self._formatted(messages)
+        return list(last[1]), list(last[2])
+
+    def prompt_opens_think(self, messages: Sequence[Message]) -> bool:
+        """Whether the templated prompt ends inside an open `<think>` block."""
+        return self._formatted(messages)[3]
+
+    def _formatted(
+        self, messages: Sequence[Message]
+    ) -> tuple[tuple[Message, ...], list[int], list[str], bool]:
         key, last = tuple(messages), self._last_format  # read once: two threads call this
         if last is None or last[0] != key:
             last = (key, *self._format(messages))
             self._last_format = last
-        return list(last[1]), list(last[2])
+        return last
 
-    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
+    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str], bool]:
         assert self._llm is not None and self._formatter is not None
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         if self._format_name in NO_SYSTEM_ROLE:
@@ -218,7 +233,7 @@ class LocalBackend:
         tokens = self._llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )
-        return list(tokens), [s for s in stops if s]
+        return list(tokens), [s for s in stops if s], opens_think(result.prompt)
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).
@@ -258,7 +273,7 @@ class LocalBackend:
         cancel = threading.Event()
 
         def emit(event: Event) -> None:
-            handoff.put(event, urgent=not isinstance(event, TextDelta))
+            handoff.put(event, urgent=not isinstance(event, TextDelta | ReasoningDelta))
 
         job = loop.run_in_executor(self._executor, self._generate, request, emit, cancel)
         try:
@@ -321,6 +336,7 @@ class LocalBackend:
             emit(PrefillProgress(prompt_tokens, cached, cached + done, elapsed))
 
         stops = StopMatcher([*request.stop, *template_stops])
+        think = ThinkSplitter(opened=self.prompt_opens_think(request.messages))
         decode = self.token_decoder()
         eog = eog_check(llm)
         limit = min(request.max_tokens, n_ctx - prompt_tokens)
@@ -341,7 +357,8 @@ class LocalBackend:
                 n += 1
                 made = clock()
                 text, hit = stops.feed(decode(token))
-                emit(TextDelta(text, 1, made))
+                for event in think.token_events(text, made):
+                    emit(event)
                 if hit:
                     reason = "stop"
                     break
@@ -350,8 +367,8 @@ class LocalBackend:
         finally:
             gen.close()
         tail = stops.flush(decode(None)) if reason != "stop" else ""
-        if tail:
-            emit(TextDelta(tail, 0))
+        for event in think.tail_events(tail):
+            emit(event)
         return reason, prefill["cached"]
 
     def token_decoder(self) -> Callable[[int | None], str]:

@@ -27,6 +27,7 @@ from phasechat.backends.events import (
     GenerationRequest,
     Message,
     Notice,
+    ReasoningDelta,
     ResponseStarted,
     ServerTimings,
     StreamError,
@@ -290,9 +291,10 @@ class RemoteBackend:
 
         Only the socket read is under a deadline, never a `yield`: time the consumer
         spends on an event is not the server's, and a timeout must not fire in the
-        consumer's code. Once text has arrived, any new event bytes (even a slow 10 MB
-        event, read by read) move the stall deadline; keep-alive comments do not: a
-        server that pings but says nothing has stalled all the same.
+        consumer's code. Once a token has arrived (answer or thinking: a model that thinks
+        for minutes is making progress), any new event bytes (even a slow 10 MB event,
+        read by read) move the stall deadline; keep-alive comments do not: a server that
+        pings but says nothing has stalled all the same.
         """
         cfg = self.config
         parser = SSEParser()
@@ -322,7 +324,7 @@ class RemoteBackend:
                         yield StreamError("stalled", msg, retryable=True)
                     else:
                         wait = cfg.first_token_timeout_s
-                        yield StreamError("timeout", f"no answer text within {wait:g} s", True)
+                        yield StreamError("timeout", f"no token within {wait:g} s", True)
                     return
                 except httpx.HTTPError as exc:
                     yield StreamError("connection", lost_message(exc, chunks), retryable=True)
@@ -334,22 +336,23 @@ class RemoteBackend:
                     if sse.data == "[DONE]":
                         yield Finished(finish or "stop")
                         return
-                    for event in parse_chunk(sse.data):
+                    events = parse_chunk(sse.data)
+                    if any(isinstance(e, TextDelta | ReasoningDelta) for e in events):
+                        chunks += 1
+                        # Every chunk with text (answer or thinking) holds at least one
+                        # token, so this never cuts a server that honours max_tokens.
+                        if chunks > request.max_tokens:
+                            n = request.max_tokens
+                            yield Notice(f"the server ignored max_tokens ({n}); stopped here")
+                            yield Finished("length")
+                            return
+                    for event in events:
                         if isinstance(event, StreamError):
                             yield event
                             return
                         if isinstance(event, Finished):
                             finish = event.reason
                             continue
-                        if isinstance(event, TextDelta):
-                            chunks += 1
-                            # Every chunk with text holds at least one token, so this never
-                            # cuts a server that honours max_tokens.
-                            if chunks > request.max_tokens:
-                                n = request.max_tokens
-                                yield Notice(f"the server ignored max_tokens ({n}); stopped here")
-                                yield Finished("length")
-                                return
                         yield event
                 if chunks and parser.payload_bytes > seen:
                     deadline = loop.time() + cfg.stall_timeout_s
@@ -359,7 +362,7 @@ class RemoteBackend:
                 for event in parse_chunk(sse.data):
                     if isinstance(event, Finished):
                         finish = event.reason
-                    elif isinstance(event, TextDelta | Usage | ServerTimings):
+                    elif isinstance(event, TextDelta | ReasoningDelta | Usage | ServerTimings):
                         yield event
         if finish is not None:
             yield Finished(finish)

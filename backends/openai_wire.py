@@ -4,6 +4,10 @@ non-streamed reply, means as backend events.
 Tolerant of what real servers send: llama-server's `timings` and `prompt_progress`,
 OpenAI's `usage` with cached-token details, an `{"error": ...}` object mid-stream, and a
 server that ignores `stream: true` and answers in one JSON body.
+
+A thinking model's chain of thought arrives beside the answer: `reasoning_content`
+(llama-server, older vLLM) or `reasoning` (newer vLLM, OpenRouter) in the delta, and
+`usage.completion_tokens_details.reasoning_tokens` (vLLM, OpenAI) counts it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from phasechat.backends.events import (
     FinishReason,
     Notice,
     PrefillProgress,
+    ReasoningDelta,
     ServerTimings,
     StreamError,
     TextDelta,
@@ -27,6 +32,17 @@ from phasechat.backends.events import (
 from phasechat.backends.http_errors import body_text, error_text
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
+#: Where servers put the chain of thought, in the order we look.
+REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+def reasoning_of(delta: dict[str, object]) -> str:
+    """The chain-of-thought text of a delta (or message), '' when it has none."""
+    for key in REASONING_KEYS:
+        value = delta.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def parse_chunk(data: str) -> list[Event]:
@@ -56,6 +72,11 @@ def parse_chunk(data: str) -> list[Event]:
         )
     for choice in obj.get("choices") or ():
         delta = choice.get("delta") or {}
+        # llama-server puts reasoning before content when one diff holds both
+        # (server-chat.cpp: server_chat_msg_diff_to_json_oaicompat), as it was generated.
+        thought = reasoning_of(delta)
+        if thought:
+            out.append(ReasoningDelta(thought))
         content = delta.get("content")
         if content:
             out.append(TextDelta(str(content)))
@@ -66,11 +87,14 @@ def parse_chunk(data: str) -> list[Event]:
     if isinstance(usage, dict):
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        out_details = usage.get("completion_tokens_details") or {}
+        thought_n = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
         out.append(
             Usage(
                 int(usage.get("prompt_tokens") or 0),
                 int(usage.get("completion_tokens") or 0),
                 int(cached) if cached is not None else None,
+                int(thought_n) if isinstance(thought_n, int | float) else None,
             )
         )
     timings = obj.get("timings")
@@ -102,6 +126,7 @@ async def whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Eve
         obj = json.loads(body)
         choice = obj["choices"][0]
         text = str(choice["message"].get("content") or "")
+        thought = reasoning_of(choice["message"])
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         kind = ctype.split(";")[0] or "no content type"
         said = body_text(body[:4000].decode("utf-8", errors="replace"))
@@ -109,6 +134,8 @@ async def whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Eve
         yield StreamError("protocol", f"{msg}: {said}" if said else msg)
         return
     yield Notice("the server did not stream: the answer arrived whole, so TTFT = e2e")
+    if thought:
+        yield ReasoningDelta(thought)
     yield TextDelta(text)
     if isinstance(obj.get("usage"), dict):
         for event in parse_chunk(json.dumps({"usage": obj["usage"]})):

@@ -24,6 +24,9 @@ class ChatMessage:
     status: Status = "complete"
     error: str | None = None
     metrics: Metrics | None = None
+    #: a thinking model's chain of thought: saved and shown, never sent back as history
+    #: (the models' own chat templates drop it from earlier turns too)
+    reasoning: str = ""
     id: int = field(default_factory=lambda: next(_ids))
 
     @property
@@ -47,7 +50,8 @@ class Conversation:
     messages: list[ChatMessage] = field(default_factory=list)
 
     def prompt_messages(self) -> tuple[Message, ...]:
-        """What a backend gets: the system prompt first, then every message in prompt."""
+        """What a backend gets: the system prompt first, then every message in prompt
+        (its answer text only: thinking is not sent back)."""
         out = [Message("system", self.system)] if self.system else []
         out.extend(Message(m.role, m.content) for m in self.messages if m.in_prompt)
         return tuple(out)

@@ -64,7 +64,9 @@ def _remote_cached_guess(session: ChatSession, backend: Backend) -> int:
         if m is not None and m.backend == backend.name:
             if m.cached_tokens is None and m.server_cache_n is None:
                 return 0  # never seen this server report a cache: assume none
-            return (m.prompt_tokens or 0) + m.output_tokens
+            # The thinking is in the server's cache but not in the next prompt, so the
+            # shared prefix ends where the thinking began.
+            return (m.prompt_tokens or 0) + (0 if m.reasoning_tokens else m.output_tokens)
     return 0
 
 

@@ -43,6 +43,8 @@ def _message_dict(m: ChatMessage) -> dict[str, Any]:
     if m.role == "assistant":
         metrics = m.metrics.as_dict() if m.metrics is not None else None
         d.update(backend=m.backend, model=m.model, error=m.error, metrics=metrics)
+        if m.reasoning:
+            d["reasoning"] = m.reasoning
     return d
 
 
@@ -60,6 +62,16 @@ def to_markdown(chat: ChatSummary, conversation: Conversation) -> str:
         else:
             source = " · ".join(v(x) for x in (m.backend, _short_model(m.model)) if x)
             out += ["", f"## Assistant ({source})" if source else "## Assistant", ""]
+        if m.reasoning:  # folded, as in the chat: a reader opens it if they want it
+            thought = v(m.reasoning.strip()).replace("\n", "\n> ")
+            out += [
+                "<details><summary>Thinking</summary>",
+                "",
+                f"> {thought}",
+                "",
+                "</details>",
+                "",
+            ]
         out.append(v(m.content) if m.content else "*(no text)*")
         if m.role != "assistant":
             continue
@@ -95,6 +107,8 @@ def metrics_line(m: Metrics | None) -> str:
         return ""
     figures = [
         (m.ttft_ms, "TTFT {:.0f} ms"),
+        (m.reasoning_ms, "thinking {:.0f} ms"),
+        (m.reasoning_tokens, "{} thinking tokens"),
         (m.prefill_tok_s, "prefill {:.0f} tok/s"),
         (m.decode_tok_s, "decode {:.1f} tok/s"),
         (m.output_tokens, "{} tokens"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY,
@@ -28,9 +28,12 @@ CREATE TABLE IF NOT EXISTS messages (
     error TEXT,
     metrics TEXT,
     created REAL NOT NULL,
+    reasoning TEXT NOT NULL DEFAULT '',
     UNIQUE (chat_id, position)
 );
 """
+#: Columns added since version 1, with their definitions (an older database gets them).
+ADDED_COLUMNS = {"reasoning": "TEXT NOT NULL DEFAULT ''"}  # a thinking model's chain of thought
 # External-content FTS5 index kept in step by triggers; a streamed answer's row is
 # rewritten at each flush, and the triggers re-index it each time.
 FTS = """

@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from phasechat.backends.base import Backend
-from phasechat.backends.events import Event, GenerationRequest, KVStats, StreamError, TextDelta
+from phasechat.backends.events import (
+    Event,
+    GenerationRequest,
+    KVStats,
+    ReasoningDelta,
+    StreamError,
+    TextDelta,
+)
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.settings import Settings
 from phasechat.chat.trim_types import SendPlan, TrimStats
@@ -53,6 +60,11 @@ class Exchange:
     def text(self) -> str:
         """The answer's text so far."""
         return self.trace.text
+
+    @property
+    def reasoning(self) -> str:
+        """The thinking so far ('' for a model that does not think)."""
+        return self.trace.reasoning
 
     @property
     def kv(self) -> KVStats | None:
@@ -204,12 +216,13 @@ class ChatSession:
         async for event in recorded(self.backend.stream(exchange.request), trace):
             if (
                 self.listeners
-                and isinstance(event, TextDelta)
+                and isinstance(event, TextDelta | ReasoningDelta)
                 and trace.t_last_token is not None
                 and trace.t_last_token >= next_flush
             ):
                 next_flush = trace.t_last_token + flush_ns
                 answer.content = trace.text
+                answer.reasoning = trace.reasoning
                 self._updated(answer, final=False)
             yield event
 
@@ -258,6 +271,7 @@ class ChatSession:
         trace.t_sent = trace.t_sent or now  # cancelled while waiting for a summary
         trace.cancel(now)  # no-op when a terminal event arrived
         answer.content = trace.text
+        answer.reasoning = trace.reasoning
         answer.model = trace.model
         if isinstance(trace.error, StreamError):
             answer.status, answer.error = "error", trace.error.message

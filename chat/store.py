@@ -25,7 +25,15 @@ from typing import Any, cast
 
 from phasechat.chat.conversation import ChatMessage, Conversation, Status
 from phasechat.chat.paths import db_path, private_dir, private_file
-from phasechat.chat.schema import FTS, SCHEMA, SCHEMA_VERSION, ChatNotFound, ChatSummary, SearchHit
+from phasechat.chat.schema import (
+    ADDED_COLUMNS,
+    FTS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    ChatNotFound,
+    ChatSummary,
+    SearchHit,
+)
 from phasechat.chat.session import ChatSession
 from phasechat.telemetry.metrics import metrics_from_dict
 
@@ -89,6 +97,10 @@ class ChatStore:
         self.fts = False
         with self._db:
             self._db.executescript(SCHEMA)
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(messages)")}
+            for name, definition in ADDED_COLUMNS.items():
+                if name not in have:  # a database from an older version
+                    self._db.execute(f"ALTER TABLE messages ADD COLUMN {name} {definition}")
             try:
                 self._db.executescript(FTS)
                 self.fts = True
@@ -194,7 +206,14 @@ class ChatStore:
             metrics = metrics_from_dict(json.loads(r["metrics"])) if r["metrics"] else None
             conversation.add(
                 ChatMessage(
-                    r["role"], r["content"], r["backend"], r["model"], status, error, metrics
+                    r["role"],
+                    r["content"],
+                    r["backend"],
+                    r["model"],
+                    status,
+                    error,
+                    metrics,
+                    reasoning=r["reasoning"],
                 )
             )
         return conversation
@@ -298,7 +317,8 @@ class ChatStore:
         with self._lock, self._db:
             cur = self._db.execute(
                 "INSERT INTO messages (chat_id, position, role, content, backend, model,"
-                " status, error, metrics, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, error, metrics, created, reasoning)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     position,
@@ -310,6 +330,7 @@ class ChatStore:
                     m.error,
                     _metrics_json(m),
                     now,
+                    m.reasoning,
                 ),
             )
             if m.role == "user":
@@ -330,11 +351,14 @@ class ChatStore:
             if final:
                 self._db.execute(
                     "UPDATE messages SET content = ?, model = ?, status = ?, error = ?,"
-                    " metrics = ? WHERE id = ?",
-                    (m.content, m.model, m.status, m.error, _metrics_json(m), row),
+                    " metrics = ?, reasoning = ? WHERE id = ?",
+                    (m.content, m.model, m.status, m.error, _metrics_json(m), m.reasoning, row),
                 )
             else:  # the hot path while text streams: only the text changes
-                self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (m.content, row))
+                self._db.execute(
+                    "UPDATE messages SET content = ?, reasoning = ? WHERE id = ?",
+                    (m.content, m.reasoning, row),
+                )
             self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
 
 

@@ -79,7 +79,8 @@ async def ask(args: argparse.Namespace) -> int:
     metrics = exchange.metrics
     assert metrics is not None
     if args.json:
-        record = {"text": exchange.answer.content, **metrics.as_dict()}
+        answer = exchange.answer
+        record = {"text": answer.content, "reasoning": answer.reasoning, **metrics.as_dict()}
         if chat_id is not None:
             record["chat_id"] = chat_id
         record["token_times_ms"] = exchange.token_times_ms()

@@ -13,7 +13,9 @@ from phasechat.backends.events import PrefillProgress
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.recorder import Trace
 
-Phase = Literal["summary", "waiting", "prefill", "decode", "done"]
+#: "thinking" and "decode" (the answer) are both decode, told apart for thinking models;
+#: "summary": not sent yet, waiting for a history summary.
+Phase = Literal["summary", "waiting", "prefill", "thinking", "decode", "done"]
 #: A gap this many times the running median is "slow"; longer than STUCK_S is "stuck".
 SLOW_FACTOR = 4.0
 STUCK_S = 2.0
@@ -27,6 +29,9 @@ class Live:
     phase: Phase
     elapsed_ms: float
     ttft_ms: float | None
+    ttfo_ms: float | None  # first answer token (after the thinking, if any)
+    reasoning_ms: float | None  # the thinking so far (still growing while it runs)
+    reasoning_tokens: int  # thinking tokens (chunks where tokens are not known)
     prompt_tokens: int | None
     cached_tokens: int | None
     prefill_done: int | None  # prompt tokens done, cached included (engine-reported)
@@ -52,7 +57,8 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     if trace.done:
         phase: Phase = "done"
     elif first is not None:
-        phase = "decode"
+        thinking = trace.t_first_answer is None and trace.t_first_reasoning is not None
+        phase = "thinking" if thinking else "decode"
     elif trace.t_first_byte is not None or trace.prompt is not None or trace.progress:
         phase = "prefill"
     else:
@@ -73,10 +79,19 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
                 stall = "slow"
     prompt = trace.prompt
     progress = trace.progress
+    t_think = trace.t_first_reasoning
+    think_end = trace.t_first_answer or (end if phase == "thinking" else trace.t_last_reasoning)
+    answer = trace.t_first_answer
+    answer_s = (last - answer) / 1e9 if answer is not None and last is not None else 0.0
     return Live(
         phase=phase,
         elapsed_ms=(end - trace.t_sent) / 1e6,
         ttft_ms=(first - trace.t_sent) / 1e6 if first is not None else None,
+        ttfo_ms=(answer - trace.t_sent) / 1e6 if answer is not None else None,
+        reasoning_ms=(think_end - t_think) / 1e6 if t_think and think_end else None,
+        reasoning_tokens=(
+            trace.reasoning_tokens if trace.reasoning_tokens_known else trace.reasoning_deltas
+        ),
         prompt_tokens=prompt.prompt_tokens if prompt else trace.prompt_estimate,
         cached_tokens=prompt.cached_tokens if prompt else (progress.cached if progress else None),
         prefill_done=progress.processed if progress else None,
@@ -85,7 +100,7 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         unit="tokens" if trace.tokens_known else "chunks",
         tokens_estimated=False,
         decode_tok_s=(tokens - 1) / window_s if window_s > 0 and tokens > 1 else None,
-        chars_per_s=(trace.chars - trace.chars_first) / window_s if window_s > 0 else None,
+        chars_per_s=(trace.chars - trace.chars_first) / answer_s if answer_s > 0 else None,
         recent_itl_ms=recent,
         since_last_ms=since,
         stall=stall,
@@ -109,6 +124,9 @@ def _queued(trace: Trace, now_ns: int) -> Live:
         phase="summary",
         elapsed_ms=(now_ns - trace.t_queued) / 1e6,
         ttft_ms=None,
+        ttfo_ms=None,
+        reasoning_ms=None,
+        reasoning_tokens=0,
         prompt_tokens=trace.prompt_estimate,
         cached_tokens=None,
         prefill_done=None,
@@ -131,6 +149,9 @@ def finished(live: Live, m: Metrics) -> Live:
         live,
         phase="done",
         ttft_ms=m.ttft_ms,
+        ttfo_ms=m.ttfo_ms,
+        reasoning_ms=m.reasoning_ms,
+        reasoning_tokens=m.reasoning_tokens or 0,
         tokens=m.output_tokens,
         unit="tokens",
         tokens_estimated=m.output_tokens_estimated,

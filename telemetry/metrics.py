@@ -1,18 +1,25 @@
 """Metrics of one request, named as serving benchmarks name them (vLLM, AIPerf).
 
-- `ttft_ms`: request sent -> first text.
+- `ttft_ms`: request sent -> first token of any kind (thinking or answer).
+- `ttfo_ms`: request sent -> first answer token (AIPerf's "time to first output token");
+  equal to TTFT for a model that does not think.
 - `e2e_ms`: request sent -> last event.
 - `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT. None
   when the server does not say how much of the prompt it had cached (`cache_reported`
   False: vLLM without prompt-token details, Ollama): a rate from a guess would be wrong
   by the whole cached prefix.
-- `decode_tok_s`: (output_tokens - 1) / (last token - first token): the decode window,
-  first token excluded. Never output tokens / total wall time.
-- `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive text events
+- `output_tokens`: every generated token, thinking included (as `usage.completion_tokens`);
+  `reasoning_tokens` (the thinking's share: the server's count, else the model's
+  tokenizer, else an estimate; `reasoning_tokens_source` says which) and `answer_tokens`.
+- `reasoning_ms`: first thinking token -> first answer token (or last thinking token).
+- `decode_tok_s`: (output_tokens - 1) / (last token - first token): the whole decode
+  window, thinking included, first token excluded. Never output tokens / total wall time.
+- `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive token events
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
-- `chars`, `chars_per_s`, `chars_per_token`: Unicode characters. The rates use the
-  decode window too (the first text event's characters excluded), so
-  `chars_per_s == chars_per_token * decode_tok_s`.
+- `chars` (of the answer), `chars_per_s`, `chars_per_token`: Unicode characters over the
+  answer's own decode window (first answer event -> last token; the first event's
+  characters excluded), so `chars_per_s == chars_per_token x` the answer's token rate,
+  which is `decode_tok_s` for a model that does not think.
 - `draft_acceptance`: speculative decoding, accepted / drafted tokens (llama-server).
 
 `server_*` fields are the engine's own account beside ours: llama-server's `timings`,
@@ -42,6 +49,7 @@ class Metrics:
     model: str
     finish: str | None
     ttft_ms: float | None
+    ttfo_ms: float | None
     e2e_ms: float | None
     first_byte_ms: float | None
     prompt_tokens: int | None
@@ -50,6 +58,10 @@ class Metrics:
     evaluated_prompt_tokens: int | None
     output_tokens: int
     output_tokens_estimated: bool
+    reasoning_tokens: int | None
+    reasoning_tokens_source: str
+    reasoning_ms: float | None
+    answer_tokens: int | None
     prefill_tok_s: float | None
     cache_reported: bool
     decode_tok_s: float | None
@@ -99,6 +111,7 @@ def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
     values["prompt_tokens_source"] = str(data.get("prompt_tokens_source") or "none")
     values["cache_reported"] = bool(data.get("cache_reported", True))
+    values["reasoning_tokens_source"] = str(data.get("reasoning_tokens_source") or "none")
     values["backend"] = str(data.get("backend") or "")
     values["model"] = str(data.get("model") or "")
     return Metrics(**values)
@@ -130,11 +143,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
     output, out_estimated = _output_tokens(trace)
+    thought, thought_source = _reasoning_tokens(trace, output, out_estimated)
+    answer = max(0, output - thought) if thought is not None else output
 
-    decode_s = None
-    if trace.t_first_token is not None and trace.t_last_token is not None:
-        window_ns = trace.t_last_token - trace.t_first_token
-        decode_s = window_ns / 1e9 if window_ns > 0 else None
+    decode_s = _window_s(trace.t_first_token, trace.t_last_token)
     decode_tok_s = (output - 1) / decode_s if decode_s and output > 1 else None
     tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
     prefill_tok_s = evaluated / (ttft / 1000) if evaluated and ttft else None
@@ -142,10 +154,12 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
 
+    answer_s = _window_s(trace.t_first_answer, trace.t_last_token)
     window_chars = trace.chars - trace.chars_first
-    chars_per_s = window_chars / decode_s if decode_s else None
-    chars_per_token = window_chars / (output - 1) if decode_s and output > 1 else None
+    chars_per_s = window_chars / answer_s if answer_s else None
+    chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
     share = ttft / e2e if ttft is not None and e2e else None
+    reasoning_end = trace.t_first_answer or trace.t_last_reasoning
 
     s = trace.server
     return Metrics(
@@ -153,6 +167,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         model=trace.model,
         finish=trace.finish,
         ttft_ms=ttft,
+        ttfo_ms=ms(trace.t_first_answer),
         e2e_ms=e2e,
         first_byte_ms=ms(trace.t_first_byte),
         prompt_tokens=prompt_tokens,
@@ -161,6 +176,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         evaluated_prompt_tokens=evaluated,
         output_tokens=output,
         output_tokens_estimated=out_estimated,
+        reasoning_tokens=thought,
+        reasoning_tokens_source=thought_source,
+        reasoning_ms=_span_ms(trace.t_first_reasoning, reasoning_end),
+        answer_tokens=answer,
         prefill_tok_s=prefill_tok_s,
         cache_reported=cached is not None,
         decode_tok_s=decode_tok_s,
@@ -208,6 +227,17 @@ def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:
     return decode_tok_s * (kv.model_bytes + kv.used_bytes) / 1e9
 
 
+def _window_s(first: int | None, last: int | None) -> float | None:
+    """Seconds from `first` to `last` (ns), None when not a positive span."""
+    if first is None or last is None or last <= first:
+        return None
+    return (last - first) / 1e9
+
+
+def _span_ms(first: int | None, last: int | None) -> float | None:
+    return (last - first) / _NS_PER_MS if first is not None and last is not None else None
+
+
 def _ms_since(start: int) -> Any:
     def ms(t: int | None) -> float | None:
         return (t - start) / _NS_PER_MS if t is not None else None
@@ -236,13 +266,33 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
 
 
 def _output_tokens(trace: Trace) -> tuple[int, bool]:
+    """Every generated token (thinking included), best source first."""
     if trace.tokens_known and trace.deltas:
         return trace.tokens, False
     if trace.usage is not None and trace.usage.completion_tokens:
         return trace.usage.completion_tokens, False
     if trace.server is not None and trace.server.predicted_n:
         return trace.server.predicted_n, False
-    return estimate_text(trace.text), True
+    return estimate_text(trace.reasoning) + estimate_text(trace.text), True
+
+
+def _reasoning_tokens(trace: Trace, output: int, output_estimated: bool) -> tuple[int | None, str]:
+    """The thinking's tokens and where the count came from: the server's own count, the
+    backend's per-token count (the local model's tokenizer), else an estimate: tiktoken's
+    share of the thinking in the whole output, applied to the output's count (so that a
+    server's exact total is kept, e.g. llama-server, which does not split it)."""
+    u = trace.usage
+    if u is not None and u.reasoning_tokens is not None:
+        return u.reasoning_tokens, "server"
+    if not trace.reasoning_deltas:
+        return None, "none"
+    if trace.reasoning_tokens_known:
+        return trace.reasoning_tokens, "tokenizer"
+    thought = estimate_text(trace.reasoning)
+    if output_estimated:
+        return thought, "estimate"
+    said = estimate_text(trace.text)
+    return round(output * thought / (thought + said)) if thought else 0, "estimate"
 
 
 #: With no window to compare against, a server that read less than this share of our

@@ -24,6 +24,7 @@ from phasechat.backends.events import (
     Notice,
     PrefillProgress,
     PromptEvaluated,
+    ReasoningDelta,
     ResponseStarted,
     ServerTimings,
     StreamError,
@@ -51,20 +52,28 @@ class Trace:
     #: set while the request waits before it is sent (for a history summary): since when
     t_queued: int | None = None
     t_first_byte: int | None = None
+    #: first and last token of any kind (thinking or answer): the decode window
     t_first_token: int | None = None
     t_last_token: int | None = None
+    t_first_answer: int | None = None  # first answer token (TTFO)
+    t_first_reasoning: int | None = None
+    t_last_reasoning: int | None = None
     t_done: int | None = None
-    #: arrival time of each text event (token or chunk), ns after t_sent; decimated by
-    #: `stride` once it holds MAX_TIMES entries, so memory stays bounded.
+    #: arrival time of each token event (answer or thinking; token or chunk), ns after
+    #: t_sent; decimated by `stride` once it holds MAX_TIMES entries (bounded memory).
     times: array[int] = field(default_factory=lambda: array("q"))
     stride: int = 1
-    deltas: int = 0
-    tokens: int = 0  # tokens the backend vouched for (local: exact)
+    deltas: int = 0  # token events of both kinds
+    tokens: int = 0  # tokens the backend vouched for, thinking included (local: exact)
     tokens_known: bool = True
-    chars: int = 0
-    #: characters of the first text event: the decode window starts after it
+    chars: int = 0  # of the answer
+    #: characters of the first answer event: the character rate's window starts after it
     chars_first: int = 0
     text_parts: list[str] = field(default_factory=list)
+    reasoning_deltas: int = 0
+    reasoning_tokens: int = 0  # the thinking's share of `tokens`
+    reasoning_tokens_known: bool = True
+    reasoning_parts: list[str] = field(default_factory=list)
     prompt: PromptEvaluated | None = None
     usage: Usage | None = None
     server: ServerTimings | None = None
@@ -83,6 +92,14 @@ class Trace:
         return self.text_parts[0] if self.text_parts else ""
 
     @property
+    def reasoning(self) -> str:
+        """The thinking so far (a thinking model's chain of thought; '' for others)."""
+        parts = self.reasoning_parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    @property
     def done(self) -> bool:
         return self.t_done is not None
 
@@ -90,22 +107,27 @@ class Trace:
         """Record one event that arrived at `now` (ns)."""
         match event:
             case TextDelta(text=text, tokens=tokens, t_ns=made):
-                if made is not None:
-                    now = made
-                if self.t_first_token is None:
-                    self.t_first_token = now
+                now = made if made is not None else now
+                if self.t_first_answer is None:
+                    self.t_first_answer = now
                     self.chars_first = len(text)
-                self.t_last_token = now
-                self.deltas += 1
-                if tokens is None:
-                    self.tokens_known = False
-                else:
-                    self.tokens += tokens
+                self._token(now, tokens)
                 if text:
                     self.text_parts.append(text)
                     self.chars += len(text)
-                if tokens != 0:
-                    self._stamp(now)
+            case ReasoningDelta(text=text, tokens=tokens, t_ns=made):
+                now = made if made is not None else now
+                if self.t_first_reasoning is None:
+                    self.t_first_reasoning = now
+                self.t_last_reasoning = now
+                self.reasoning_deltas += 1
+                if tokens is None:
+                    self.reasoning_tokens_known = False
+                else:
+                    self.reasoning_tokens += tokens
+                self._token(now, tokens)
+                if text:
+                    self.reasoning_parts.append(text)
             case ResponseStarted():
                 self.t_first_byte = now
             case PromptEvaluated():
@@ -127,6 +149,19 @@ class Trace:
                 self.error = event
                 self.finish = "error"
                 self.t_done = now
+
+    def _token(self, now: int, tokens: int | None) -> None:
+        """A token event of either kind: the decode window and the token count."""
+        if self.t_first_token is None:
+            self.t_first_token = now
+        self.t_last_token = now
+        self.deltas += 1
+        if tokens is None:
+            self.tokens_known = False
+        else:
+            self.tokens += tokens
+        if tokens != 0:
+            self._stamp(now)
 
     def _stamp(self, now: int) -> None:
         if self._skip:

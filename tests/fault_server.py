@@ -18,25 +18,10 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
-Writer = asyncio.StreamWriter
-
-
-@dataclass
-class Conn:
-    """One client connection: its reader (to notice the client leaving) and writer."""
-
-    r: asyncio.StreamReader
-    w: Writer
-    headers: dict[str, str]
-
-    async def idle(self, seconds: float) -> None:
-        """Wait `seconds`, or less if the client hangs up first."""
-        with contextlib.suppress(TimeoutError, ConnectionError):
-            await asyncio.wait_for(self.r.read(1), seconds)
+from tests.fault_think import DONE, SSE_HEAD, Conn, ThinkBehaviours, Writer
 
 
 def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -> bytes:
@@ -52,11 +37,6 @@ def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -
 
 USAGE_CHUNK = (
     b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":0}}\n\n'
-)
-DONE = b"data: [DONE]\n\n"
-SSE_HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"connection: close\r\n\r\n"
 )
 #: What the `markup` behaviour sends: markup and terminal control a model might emit.
 MARKUP_PIECES = (
@@ -80,7 +60,7 @@ def http(status: int, body: bytes, ctype: str = "application/json", extra: str =
     return head.encode() + body
 
 
-class FaultServer:
+class FaultServer(ThinkBehaviours):
     """`async with FaultServer() as s:` then point a backend at `s.base_url`.
 
     With `tls` (a server-side SSL context, e.g. a self-signed certificate) it speaks https.

@@ -219,7 +219,7 @@ async def test_a_slow_event_that_keeps_coming_is_not_a_stall(server: FaultServer
 
 async def test_no_first_token_in_time_is_a_timeout(server: FaultServer) -> None:
     ex, _ = await ask(server.base_url, "slowstart-30", first_token_timeout_s=0.3)
-    assert failed(ex, "timeout") == "no answer text within 0.3 s"
+    assert failed(ex, "timeout") == "no token within 0.3 s"
 
 
 async def test_connection_reset_mid_stream(server: FaultServer) -> None:

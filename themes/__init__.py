@@ -16,6 +16,7 @@ from textual.theme import Theme
 VARIABLE_DEFAULTS: dict[str, str] = {
     "phase-prefill": "#e0a030",
     "phase-decode": "#3fb950",
+    "phase-thinking": "#a371f7",
     "itl-spark": "#58a6ff",
     "stall": "#f85149",
     "kv-fill": "#a371f7",
@@ -52,6 +53,7 @@ PHASE_LIGHT = Theme(
     variables={
         "phase-prefill": "#9a6700",
         "phase-decode": "#1a7f37",
+        "phase-thinking": "#8250df",
         "itl-spark": "#0969da",
         "stall": "#cf222e",
         "kv-fill": "#8250df",
@@ -74,6 +76,7 @@ PHASE_HIGH_CONTRAST = Theme(
     variables={
         "phase-prefill": "#ffff00",
         "phase-decode": "#00ff00",
+        "phase-thinking": "#ff00ff",
         "itl-spark": "#00ffff",
         "stall": "#ff3030",
         "kv-fill": "#ff00ff",

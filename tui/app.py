@@ -49,6 +49,7 @@ from phasechat.tui.telemetry_view import (
     forecast_line,
     live_content,
     status_content,
+    thinking_title,
     trim_line,
 )
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
@@ -71,6 +72,7 @@ class PhasechatApp(App[None]):
         Binding("f3", "chats", "Chats", id="chats"),
         Binding("f4", "settings", "Settings", id="settings"),
         Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
+        Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
         Binding("ctrl+l", "focus_prompt", "Prompt", id="focus-prompt", show=False),
     ]
 
@@ -278,6 +280,7 @@ class PhasechatApp(App[None]):
             if len(text) > view.shown:
                 await view.append(text[view.shown :])
                 view.shown = len(text)
+            view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
         else:
@@ -375,6 +378,11 @@ class PhasechatApp(App[None]):
     def action_toggle_telemetry(self) -> None:
         panel = self.query_one(LivePanel)
         panel.display = not panel.display
+
+    def action_toggle_thinking(self) -> None:
+        """Fold or unfold the newest answer's thinking (a thinking model's chain of thought)."""
+        if not self.query_one(ChatLog).toggle_thinking():
+            self.notify("no answer here has any thinking to show")
 
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()

@@ -44,6 +44,10 @@ class ChatLog(VerticalScroll):
         answer.start_stream()
         return answer
 
+    def toggle_thinking(self) -> bool:
+        """Fold or unfold the newest answer's thinking; False when no answer has any."""
+        return any(view.toggle_thinking() for view in reversed(self.query(MessageView)))
+
     def mark_summarized(self, covered: frozenset[int]) -> None:
         """Dim the messages a history summary replaces, when that set changes."""
         if len(covered) == self._marked:

@@ -64,16 +64,38 @@ def sparkline(values: tuple[float, ...] | list[float], width: int = 40) -> str:
     return "".join(SPARKS[min(len(SPARKS) - 1, int(v / top * (len(SPARKS) - 1)))] for v in vals)
 
 
-def phase_bar(prefill_ms: float | None, total_ms: float | None, width: int = 30) -> Content:
-    """`prefill | decode` as two coloured runs proportional to their share of the time."""
+def phase_bar(
+    prefill_ms: float | None,
+    total_ms: float | None,
+    width: int = 30,
+    thinking_ms: float | None = None,
+) -> Content:
+    """`prefill | decode` (or `prefill | thinking | answer` for a model that thinks) as
+    coloured runs proportional to their share of the time."""
     if not total_ms or prefill_ms is None:
         return Content("")
     pre = max(1, round(width * min(1.0, prefill_ms / total_ms)))
+    if thinking_ms is None:
+        return Content.assemble(
+            ("█" * pre, "$phase-prefill"),
+            ("█" * (width - pre), "$phase-decode"),
+            (" prefill | decode", "dim"),
+        )
+    think = min(width - pre, max(1, round(width * thinking_ms / total_ms)))
     return Content.assemble(
         ("█" * pre, "$phase-prefill"),
-        ("█" * (width - pre), "$phase-decode"),
-        (" prefill | decode", "dim"),
+        ("█" * think, "$phase-thinking"),
+        ("█" * (width - pre - think), "$phase-decode"),
+        (" prefill | thinking | answer", "dim"),
     )
+
+
+def thinking_title(live: Live) -> str:
+    """The folded thinking block's title: how long the model thought, in how many tokens."""
+    running = "…" if live.phase == "thinking" else ""
+    approx = "~" if live.tokens_estimated else ""
+    seconds = fmt((live.reasoning_ms or 0) / 1000, " s", 1)
+    return f"thinking{running} {seconds} · {approx}{live.reasoning_tokens:,} tokens"
 
 
 def live_content(live: Live, kv: KVStats | None = None) -> Content:
@@ -97,11 +119,26 @@ def live_content(live: Live, kv: KVStats | None = None) -> Content:
             parts.append(f"   ≈ {fmt(live.prefill_left_ms / 1000, ' s', 1)} left")
         if live.cached_tokens:
             parts.append(f"   cached prefix {live.cached_tokens:,}")
-    else:
+    elif live.phase == "thinking":
         approx = "~" if live.tokens_estimated else ""
         unit = "tok" if live.unit == "tokens" else "chunks"
         parts += [
-            ("decoding" if live.phase == "decode" else "done", "bold $phase-decode"),
+            ("thinking", "bold $phase-thinking"),
+            f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
+            f"   thought {fmt((live.reasoning_ms or 0) / 1000, ' s', 1)}…",
+            "   ",
+            (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
+            f"   {approx}{live.reasoning_tokens:,} thinking {live.unit}",
+        ]
+    else:
+        approx = "~" if live.tokens_estimated else ""
+        unit = "tok" if live.unit == "tokens" else "chunks"
+        label = "decoding"
+        if live.reasoning_ms is not None:  # the answer of a model that thought first
+            parts.append(f"thought {fmt(live.reasoning_ms / 1000, ' s', 1)}   ")
+            label = "answering"
+        parts += [
+            (label if live.phase == "decode" else "done", "bold $phase-decode"),
             f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
             "   ",
             (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
@@ -119,7 +156,7 @@ def live_content(live: Live, kv: KVStats | None = None) -> Content:
         line2.append((f"  {live.stall}: no token for {since}", "bold $stall"))
     out = [Content.assemble(*parts), Content.assemble(*line2)]
     if live.phase not in ("summary", "waiting") and live.ttft_ms is not None:
-        out.append(phase_bar(live.ttft_ms, live.elapsed_ms))
+        out.append(phase_bar(live.ttft_ms, live.elapsed_ms, thinking_ms=live.reasoning_ms))
     if kv is not None:
         out.append(kv_gauge(kv.used_tokens, kv.capacity_tokens, kv.used_bytes))
     return Content("\n").join(out)
@@ -162,8 +199,14 @@ def answer_footer(
 ) -> Content:
     """One line under a finished answer: its phases at a glance."""
     approx = "~" if m.output_tokens_estimated else ""
-    bits = [
-        f"TTFT {fmt(m.ttft_ms, ' ms', 0)}",
+    bits = [f"TTFT {fmt(m.ttft_ms, ' ms', 0)}"]
+    if m.reasoning_tokens is not None or m.reasoning_ms is not None:
+        approx_r = "~" if m.reasoning_tokens_source == "estimate" else ""
+        bits.append(
+            f"thought {fmt((m.reasoning_ms or 0) / 1000, ' s', 1)} "
+            f"({approx_r}{m.reasoning_tokens or 0} tokens)"
+        )
+    bits += [
         f"{approx}{fmt(m.decode_tok_s)} tok/s",
         f"{approx}{m.output_tokens} tokens",
         f"prompt {m.prompt_tokens if m.prompt_tokens is not None else '-'}"

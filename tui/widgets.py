@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Markdown, Static, TextArea
+from textual.widgets import Collapsible, Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 from phasechat.chat.conversation import ChatMessage
@@ -32,6 +32,10 @@ class MessageView(Vertical):
     MessageView.-user > .footer { display: none; }
     MessageView.-summarized > Markdown { color: $text-muted; }
     MessageView > Markdown { margin: 0; padding: 0; }
+    MessageView > .thinking { display: none; border: none; padding: 0; margin: 0;
+                              background: transparent; color: $text-muted; }
+    MessageView > .thinking.-shown { display: block; }
+    MessageView > .thinking > Contents { padding: 0 0 0 2; }
     """
 
     def __init__(self, message: ChatMessage) -> None:
@@ -39,11 +43,52 @@ class MessageView(Vertical):
         self.message = message
         self._stream: MarkdownStream | None = None
         self.shown = 0  # characters of the answer already written to the stream
+        self._reasoning = message.reasoning
+        self._reasoning_shown = -1  # characters of the thinking in its (unfolded) block
 
     def compose(self) -> ComposeResult:
         yield Static(self._header(), classes="header")
+        # A thinking model's chain of thought: folded; a click or the app's key opens it.
+        with Collapsible(title="thinking", classes="thinking"):
+            yield Static("", classes="thinking-text")
         yield Markdown(visible_controls(self.message.content))
         yield Static("", classes="footer")
+
+    def on_mount(self) -> None:
+        m = self.message
+        if m.reasoning:  # a saved answer: its figures are in its metrics
+            figures = ""
+            if m.metrics is not None and m.metrics.reasoning_ms is not None:
+                tokens = m.metrics.reasoning_tokens or 0
+                figures = f" {m.metrics.reasoning_ms / 1000:,.1f} s · {tokens:,} tokens"
+            self.set_reasoning(m.reasoning, "thinking" + figures)
+
+    @property
+    def thinking(self) -> Collapsible:
+        return self.query_one(".thinking", Collapsible)
+
+    def set_reasoning(self, text: str, title: str) -> None:
+        """Show the thinking so far: the title always, the text only while unfolded (so
+        a folded block costs nothing per refresh)."""
+        self._reasoning = text
+        if not text:
+            return
+        block = self.thinking
+        block.add_class("-shown")
+        block.title = title
+        if not block.collapsed and len(text) != self._reasoning_shown:
+            self._reasoning_shown = len(text)
+            self.query_one(".thinking-text", Static).update(Content(visible_controls(text)))
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        self.set_reasoning(self._reasoning, self.thinking.title)
+
+    def toggle_thinking(self) -> bool:
+        """Fold or unfold the thinking; False when this message has none."""
+        if not self._reasoning:
+            return False
+        self.thinking.collapsed = not self.thinking.collapsed
+        return True
 
     def _header(self) -> Content:
         m = self.message
