@@ -29,6 +29,11 @@ class TokenCount:
     estimated: bool
 
 
+class PromptRefused(ValueError):
+    """The model's chat template refused the conversation (a Jinja template that raises:
+    "roles must alternate", "System role not supported"). One line, for the user."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the chat layer needs from any model provider."""
@@ -78,7 +83,14 @@ class Backend(Protocol):
         ...
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
-        """Tokens the messages take as a prompt (chat template included)."""
+        """Tokens the messages take as a prompt (chat template included). Raises
+        `PromptRefused` when the chat template refuses them."""
+        ...
+
+    async def warm(self, messages: tuple[Message, ...]) -> int:
+        """Read `messages` into the engine's prefix cache now, so a request that starts
+        with them finds them cached; returns the tokens evaluated (0: nothing to do, or
+        a backend that cannot be asked to)."""
         ...
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.base import LoadState, PromptRefused, TokenCount
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -48,6 +48,7 @@ from phasechat.backends.llama_glue import (
     perf_counters,
     physical_cores,
     piece_function,
+    reuse_prefix,
     token_loop,
     warm_up,
 )
@@ -227,13 +228,41 @@ class LocalBackend:
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         if self._format_name in NO_SYSTEM_ROLE:
             msgs = fold_system(msgs)
-        result = self._formatter(messages=msgs)
+        try:
+            result = self._formatter(messages=msgs)
+        except Exception as exc:  # a Jinja template that raises on these messages
+            raise PromptRefused(
+                f"the model's chat template refused this conversation: {_one_line(exc)}"
+            ) from None
         stop = result.stop
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         tokens = self._llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )
         return list(tokens), [s for s in stops if s], opens_think(result.prompt)
+
+    async def warm(self, messages: tuple[Message, ...]) -> int:
+        """Evaluate the prompt of `messages` into the KV cache on the llama thread (after
+        any request in flight); returns the tokens evaluated."""
+        if self._state != "ready":
+            return 0
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._warm, messages)
+
+    def _warm(self, messages: tuple[Message, ...]) -> int:
+        llm = self._llm
+        if llm is None:
+            return 0
+        try:
+            tokens, _ = self.format_prompt(messages)
+        except PromptRefused:
+            return 0
+        if len(tokens) >= int(llm.n_ctx()):
+            return 0
+        start = reuse_prefix(llm, tokens)
+        if start < len(tokens):
+            llm.eval(tokens[start:])
+        return len(tokens) - start
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).
@@ -310,7 +339,11 @@ class LocalBackend:
         """Generate on the llama thread; returns how it ended and the cached prompt tokens.
         Each token is stamped here, as it is made (`TextDelta.t_ns`)."""
         llm = self._llm
-        tokens, template_stops = self.format_prompt(request.messages)
+        try:
+            tokens, template_stops = self.format_prompt(request.messages)
+        except PromptRefused as exc:
+            emit(StreamError("bad_request", str(exc)))
+            raise _Handled from None
         n_ctx = int(llm.n_ctx())
         if len(tokens) >= n_ctx:
             emit(

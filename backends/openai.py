@@ -202,6 +202,9 @@ class RemoteBackend:
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         return None  # a server does not say what it holds before a request
 
+    async def warm(self, messages: tuple[Message, ...]) -> int:
+        return 0  # no portable way to prefill a server's cache without generating
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()

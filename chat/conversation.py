@@ -50,11 +50,28 @@ class Conversation:
     messages: list[ChatMessage] = field(default_factory=list)
 
     def prompt_messages(self) -> tuple[Message, ...]:
-        """What a backend gets: the system prompt first, then every message in prompt
-        (its answer text only: thinking is not sent back)."""
+        """What a backend gets: the system prompt first, then every message sent as
+        history (its answer text only: thinking is not sent back)."""
         out = [Message("system", self.system)] if self.system else []
-        out.extend(Message(m.role, m.content) for m in self.messages if m.in_prompt)
+        out.extend(Message(m.role, m.content) for m in self.sendable())
         return tuple(out)
+
+    def sendable(self, skip: frozenset[int] = frozenset()) -> list[ChatMessage]:
+        """The messages sent as history, oldest first: those in prompt and not in `skip`
+        (summarized), alternating strictly as every chat template and strict server
+        wants. A user turn that got no answer in the prompt (the request failed, or was
+        stopped before any text) stays in the chat but is not sent again, unless it is
+        the newest message (the one being sent, or retried)."""
+        kept = [m for m in self.messages if m.in_prompt and m.id not in skip]
+        out: list[ChatMessage] = []
+        for i, m in enumerate(kept):
+            after = kept[i + 1] if i + 1 < len(kept) else None
+            if m.role == "user" and after is not None and after.role != "assistant":
+                continue  # unanswered: its question is not asked twice in a row
+            if m.role == "assistant" and (not out or out[-1].role != "user"):
+                continue  # an answer whose question is not sent
+            out.append(m)
+        return out
 
     def add(self, message: ChatMessage) -> ChatMessage:
         self.messages.append(message)

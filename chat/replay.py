@@ -163,6 +163,7 @@ async def replay(
     concurrency: int = 1,
     configure: Callable[[Trimmer], Backend | None] | None = None,
     on_row: Callable[[TurnRow], None] | None = None,
+    think_time_s: float = 0.0,
 ) -> BenchResult:
     """Send every turn of `script` through `concurrency` sessions on a started backend.
 
@@ -180,6 +181,10 @@ async def replay(
     t0 = time.perf_counter()
     try:
         for turn, prompt in enumerate(script.turns, 1):
+            if turn > 1 and think_time_s:
+                # The user reads the answer and types: background work (a summary, the
+                # pre-fill of the trimmed prompt) runs meanwhile, as in the app.
+                await asyncio.sleep(think_time_s)
             rows = await asyncio.gather(
                 *(_turn(s, prompt, turn, i) for i, s in enumerate(sessions))
             )
@@ -188,7 +193,8 @@ async def replay(
                 if on_row is not None:
                     on_row(row)
     finally:
-        result.wall_s = time.perf_counter() - t0
+        # the user's think time is not the server's: left out of the aggregate rate
+        result.wall_s = time.perf_counter() - t0 - think_time_s * (len(script.turns) - 1)
         for s in sessions:
             await s.aclose()
             result.summaries.extend(s.trimmer.summaries)

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from phasechat.backends.base import Backend
+from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import (
     Event,
     GenerationRequest,
@@ -149,9 +149,14 @@ class ChatSession:
             raise InputError("empty prompt: type a message first")
         backend = self.backend
         user = self._added(ChatMessage("user", prompt))
-        plan = self.trimmer.prepare(backend, self.conversation, self.settings.max_tokens)
-        request = self.request()
-        count = backend.count_tokens(request.messages)
+        try:
+            plan = self.trimmer.prepare(backend, self.conversation, self.settings.max_tokens)
+            request = self.request()
+            count = backend.count_tokens(request.messages)
+        except PromptRefused as exc:  # kept and saved, not sent; the chat goes on
+            user.status, user.error = "error", str(exc)
+            self._updated(user, final=True)
+            raise InputError(str(exc)) from None
         answer = self._added(
             ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
         )
@@ -275,9 +280,10 @@ class ChatSession:
         answer.model = trace.model
         if isinstance(trace.error, StreamError):
             answer.status, answer.error = "error", trace.error.message
-            if trace.error.kind == "context_overflow":
-                # Kept and shown, but left out of later prompts (in_prompt), or every
-                # following message would overflow too.
+            if trace.error.kind == "context_overflow" or not answer.content:
+                # Kept, shown and saved, but not sent again (in_prompt): a strict server
+                # would refuse every later request with two user turns in a row, and a
+                # prompt too long for the window would overflow again. Ctrl+R resends it.
                 exchange.user.status, exchange.user.error = "error", trace.error.message
                 self._updated(exchange.user, final=True)
         elif trace.finish == "cancelled":

@@ -96,6 +96,9 @@ class Trimmer:
         self._fresh = False  # a summary was taken into use and no send has used it yet
         #: windows servers named when they refused a prompt, by backend name
         self.windows: dict[str, int] = {}
+        #: pre-fill the trimmed prompt once a background summary is written
+        self.prefill = True
+        self._warming: asyncio.Future[int] | None = None
 
     # -- what goes into the prompt ------------------------------------------------------
     @property
@@ -111,13 +114,8 @@ class Trimmer:
         """System prompt, the summary in use, then every message it does not cover."""
         if not self.enabled or self.summary is None:
             return conversation.prompt_messages()
-        covered = self.summary.covers
         out = [self.summary.system(conversation.system)]
-        out.extend(
-            Message(m.role, m.content)
-            for m in conversation.messages
-            if m.in_prompt and m.id not in covered
-        )
+        out.extend(Message(m.role, m.content) for m in conversation.sendable(self.summary.covers))
         return tuple(out)
 
     def context_for(self, backend: Backend) -> int:
@@ -233,7 +231,20 @@ class Trimmer:
         per_turn = sum(diffs) / len(diffs) if diffs else max_tokens + 32
         if tokens + self.lookahead * per_turn <= budget:
             return False
-        return self.start(backend, conversation, max_tokens)
+        if not self.start(backend, conversation, max_tokens):
+            return False
+        assert self._task is not None
+        self._task.add_done_callback(lambda _: self._written(backend, conversation))
+        return True
+
+    def _written(self, backend: Backend, conversation: Conversation) -> None:
+        """A background summary is ready: use it, and have the chat's backend read the
+        trimmed prompt into its cache now, while the user reads and types, so the send
+        that first uses the summary finds its prefix cached (a local model; a server that
+        cannot be asked to prefill ignores it)."""
+        if self._collect() is not None or not self.prefill:
+            return
+        self._warming = asyncio.ensure_future(backend.warm(self.prompt_messages(conversation)))
 
     # -- writing a summary --------------------------------------------------------------
     def start(self, backend: Backend, conversation: Conversation, max_tokens: int) -> bool:
@@ -410,9 +421,10 @@ class Trimmer:
         )
 
     async def aclose(self) -> None:
-        """Cancel a summary in flight (its backend request is closed)."""
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Cancel a summary in flight (its backend request is closed), and a pre-fill."""
+        for task in (self._task, self._warming):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._warming = None

@@ -22,6 +22,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-trim", action="store_true", help="send the whole history every turn")
     p.add_argument("--json", action="store_true", help="one JSON object per turn, then totals")
     p.add_argument(
+        "--think-time",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait S seconds between turns, as a user reads and types (default 0)",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         default=1,
@@ -61,6 +68,7 @@ async def _bench(
             trim=not args.no_trim,
             concurrency=args.concurrency,
             configure=workspace.configure_trimmer,
+            think_time_s=max(0.0, args.think_time),
             on_row=_json_row if args.json else _text_row,
         )
     finally:

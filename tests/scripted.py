@@ -42,6 +42,9 @@ class ScriptedBackend:
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         return None
 
+    async def warm(self, messages: tuple[Message, ...]) -> int:
+        return 0
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         for word in self.text.split(" "):
             yield TextDelta(word + " ")

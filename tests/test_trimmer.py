@@ -312,6 +312,9 @@ class BrokenSummarizer:
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         return None
 
+    async def warm(self, messages: tuple[Message, ...]) -> int:
+        return 0
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         self.calls += 1
         if self.raises:
