@@ -68,10 +68,12 @@ def first_sentence(text: str, max_chars: int = 240) -> str:
     return sentence if len(sentence) <= max_chars else sentence[: max_chars - 1] + "…"
 
 
-def extractive(turns: Sequence[Message], max_chars: int) -> str:
-    """The first sentence of each summarized turn, oldest first, within `max_chars`
-    (the newest turns are kept when they do not all fit)."""
-    lines = [f"- {m.role}: {first_sentence(m.content)}" for m in turns if m.content.strip()]
+def extractive(turns: Sequence[Message], max_chars: int, earlier: str = "") -> str:
+    """The first sentence of each summarized turn, oldest first, after the lines of the
+    `earlier` summary it extends, within `max_chars` (the newest lines are kept when they
+    do not all fit)."""
+    lines = [line for line in earlier.splitlines() if line.strip()]
+    lines += [f"- {m.role}: {first_sentence(m.content)}" for m in turns if m.content.strip()]
     kept: list[str] = []
     size = 0
     for line in reversed(lines):

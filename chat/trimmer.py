@@ -200,6 +200,8 @@ class Trimmer:
         await asyncio.shield(task)
         waited = (time.perf_counter() - t0) * 1000
         failed = self._collect()
+        if failed is None and (task.cancelled() or task.result() is None):
+            failed = f"summary failed: {self.last_error or 'cancelled'}"
         if failed is not None:
             return SendPlan(note=f"{failed}; sent full history", waited_ms=waited)
         self._fresh = False
@@ -234,15 +236,20 @@ class Trimmer:
         if not self.start(backend, conversation, max_tokens):
             return False
         assert self._task is not None
-        self._task.add_done_callback(lambda _: self._written(backend, conversation))
+        self._task.add_done_callback(lambda task: self._written(task, backend, conversation))
         return True
 
-    def _written(self, backend: Backend, conversation: Conversation) -> None:
+    def _written(
+        self, task: asyncio.Task[Summary | None], backend: Backend, conversation: Conversation
+    ) -> None:
         """A background summary is ready: use it, and have the chat's backend read the
         trimmed prompt into its cache now, while the user reads and types, so the send
         that first uses the summary finds its prefix cached (a local model; a server that
         cannot be asked to prefill ignores it)."""
-        if self._collect() is not None or not self.prefill:
+        if task.cancelled() or task.result() is None or task is not self._task:
+            return  # a failure is reported by the next send, which sends the full history
+        self._collect()
+        if not self.prefill:
             return
         self._warming = asyncio.ensure_future(backend.warm(self.prompt_messages(conversation)))
 
@@ -359,7 +366,8 @@ class Trimmer:
         text = trace.text.strip()
         why = unusable(text, trace.finish)
         if why is not None:  # the first sentence of each turn, within the same size
-            text = extractive(turns, max_chars=request.max_tokens * CHARS_PER_TOKEN)
+            earlier = self.summary.text if self.summary is not None else ""
+            text = extractive(turns, request.max_tokens * CHARS_PER_TOKEN, earlier)
         self.last_error = None
         return Summary(
             text,

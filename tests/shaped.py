@@ -48,11 +48,13 @@ class Shaped:
     def __init__(
         self,
         models: list[dict[str, Any]],
-        reply: Callable[[dict[str, Any]], bytes],
+        reply: Callable[[dict[str, Any]], bytes | httpx.Response],
         routes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.models, self.reply, self.routes = models, reply, routes or {}
         self.requests: list[httpx.Request] = []
+        #: answer the next chat request with this HTTP status (once), as a server's 400
+        self.fail_next = 0
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -60,7 +62,13 @@ class Shaped:
         if path.endswith("/v1/models"):
             return httpx.Response(200, json={"object": "list", "data": self.models})
         if path.endswith("/chat/completions"):
+            if self.fail_next:
+                status, self.fail_next = self.fail_next, 0
+                error = {"message": "invalid request", "type": "invalid_request_error"}
+                return httpx.Response(status, json={"error": error})
             body = self.reply(json.loads(request.content))
+            if isinstance(body, httpx.Response):
+                return body
 
             async def stream() -> AsyncIterator[bytes]:
                 yield body
@@ -81,6 +89,18 @@ VLLM_MODELS = [
     {"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm", "max_model_len": 32768}
 ]
 OLLAMA_MODELS = [{"id": "llama3.2:1b", "object": "model", "created": 0, "owned_by": "library"}]
+
+
+def too_long(n_prompt: int, n_ctx: int) -> httpx.Response:
+    """llama-server's refusal of a prompt longer than its slot (HTTP 400; the fields from
+    tools/server/server-task.cpp, server_task_result_error::to_json)."""
+    message = (
+        f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), "
+        "try increasing it"
+    )
+    error = {"code": 400, "message": message, "type": "exceed_context_size_error",
+             "n_prompt_tokens": n_prompt, "n_ctx": n_ctx}  # fmt: skip
+    return httpx.Response(400, json={"error": error})
 
 
 def ollama_routes(num_ctx: int, loaded: bool) -> dict[str, dict[str, Any]]:
