@@ -30,6 +30,10 @@ CREATE TABLE IF NOT EXISTS messages (
     created REAL NOT NULL,
     UNIQUE (chat_id, position)
 );
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 """
 # External-content FTS5 index kept in step by triggers; a streamed answer's row is
 # rewritten at each flush, and the triggers re-index it each time.
@@ -48,6 +52,10 @@ CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEG
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
 """
+
+
+class StoreError(Exception):
+    """The chat database cannot be used (damaged, newer, unreachable): one line."""
 
 
 class ChatNotFound(LookupError):

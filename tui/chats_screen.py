@@ -15,6 +15,7 @@ from textual.widgets.option_list import Option
 
 from phasechat.chat.export import to_json, to_markdown
 from phasechat.chat.store import ChatStore, ChatSummary
+from phasechat.chat.text import one_line
 from phasechat.tui.history_screen import export_dir
 
 
@@ -52,8 +53,8 @@ class ChatsScreen(ModalScreen[int | None]):
         options.clear_options()
         for c in chats:
             label = Content.assemble(
-                (c.title or "(untitled)", "bold"),
-                (f"  {c.backend or '-'} · {c.messages} messages · {c.updated}", "dim"),
+                (one_line(c.title or "(untitled)"), "bold"),
+                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {c.updated}", "dim"),
             )
             options.add_option(Option(label, id=str(c.id)))
         if not chats:

@@ -12,7 +12,7 @@ from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.text import visible_controls
+from phasechat.chat.text import one_line, visible_controls
 
 
 class MessageView(Vertical):
@@ -50,7 +50,9 @@ class MessageView(Vertical):
         note = ("  (summarized: the model now sees a summary)", "italic") if self.summarized else ""
         if m.role == "user":
             return Content.assemble("you", note)
-        return Content.assemble((m.backend or "assistant", "bold"), f" · {m.model or ''}", note)
+        # The model id is the server's: shown, never interpreted.
+        backend, model = one_line(m.backend or "assistant"), one_line(m.model or "")
+        return Content.assemble((backend, "bold"), f" · {model}", note)
 
     @property
     def summarized(self) -> bool:
