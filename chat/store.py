@@ -111,7 +111,18 @@ class ChatStore:
             uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
             db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
             db.row_factory = sqlite3.Row
-            names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            try:
+                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            except sqlite3.OperationalError:
+                # A WAL database in a read-only folder: SQLite cannot make its -shm file.
+                # Closed cleanly it has no WAL to miss, so read it as an immutable file.
+                db.close()
+                wal = self.path.with_name(self.path.name + "-wal")
+                if wal.exists() and wal.stat().st_size:
+                    raise
+                db = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
+                db.row_factory = sqlite3.Row
+                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
             if "chats" not in names:
                 db.close()
                 raise StoreError(f"{self.path}: not a phasechat chat database")
