@@ -22,9 +22,10 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Markdown, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from phasechat.backends.base import Backend
@@ -35,6 +36,7 @@ from phasechat.chat.costs import DraftForecast
 from phasechat.chat.profiles import BackendSpec
 from phasechat.chat.session import ChatSession, Exchange, InputError
 from phasechat.chat.settings import Settings
+from phasechat.chat.text import visible_controls
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
@@ -53,6 +55,8 @@ from phasechat.tui.telemetry_view import (
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
+#: How often writes that failed (a full disk) are tried again while nothing streams.
+SAVE_RETRY_S = 2.0
 YIELD_EVERY_NS = 4_000_000
 
 
@@ -119,17 +123,56 @@ class PhasechatApp(App[None]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is plain text with controls made visible: many quote a
+        server, a file or a chat title, and none of ours needs markup."""
+        super().notify(
+            visible_controls(message),
+            title=visible_controls(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
+
     def on_mount(self) -> None:
         self._setup_themes()
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
-            self.notify(line, severity="error" if failed else "warning", markup=False)
+            self.notify(line, severity="error" if failed else "warning")
+        if self.workspace.store is not None:
+            self.workspace.store.on_error = self._save_failed
+        self.set_interval(SAVE_RETRY_S, self._retry_save)
         self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self.set_interval(1 / REFRESH_HZ, self.refresh_live)
         self.load_backend()
         self.refresh_status()
+
+    def _save_failed(self, line: str, ok: bool) -> None:
+        """Told by the store the moment a write fails, and when writes work again."""
+        if ok:
+            self.notify(line)
+        else:
+            self.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
+
+    def _retry_save(self) -> None:
+        store = self.workspace.store
+        if store is not None and store.error is not None and not self.generating:
+            self.workspace.retry_save()
+
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        """A link in an answer the model wrote: see dialogs.open_link."""
+        event.stop()
+        dialogs.open_link(self, event.href)
 
     def _setup_themes(self) -> None:
         """Built-in and user themes; the one last chosen; remember the next choice."""
@@ -199,7 +242,9 @@ class PhasechatApp(App[None]):
             self.notify("empty prompt: type a message first", severity="warning")
             return False
         self.query_one(PromptInput).clear()
-        self.workspace.ensure_chat()
+        error = self.workspace.ensure_chat()
+        if error:  # the exchange goes on in memory; saving is retried at the next send
+            self.notify(error, severity="error", timeout=15)
         self._sending = True  # `generating` from now, not from when the worker starts
         self._started = False
         self._pending_text = text
@@ -375,6 +420,10 @@ class PhasechatApp(App[None]):
 
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()
+
+    def export_chat(self) -> None:
+        """Write the chat on screen to the exports folder (from memory)."""
+        dialogs.export_chat(self)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

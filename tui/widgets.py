@@ -42,7 +42,8 @@ class MessageView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(self._header(), classes="header")
-        yield Markdown(visible_controls(self.message.content))
+        # Links are opened by the app, after a check of their scheme (dialogs.open_link).
+        yield Markdown(visible_controls(self.message.content), open_links=False)
         yield Static("", classes="footer")
 
     def _header(self) -> Content:
