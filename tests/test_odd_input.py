@@ -69,6 +69,7 @@ def test_a_bad_theme_does_not_stop_the_app_from_starting(tmp_path: Path) -> None
     folder.mkdir(parents=True)
     (folder / "bad.toml").write_text('name = "bad"\nprimary = "#fff"\nvariables = "x"\n')
     os.mkfifo(folder / "fifo.toml")
+    (folder / "markup.toml").write_text('name = "m"\nprimary = "#fff"\n"[/]" = "x"\n')
     code = (
         "import asyncio\n"
         "from phasechat.tui.app import PhasechatApp\n"
@@ -84,6 +85,7 @@ def test_a_bad_theme_does_not_stop_the_app_from_starting(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     assert "theme bad.toml skipped: 'variables' must be a table" in r.stdout
     assert "theme fifo.toml skipped: not a regular file" in r.stdout
+    assert "theme markup.toml skipped: unknown key '[/]'" in r.stdout  # no MarkupError
 
 
 def test_csv_cells_starting_with_tab_or_cr_are_neutralized_and_controls_shown() -> None:

@@ -175,7 +175,7 @@ def engine_line(m: Metrics) -> Content:
             f"max {fmt(m.itl_ms_max)} ms",
         ]
     for warning in m.warnings:
-        parts.append((f"\n⚠ {warning}", "$stall"))
+        parts.append((f"\n⚠ {one_line(warning)}", "$stall"))
     return Content.assemble(*parts)
 
 
@@ -217,5 +217,5 @@ def trim_line(t: TrimStats) -> Content:
     if t.pending:
         parts.append((" · summarizing…", "$phase-prefill"))
     if t.last_error:
-        parts.append((f" · {t.last_error}", "$stall"))
+        parts.append((f" · {one_line(t.last_error)}", "$stall"))
     return Content.assemble(*parts)
