@@ -159,3 +159,13 @@ async def test_export_never_follows_a_planted_symlink_and_a_bad_folder_is_one_li
         await pilot.press("ctrl+e")
         await wait_for(pilot, lambda: any("is not a folder" in m for m in said(app)))
         assert app.is_running
+
+
+async def test_notifications_are_plain_text_whatever_the_caller_asks() -> None:
+    app = App(ScriptedBackend())
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.notify("[/] \x1b]52;c;eA==\x07 [bold]x", title="\x1b]0;t\x07", markup=True)
+        await pilot.pause()
+        note = list(app._notifications)[-1]
+        assert note.message == "[/] ␛]52;c;eA==␇ [bold]x" and note.title == "␛]0;t␇"
+        assert note.markup is False and app.is_running

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import Footer, Markdown, Static
@@ -36,7 +35,6 @@ from phasechat.chat.costs import DraftForecast
 from phasechat.chat.profiles import BackendSpec
 from phasechat.chat.session import ChatSession, Exchange, InputError
 from phasechat.chat.settings import Settings
-from phasechat.chat.text import visible_controls
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
@@ -44,6 +42,7 @@ from phasechat.tui import dialogs
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.dialogs import register_themes
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import (
     answer_footer,
     engine_line,
@@ -55,12 +54,10 @@ from phasechat.tui.telemetry_view import (
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
-#: How often writes that failed (a full disk) are tried again while nothing streams.
-SAVE_RETRY_S = 2.0
 YIELD_EVERY_NS = 4_000_000
 
 
-class PhasechatApp(App[None]):
+class PhasechatApp(PlainTextApp):
     """Chat with a local or remote model and watch prefill and decode live."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -123,51 +120,18 @@ class PhasechatApp(App[None]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = False,
-    ) -> None:
-        """Every notification is plain text with controls made visible: many quote a
-        server, a file or a chat title, and none of ours needs markup."""
-        super().notify(
-            visible_controls(message),
-            title=visible_controls(title),
-            severity=severity,
-            timeout=timeout,
-            markup=False,
-        )
-
     def on_mount(self) -> None:
         self._setup_themes()
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
-        if self.workspace.store is not None:
-            self.workspace.store.on_error = self._save_failed
-        self.set_interval(SAVE_RETRY_S, self._retry_save)
+        dialogs.watch_saves(self)
         self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self.set_interval(1 / REFRESH_HZ, self.refresh_live)
         self.load_backend()
         self.refresh_status()
-
-    def _save_failed(self, line: str, ok: bool) -> None:
-        """Told by the store the moment a write fails, and when writes work again."""
-        if ok:
-            self.notify(line)
-        else:
-            self.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
-
-    def _retry_save(self) -> None:
-        store = self.workspace.store
-        if store is not None and store.error is not None and not self.generating:
-            self.workspace.retry_save()
 
     def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
         """A link in an answer the model wrote: see dialogs.open_link."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import ClassVar
 
@@ -100,16 +101,16 @@ class ChatsScreen(ModalScreen[int | None]):
             return
 
         def chosen(yes: bool | None) -> None:
-            if yes:
-                self._delete(chat_id)
+            if yes:  # off the UI thread: a locked database waits up to its busy timeout
+                self.run_worker(self._delete(chat_id), group="chats-delete")
 
         self.app.push_screen(
             ConfirmScreen(f"Delete chat {chat_id} and all its messages?", one_line(title)), chosen
         )
 
-    def _delete(self, chat_id: int) -> None:
+    async def _delete(self, chat_id: int) -> None:
         try:
-            self.store.delete(chat_id)
+            await asyncio.to_thread(self.store.delete, chat_id)
             self.fill(self.store.list_chats())
         except (sqlite3.Error, ChatNotFound) as exc:  # a locked database: say so, stay open
             self.notify(f"chat {chat_id} not deleted: {exc}", severity="error")

@@ -83,6 +83,30 @@ def chats(app: PhasechatApp) -> None:
     app.push_screen(ChatsScreen(store), chosen)
 
 
+#: How often writes that failed (a full disk) are tried again while nothing streams.
+SAVE_RETRY_S = 2.0
+
+
+def watch_saves(app: PhasechatApp) -> None:
+    """Show a failed save the moment it happens (and when saving works again), and try
+    the failed writes again every SAVE_RETRY_S while no answer streams."""
+    ws = app.workspace
+
+    def told(line: str, ok: bool) -> None:
+        if ok:
+            app.notify(line)
+        else:
+            app.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
+
+    def retry() -> None:
+        if ws.store is not None and ws.store.error is not None and not app.generating:
+            ws.retry_save()
+
+    if ws.store is not None:
+        ws.store.on_error = told
+    app.set_interval(SAVE_RETRY_S, retry)
+
+
 def open_link(app: PhasechatApp, href: str) -> None:
     """A link clicked in an answer: http(s) only, and only after the URL was shown."""
     url = safe_link(href)
