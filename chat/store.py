@@ -14,7 +14,6 @@ never put them in messages.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -22,21 +21,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote
 
 from phasechat.chat.chat_writer import ChatWriter
 from phasechat.chat.conversation import ChatMessage, Conversation, Status
-from phasechat.chat.paths import db_path, private_dir, private_file
-from phasechat.chat.schema import (
-    FTS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    ChatNotFound,
-    ChatSummary,
-    SearchHit,
-    StoreError,
-)
+from phasechat.chat.paths import db_path
+from phasechat.chat.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
 from phasechat.chat.session import ChatSession
+from phasechat.chat.store_open import open_readonly, open_writable
 from phasechat.chat.text import is_text
 from phasechat.telemetry.metrics import metrics_from_dict
 
@@ -94,93 +85,19 @@ class ChatStore:
         self._lock = threading.RLock()
         self.readonly = readonly
         try:
-            self._db = self._open(path is None, readonly)
+            if readonly:
+                self._db, self.fts = open_readonly(self.path)
+            else:
+                self._db, self.fts = open_writable(self.path, path is None, self.notices)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot read the chat database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
 
-    def _open(self, ours: bool, readonly: bool) -> sqlite3.Connection:
-        if readonly:
-            if not self.path.is_file():  # nothing saved yet: an empty in-memory store
-                db = sqlite3.connect(":memory:", check_same_thread=False)
-                db.row_factory = sqlite3.Row
-                db.executescript(SCHEMA)
-                self.fts = False
-                return db
-            uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
-            db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
-            db.row_factory = sqlite3.Row
-            try:
-                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            except sqlite3.OperationalError:
-                # A WAL database in a read-only folder: SQLite cannot make its -shm file.
-                # Closed cleanly it has no WAL to miss, so read it as an immutable file.
-                db.close()
-                wal = self.path.with_name(self.path.name + "-wal")
-                if wal.exists() and wal.stat().st_size:
-                    raise
-                db = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
-                db.row_factory = sqlite3.Row
-                names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            if "chats" not in names:
-                db.close()
-                raise StoreError(f"{self.path}: not a phasechat chat database")
-            self.fts = "messages_fts" in names
-            return db
-        if ours:  # our own data directory: private (an explicit path is the caller's)
-            self._notice(private_dir(self.path.parent))
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.exists():
-            # Created private: SQLite gives its -wal and -shm files the database's mode.
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
-        # check_same_thread=False: the TUI may read from a worker thread; _lock serialises.
-        db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
-        try:
-            self._prepare(db)
-        except BaseException:
-            db.close()
-            raise
-        # Chats are private: a database or WAL file left readable by an older version
-        # (or a copy) is made 0600.
-        for suffix in ("", "-wal", "-shm"):
-            self._notice(private_file(self.path.with_name(self.path.name + suffix)))
-        return db
-
-    def _prepare(self, db: sqlite3.Connection) -> None:
-        db.row_factory = sqlite3.Row
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            # Writing our older schema over it would silently downgrade the user's chats.
-            raise StoreError(
-                f"{self.path} is from a newer phasechat (schema {version}, this one knows"
-                f" {SCHEMA_VERSION}): upgrade phasechat; `phasechat chats` can still read it"
-            )
-        db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL survives a killed process (not a power cut) at a fraction of FULL's cost.
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        # Delete means gone: freed pages are zeroed, not left holding deleted words.
-        db.execute("PRAGMA secure_delete=ON")
-        self.fts = False
-        with db:
-            db.executescript(SCHEMA)
-            try:
-                db.executescript(FTS)
-                self.fts = True
-            except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
-                self.fts = False
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
     def report(self, line: str, ok: bool) -> None:
         """Tell `on_error` (if set) that saving failed (`ok` False) or works again."""
         if self.on_error is not None:
             self.on_error(line, ok)
-
-    def _notice(self, notice: str | None) -> None:
-        if notice:
-            self.notices.append(notice)
 
     # -- lifecycle -------------------------------------------------------------------
 
