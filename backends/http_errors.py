@@ -143,6 +143,9 @@ def connect_message(exc: httpx.HTTPError, base_url: str) -> str:
         return f"cannot connect to {base_url}: {text[:160]}"
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
         return f"not an http(s) URL: {base_url}"
+    if isinstance(exc, httpx.LocalProtocolError):
+        # Its text quotes the refused header value, which may be a credential.
+        return f"request to {base_url} failed: a request header was refused by the HTTP library"
     if isinstance(exc, httpx.RemoteProtocolError):
         return f"{base_url} closed the connection without an answer"
     return f"request to {base_url} failed: {type(exc).__name__}: {text[:160]}"

@@ -35,6 +35,36 @@ def redact_secret(secret: str) -> str:
     return prefix + REDACTED
 
 
+def key_problem(key: str, env: str) -> str | None:
+    """Why `key` (already stripped) cannot go in a header, in one line without it:
+    a control or non-ASCII character would be refused by the HTTP library, whose error
+    then quotes the whole header value."""
+    for i, ch in enumerate(key):
+        if not (" " <= ch <= "~"):
+            what = "control" if ch.isascii() or not ch.isprintable() else "non-ASCII"
+            return (
+                f"the API key in ${env} has a {what} character at position {i + 1}:"
+                " not sent (fix the variable)"
+            )
+    return None
+
+
+#: The shortest start of a key that counts as a leak when a server cut its echo short.
+MIN_LEAK = 8
+
+
+def scrub_key(text: str, key: str) -> str:
+    """`text` with `key` redacted, and also the longest start of `key` (at least
+    MIN_LEAK characters) found in it: a server's echo cut short at any length."""
+    if not key or len(key) < MIN_LEAK:
+        return text.replace(key, redact_secret(key)) if key and key in text else text
+    text = text.replace(key, redact_secret(key))
+    for n in range(len(key) - 1, MIN_LEAK - 1, -1):
+        if key[:n] in text:
+            return text.replace(key[:n], redact_secret(key))
+    return text
+
+
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """`headers` with every credential-bearing value redacted."""
     return {k: redact_secret(v) if k.lower() in _SECRET_HEADERS else v for k, v in headers.items()}

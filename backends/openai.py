@@ -35,7 +35,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.http_errors import connect_error, lost_message, plural, status_error
-from phasechat.backends.httplog import event_hooks, redact_secret, redact_url
+from phasechat.backends.httplog import event_hooks, key_problem, redact_url, scrub_key
 from phasechat.backends.openai_wire import parse_chunk, whole_reply
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import (
@@ -120,20 +120,35 @@ class RemoteBackend:
     def _with_tls(self, detail: str) -> str:
         return detail if self.config.verify_tls else f"{detail} · TLS verification off"
 
-    def _key(self) -> str:
+    def _raw_key(self) -> str:
         return os.environ.get(self.config.api_key_env, "")
+
+    def _key(self) -> str:
+        # A key pasted with its newline: the whitespace around it is never part of a key.
+        return self._raw_key().strip()
+
+    def key_problem(self) -> str | None:
+        """Why the API key cannot be sent, in one line that never contains it."""
+        return key_problem(self._key(), self.config.api_key_env)
+
+    def key_notice(self) -> str | None:
+        """A notice when whitespace around the key was removed."""
+        raw = self._raw_key()
+        if raw and raw != raw.strip():
+            return f"removed whitespace around the API key in ${self.config.api_key_env}"
+        return None
 
     def _headers(self) -> dict[str, str]:
         key = self._key()
         headers = {"Accept": "text/event-stream"}
-        if key:
+        if key and self.key_problem() is None:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
     def _scrub(self, text: str) -> str:
-        """`text` with the API key redacted: some servers echo it in their errors."""
-        key = self._key()
-        return text.replace(key, redact_secret(key)) if key and key in text else text
+        """`text` with the API key redacted: some servers echo it in their errors, whole
+        or cut short, so a long enough piece of the key's start is redacted too."""
+        return scrub_key(text, self._key())
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -149,6 +164,10 @@ class RemoteBackend:
     async def start(self) -> None:
         """Ask `GET /models` which models exist; pick one if none was configured."""
         self._state, self._detail = "loading", f"connecting to {self.shown_url}"
+        problem = self.key_problem()
+        if problem is not None:
+            self._state, self._detail = "failed", problem
+            return
         try:
             r = await self._http().get(
                 f"{self.base_url}/models", headers=self._headers(), timeout=10.0
@@ -158,7 +177,9 @@ class RemoteBackend:
             self._state, self._detail = "failed", self._scrub(err.message)
             return
         if r.status_code != 200:
-            err = status_error(r.status_code, r.text, self.shown_url, self.config.api_key_env)
+            # Scrubbed before anything cuts it short: a cut key would no longer match.
+            body = self._scrub(r.text)
+            err = status_error(r.status_code, body, self.shown_url, self.config.api_key_env)
             self._state, self._detail = "failed", self._scrub(err.message)
             return
         entries: list[dict[str, Any]] = []
@@ -234,6 +255,13 @@ class RemoteBackend:
         """Stream one answer; closing the iterator closes the HTTP response."""
         if not self.config.verify_tls:
             yield Notice(TLS_OFF)
+        notice = self.key_notice()
+        if notice is not None:
+            yield Notice(notice)
+        problem = self.key_problem()
+        if problem is not None:
+            yield StreamError("auth", problem)
+            return
         async for event in self._send(request):
             if isinstance(event, StreamError):
                 event = dataclasses.replace(event, message=self._scrub(event.message))
@@ -262,15 +290,15 @@ class RemoteBackend:
             return
         try:
             if response.status_code != 200:
-                text = (await response.aread())[:4000].decode("utf-8", errors="replace")
+                raw = (await response.aread())[:4000].decode("utf-8", errors="replace")
                 error = status_error(
                     response.status_code,
-                    text,
+                    self._scrub(raw),
                     self.shown_url,
                     self.config.api_key_env,
                     response.headers.get("retry-after"),
                 )
-                refusal = context_refusal(text) if response.status_code == 400 else None
+                refusal = context_refusal(raw) if response.status_code == 400 else None
                 if refusal is not None:  # the prompt does not fit the server's window
                     error = dataclasses.replace(error, kind="context_overflow", detail=refusal)
                 yield error

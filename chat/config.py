@@ -271,6 +271,8 @@ def parse_config(text: str, path: Path) -> Config:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nesting
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     r.table(doc, "", ("engine", "endpoints", "local", "theme", "trim"))
     engine = _engine(r, doc["engine"]) if "engine" in doc else Settings()
     endpoints = _profiles(r, doc, "endpoints", _endpoint)
@@ -296,6 +298,8 @@ def _trim(r: _Reader, raw: object) -> TrimConfig:
 def load_config(path: Path | None = None) -> Config:
     """Read the config (default: `config_path()`); a missing file is the defaults."""
     path = path or config_path()
+    if path.exists() and not path.is_file():  # a FIFO would block the start for ever
+        raise ConfigError(f"{path}: not a regular file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS messages (
     reasoning TEXT NOT NULL DEFAULT '',
     UNIQUE (chat_id, position)
 );
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
 """
 #: Columns added since version 1, with their definitions (an older database gets them).
 ADDED_COLUMNS = {"reasoning": "TEXT NOT NULL DEFAULT ''"}  # a thinking model's chain of thought
@@ -51,6 +55,10 @@ CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEG
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
 """
+
+
+class StoreError(Exception):
+    """The chat database cannot be used (damaged, newer, unreachable): one line."""
 
 
 class ChatNotFound(LookupError):

@@ -23,6 +23,7 @@ from phasechat.backends.events import (
 )
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.settings import Settings
+from phasechat.chat.text import is_text
 from phasechat.chat.trim_types import SendPlan, TrimStats
 from phasechat.chat.trimmer import Trimmer
 from phasechat.telemetry.export import record
@@ -147,6 +148,8 @@ class ChatSession:
         """
         if not prompt.strip():
             raise InputError("empty prompt: type a message first")
+        if not is_text(prompt):
+            raise InputError("the prompt is not valid UTF-8: not sent")
         backend = self.backend
         user = self._added(ChatMessage("user", prompt))
         try:

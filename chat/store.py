@@ -14,27 +14,21 @@ never put them in messages.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+from phasechat.chat.chat_writer import ChatWriter
 from phasechat.chat.conversation import ChatMessage, Conversation, Status
-from phasechat.chat.paths import db_path, private_dir, private_file
-from phasechat.chat.schema import (
-    ADDED_COLUMNS,
-    FTS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    ChatNotFound,
-    ChatSummary,
-    SearchHit,
-)
+from phasechat.chat.paths import db_path
+from phasechat.chat.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
 from phasechat.chat.session import ChatSession
+from phasechat.chat.store_open import open_readonly, open_writable
+from phasechat.chat.text import is_text
 from phasechat.telemetry.metrics import metrics_from_dict
 
 __all__ = [
@@ -44,11 +38,10 @@ __all__ = [
     "ChatStore",
     "ChatSummary",
     "SearchHit",
+    "StoreError",
     "default_path",
     "default_title",
 ]
-
-log = logging.getLogger(__name__)
 
 #: The error shown on an answer that was still streaming when phasechat stopped.
 INTERRUPTED = "interrupted: phasechat stopped before this answer finished"
@@ -75,49 +68,36 @@ def _when(ts: float) -> datetime:
 class ChatStore:
     """The chat database. Safe to share between threads; each write commits."""
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, readonly: bool = False) -> None:
+        """Open (creating if needed) the chat database; `readonly` never writes to it
+        (for reading commands: a database from a newer phasechat can still be read).
+
+        Raises StoreError, one line, when the database cannot be used: damaged, from a
+        newer phasechat (unless `readonly`), or its folder cannot be made."""
         self.path = Path(path) if path is not None else default_path()
         #: One line each: a directory or file that others could read, made private.
         self.notices: list[str] = []
-        if path is None:  # our own data directory: private (an explicit path is the caller's)
-            self._notice(private_dir(self.path.parent))
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.exists():
-            # Created private: SQLite gives its -wal and -shm files the database's mode.
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
-        self._lock = threading.RLock()
-        # check_same_thread=False: the TUI may read from a worker thread; _lock serialises.
-        self._db = sqlite3.connect(self.path, timeout=10, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL survives a killed process (not a power cut) at a fraction of FULL's cost.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self.fts = False
-        with self._db:
-            self._db.executescript(SCHEMA)
-            have = {r[1] for r in self._db.execute("PRAGMA table_info(messages)")}
-            for name, definition in ADDED_COLUMNS.items():
-                if name not in have:  # a database from an older version
-                    self._db.execute(f"ALTER TABLE messages ADD COLUMN {name} {definition}")
-            try:
-                self._db.executescript(FTS)
-                self.fts = True
-            except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
-                self.fts = False
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        # Chats are private: a database or WAL file left readable by an older version
-        # (or a copy) is made 0600.
-        for suffix in ("", "-wal", "-shm"):
-            self._notice(private_file(self.path.with_name(self.path.name + suffix)))
+        #: Told at once when a write fails (ok=False) and when writes work again (ok=True).
+        self.on_error: Callable[[str, bool], None] | None = None
         #: The last write error a listener swallowed (a full disk must not stop the chat).
         self.error: str | None = None
         self._rows: dict[int, int] = {}  # ChatMessage.id -> messages.id
+        self._lock = threading.RLock()
+        self.readonly = readonly
+        try:
+            if readonly:
+                self._db, self.fts = open_readonly(self.path)
+            else:
+                self._db, self.fts = open_writable(self.path, path is None, self.notices)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read the chat database ({exc})") from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
 
-    def _notice(self, notice: str | None) -> None:
-        if notice:
-            self.notices.append(notice)
+    def report(self, line: str, ok: bool) -> None:
+        """Tell `on_error` (if set) that saving failed (`ok` False) or works again."""
+        if self.on_error is not None:
+            self.on_error(line, ok)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -144,12 +124,23 @@ class ChatStore:
         becomes the title."""
         now = time.time()
         with self._lock, self._db:
-            cur = self._db.execute(
-                "INSERT INTO chats (title, system, created, updated) VALUES (?, ?, ?, ?)",
-                (title, system, now, now),
+            # Ids are never reused: a deleted chat's exports (`chat-3.md`) must not be
+            # overwritten by a later chat's. The highest id ever given is kept in `counters`.
+            (last,) = self._db.execute(
+                "SELECT MAX(COALESCE((SELECT value FROM counters WHERE name = 'chat'), 0),"
+                " COALESCE((SELECT MAX(id) FROM chats), 0))"
+            ).fetchone()
+            chat_id = int(last) + 1
+            self._db.execute(
+                "INSERT INTO chats (id, title, system, created, updated) VALUES (?, ?, ?, ?, ?)",
+                (chat_id, title, system, now, now),
             )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+            self._db.execute(
+                "INSERT INTO counters (name, value) VALUES ('chat', ?)"
+                " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (chat_id,),
+            )
+        return chat_id
 
     def _require(self, chat_id: int) -> None:
         if self._db.execute("SELECT 1 FROM chats WHERE id = ?", (chat_id,)).fetchone() is None:
@@ -213,7 +204,8 @@ class ChatStore:
                     status,
                     error,
                     metrics,
-                    reasoning=r["reasoning"],
+                    # a database from before thinking models, read-only: no such column
+                    reasoning=r["reasoning"] if "reasoning" in r.keys() else "",  # noqa: SIM118 (a Row: `in` looks at values)
                 )
             )
         return conversation
@@ -221,6 +213,8 @@ class ChatStore:
     def rename(self, chat_id: int, title: str) -> None:
         """Give a chat a new title (raises ChatNotFound, or ValueError when blank)."""
         title = " ".join(title.split())
+        if not is_text(title):
+            raise ValueError("the title is not valid UTF-8: not renamed")
         if not title:
             raise ValueError("a chat title cannot be empty")
         with self._lock, self._db:
@@ -232,9 +226,16 @@ class ChatStore:
 
     def delete(self, chat_id: int) -> None:
         """Delete a chat and its messages (raises ChatNotFound)."""
-        with self._lock, self._db:
-            self._require(chat_id)
-            self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        with self._lock:
+            with self._db:
+                self._require(chat_id)
+                self._db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+                if self.fts:
+                    # The index keeps deleted words in old segments until they merge:
+                    # merge them all now, so (with secure_delete) the words are gone.
+                    self._db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+            # ...and from the WAL, which still holds the pages as they were.
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def search(self, text: str, limit: int = 50) -> list[SearchHit]:
         """Messages whose content matches every word of `text` (FTS5: word prefixes;
@@ -287,7 +288,7 @@ class ChatStore:
         messages = session.conversation.messages
         for message, row in zip(messages, stored, strict=False):
             self._rows[message.id] = row
-        listener = _ChatWriter(self, chat_id, len(stored))
+        listener = ChatWriter(self, chat_id)
         for message in messages[len(stored) :]:
             listener.message_added(message)
         session.listeners.append(listener)
@@ -302,26 +303,28 @@ class ChatStore:
     def detach(self, session: ChatSession) -> None:
         """Stop writing `session` (e.g. before attaching it to another chat)."""
         session.listeners[:] = [
-            x for x in session.listeners if not (isinstance(x, _ChatWriter) and x.store is self)
+            x for x in session.listeners if not (isinstance(x, ChatWriter) and x.store is self)
         ]
 
     def chat_of(self, session: ChatSession) -> int | None:
         """The id of the chat this store writes `session` to, if attached."""
         for x in session.listeners:
-            if isinstance(x, _ChatWriter) and x.store is self:
+            if isinstance(x, ChatWriter) and x.store is self:
                 return x.chat_id
         return None
 
-    def _insert(self, chat_id: int, position: int, m: ChatMessage) -> None:
+    def _insert(self, chat_id: int, m: ChatMessage) -> None:
         now = time.time()
         with self._lock, self._db:
+            # The position is the chat's next one at the moment of writing, so two windows
+            # on one chat both save their messages (interleaved) instead of colliding.
             cur = self._db.execute(
                 "INSERT INTO messages (chat_id, position, role, content, backend, model,"
-                " status, error, metrics, created, reasoning)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, error, metrics, created) VALUES (?, (SELECT COALESCE(MAX(position),"
+                " -1) + 1 FROM messages WHERE chat_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
-                    position,
+                    chat_id,
                     m.role,
                     m.content,
                     m.backend,
@@ -360,33 +363,6 @@ class ChatStore:
                     (m.content, m.reasoning, row),
                 )
             self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
-
-
-class _ChatWriter:
-    """The SessionListener that `ChatStore.attach` adds: one per (session, chat)."""
-
-    def __init__(self, store: ChatStore, chat_id: int, next_position: int) -> None:
-        self.store = store
-        self.chat_id = chat_id
-        self._position = next_position
-
-    def message_added(self, message: ChatMessage) -> None:
-        try:
-            self.store._insert(self.chat_id, self._position, message)
-            self._position += 1
-        except sqlite3.Error as exc:
-            self._failed(exc)
-
-    def message_updated(self, message: ChatMessage, final: bool) -> None:
-        try:
-            self.store._update(self.chat_id, message, final)
-        except sqlite3.Error as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: sqlite3.Error) -> None:
-        # A full disk or a locked database must not end the answer on screen.
-        self.store.error = f"chat not saved: {exc}"
-        log.warning("%s", self.store.error)
 
 
 def _metrics_json(m: ChatMessage) -> str | None:

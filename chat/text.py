@@ -1,16 +1,24 @@
-"""Model output is data, never markup or terminal control.
+"""Model output, and every other string from outside, is data: never markup or
+terminal control.
 
 Terminal escape sequences (ANSI colours, OSC title changes, hyperlinks, OSC 52 clipboard
-writes) and other control characters are made visible instead of interpreted, before
-text reaches a terminal, a widget or an export.
+writes), other control characters and the bidi overrides that reorder what a reader sees
+are made visible instead of interpreted, before text reaches a terminal, a widget or an
+export. Server strings (model ids, error bodies, state details), chat titles and user
+theme errors all go through `visible_controls` before they are drawn.
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
-# C0 controls except TAB and LF, DEL, and the C1 block (which some terminals honour).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+# C0 controls except TAB and LF, DEL, the C1 block (which some terminals honour), and the
+# bidi embeddings, overrides and isolates (U+202A-202E, U+2066-2069: "Trojan Source").
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+
+#: The URL schemes a click on a link in an answer may open.
+LINK_SCHEMES = ("http", "https")
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -20,9 +28,43 @@ def _visible(match: re.Match[str]) -> str:
         return chr(0x2400 + code)  # the Unicode "control picture": ESC -> ␛
     if code == 0x7F:
         return "\u2421"  # ␡
-    return f"\\x{code:02x}"
+    if code <= 0x9F:
+        return f"\\x{code:02x}"
+    return f"<U+{code:04X}>"  # a bidi control, shown by name
 
 
 def visible_controls(text: str) -> str:
     """`text` with every control character except tab and newline shown as a symbol."""
     return _CONTROL.sub(_visible, text.replace("\r\n", "\n"))
+
+
+def one_line(text: str) -> str:
+    """`text` safe to draw on one line: controls visible, newlines and tabs as spaces."""
+    return visible_controls(" ".join(text.split()))
+
+
+def has_controls(text: str) -> bool:
+    """Whether `text` holds a character `visible_controls` would replace (or a tab/LF)."""
+    return bool(_CONTROL.search(text)) or "\t" in text or "\n" in text
+
+
+def safe_link(href: str) -> str | None:
+    """`href` if a click may open it (http or https, a host, no controls), else None."""
+    href = href.strip()
+    if has_controls(href) or any(c.isspace() for c in href):
+        return None
+    try:
+        parts = urlsplit(href)
+    except ValueError:
+        return None
+    return href if parts.scheme.lower() in LINK_SCHEMES and parts.netloc else None
+
+
+def is_text(text: str) -> bool:
+    """False for a str that holds lone surrogates: bytes that were not valid UTF-8
+    (Python's `surrogateescape` for argv) and cannot be stored or encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

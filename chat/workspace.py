@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
+from phasechat.chat.chat_writer import ChatWriter
 from phasechat.chat.config import Config
 from phasechat.chat.config_write import save_config
 from phasechat.chat.conversation import Conversation
 from phasechat.chat.profiles import BackendSpec, make_backend
 from phasechat.chat.session import ChatSession
 from phasechat.chat.settings import Settings, TrimConfig
-from phasechat.chat.store import ChatStore
+from phasechat.chat.store import ChatStore, StoreError
 from phasechat.chat.trimmer import Trimmer
 
 
@@ -135,15 +136,32 @@ class Workspace:
         could read was made private."""
         try:
             self.store = ChatStore()
-        except (sqlite3.Error, OSError) as exc:
+        except (StoreError, sqlite3.Error, OSError) as exc:
             return [f"chats will not be saved: {exc}"]
         return list(self.store.notices)
 
-    def ensure_chat(self) -> None:
-        """Save the session as a chat from its first message on (a chat is created then)."""
+    def ensure_chat(self) -> str | None:
+        """Save the session as a chat from its first message on (a chat is created then).
+
+        Returns why it could not be created (a full disk, a locked database), in one line;
+        the next call tries again, and saves the messages sent meanwhile."""
         store = self.store
-        if store is not None and store.chat_of(self.session) is None:
+        if store is None or store.chat_of(self.session) is not None:
+            return None
+        try:
             store.attach(self.session, store.create_chat(system=self.session.settings.system))
+        except sqlite3.Error as exc:
+            return f"chat not saved: {exc} (retried at the next message; it is kept in memory)"
+        return None
+
+    def retry_save(self) -> bool:
+        """Try again the writes that failed; True when nothing is left unsaved."""
+        writers = [x for x in self.session.listeners if isinstance(x, ChatWriter)]
+        return all(w.flush() for w in writers)
+
+    def chat_id(self) -> int | None:
+        """The saved chat the session is written to, if any."""
+        return self.store.chat_of(self.session) if self.store is not None else None
 
     def open_chat(self, chat_id: int) -> None:
         """Continue saved chat `chat_id` in the session (the current one stays saved)."""

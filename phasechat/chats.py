@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 from dataclasses import asdict
 from datetime import datetime
 
 from phasechat.chat.export import FORMATS, dumps, to_json, to_markdown
-from phasechat.chat.store import ChatNotFound, ChatStore
+from phasechat.chat.store import ChatNotFound, ChatStore, StoreError
 from phasechat.chat.text import visible_controls
 
 
@@ -35,14 +36,19 @@ class _Usage(Exception):
     """A bad argument: one line, exit 2."""
 
 
+#: The largest id SQLite can store (a signed 64-bit integer).
+MAX_ID = 2**63 - 1
+
+
 def _chat_id(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise _Usage(f"not a chat id: {value!r} (ids are numbers; see `phasechat chats`)") from None
-    if n < 1:
-        raise _Usage(f"not a chat id: {value!r}")
-    return n
+    # ASCII digits only: int() would also take "1_0", " 7 " and "١" (Arabic-Indic one).
+    if (
+        not (value.isascii() and value.isdigit())
+        or len(value) > 19
+        or not 1 <= int(value) <= MAX_ID
+    ):
+        raise _Usage(f"not a chat id: {value!r} (ids are numbers; see `phasechat chats`)")
+    return int(value)
 
 
 def _when(t: datetime) -> str:
@@ -51,8 +57,11 @@ def _when(t: datetime) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run `phasechat chats ...`; returns the exit status."""
+    # Reading commands never write: a database from a newer phasechat is read, not
+    # downgraded, and a read-only data directory still lists and exports.
+    readonly = args.chats_command in (None, "export", "search")
     try:
-        with ChatStore() as store:
+        with ChatStore(readonly=readonly) as store:
             return _run(store, args)
     except BrokenPipeError:
         # `phasechat chats export 3 | head`: the reader left; say nothing more.
@@ -62,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         msg = exc.args[0] if exc.args else str(exc)
         print(f"phasechat: {visible_controls(str(msg))}", file=sys.stderr)
         return 2
+    except (StoreError, sqlite3.Error, OSError) as exc:
+        # A damaged or truncated file, a read-only folder, a data path that is a file.
+        print(f"phasechat: {visible_controls(' '.join(str(exc).split()))}", file=sys.stderr)
+        return 1
 
 
 def _run(store: ChatStore, args: argparse.Namespace) -> int:

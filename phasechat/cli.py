@@ -18,7 +18,7 @@ from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config import ConfigError
 from phasechat.chat.export import dumps
 from phasechat.chat.session import InputError
-from phasechat.chat.text import visible_controls
+from phasechat.chat.text import is_text, visible_controls
 from phasechat.options import add_backend_options, build_workspace, fail
 
 
@@ -44,7 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def ask(args: argparse.Namespace) -> int:
     """Stream one answer to stdout, or print one JSON object with --json."""
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        prompt = sys.stdin.buffer.read().decode() if args.prompt == "-" else args.prompt
+    except UnicodeDecodeError:
+        prompt = "\udcff"  # refused below like an argument that is not UTF-8
+    if not is_text(prompt):
+        # Before anything is created: no empty chat is left behind.
+        return fail("the prompt is not valid UTF-8: nothing asked, nothing saved")
     try:
         workspace = build_workspace(args, all_backends=False)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
@@ -60,7 +66,9 @@ async def ask(args: argparse.Namespace) -> int:
         if not args.no_save:
             for line in workspace.open_store():
                 print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
-            workspace.ensure_chat()
+            error = workspace.ensure_chat()
+            if error:
+                print(f"phasechat: warning: {visible_controls(error)}", file=sys.stderr)
         out = sys.stdout
         async for event in session.send(prompt):
             if isinstance(event, TextDelta) and event.text and not args.json:

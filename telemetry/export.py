@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
@@ -26,9 +27,19 @@ def record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> dict[str,
     return out
 
 
+#: DEL and the C1 block: JSON allows them raw, and some terminals act on them.
+_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
+#: What a spreadsheet treats as a formula or strips to find one (OWASP's list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def to_jsonl(records: Iterable[dict[str, Any]]) -> str:
-    """One JSON object per line."""
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    """One JSON object per line; safe to print (C0 is escaped by JSON, DEL and C1 here)."""
+    return "".join(
+        _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(r, ensure_ascii=False))
+        + "\n"
+        for r in records
+    )
 
 
 def to_csv(records: Iterable[dict[str, Any]]) -> str:
@@ -41,10 +52,20 @@ def to_csv(records: Iterable[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    """Controls other than TAB, LF and CR as their escapes (CSV quotes those three)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _cell(value: object) -> object:
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, str):
-        # A prompt starting with = + - @ would be a formula in a spreadsheet.
-        return "'" + value if value[:1] in ("=", "+", "-", "@") else value
+        # A prompt starting with = + - @ (or TAB, CR before one) would be a formula in a
+        # spreadsheet; ESC, other controls and C1 are shown, never written raw.
+        value = _visible(value)
+        return "'" + value if value[:1] in _FORMULA_START else value
     return "" if value is None else value

@@ -50,6 +50,9 @@ MARKUP_PIECES = (
     "bell\x07 nul\x00 end",
 )
 
+#: The model id `/hostile/v1/models` lists: a window title, a clipboard write, markup.
+HOSTILE_MODEL = "evil\x1b]0;pwned title\x07\x1b]52;c;cHduZWQ=\x07[/]\u202egnp.exe"
+
 
 def http(status: int, body: bytes, ctype: str = "application/json", extra: str = "") -> bytes:
     reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}
@@ -111,7 +114,11 @@ class FaultServer(ThinkBehaviours):
             self.headers.append(headers)
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             if path.endswith("/models"):
-                writer.write(http(200, b'{"object":"list","data":[{"id":"scripted"}]}'))
+                # Under /hostile/ the only model's id is an attack on the terminal and on
+                # markup; a chat request naming it gets a 404 that quotes it back.
+                model = HOSTILE_MODEL if "/hostile/" in path else "scripted"
+                listing = {"object": "list", "data": [{"id": model}]}
+                writer.write(http(200, json.dumps(listing).encode()))
             else:
                 request = json.loads(body or b"{}")
                 self.requests.append(request)
@@ -131,6 +138,10 @@ class FaultServer(ThinkBehaviours):
             writer.close()
 
     async def _behave(self, behaviour: str, request: dict[str, Any], c: Conn) -> None:
+        if behaviour == HOSTILE_MODEL:  # the error body quotes the hostile id raw
+            body = json.dumps({"error": {"message": f"unknown model {behaviour}"}}).encode()
+            c.w.write(http(400, body))
+            return
         name, _, arg = behaviour.partition("-")
         handler: Callable[[str, dict[str, Any], Conn], Awaitable[None]] | None = getattr(
             self, f"_b_{name}", None

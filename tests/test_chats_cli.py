@@ -134,6 +134,11 @@ def test_chats_table_rename_search_and_delete() -> None:
         (("delete", "7"), "phasechat: no chat with id 7"),
         (("export", "seven"), "phasechat: not a chat id: 'seven' (ids are numbers; see"),
         (("delete", "-1"), "phasechat: not a chat id: '-1'"),
+        (("export", str(2**64)), f"phasechat: not a chat id: '{2**64}'"),
+        (("export", str(2**63)), f"phasechat: not a chat id: '{2**63}'"),
+        (("export", "1_0"), "phasechat: not a chat id: '1_0'"),
+        (("export", "\u0661"), "phasechat: not a chat id: '\u0661'"),  # Arabic-Indic one
+        (("delete", " 1"), "phasechat: not a chat id: ' 1'"),
     ],
 )
 def test_bad_ids_are_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:

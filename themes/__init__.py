@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from textual.color import ColorParseError
 from textual.theme import Theme
@@ -104,16 +105,40 @@ def load_user_themes(folder: Path) -> tuple[list[Theme], list[str]]:
         return themes, errors
     for path in sorted(folder.glob("*.toml")):
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-            unknown = set(data) - _THEME_KEYS
-            if unknown:
-                raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
-            if not isinstance(data.get("name"), str) or not isinstance(data.get("primary"), str):
-                raise ValueError("needs string keys 'name' and 'primary'")
-            theme = Theme(**data)
-            theme.to_color_system()  # parses every colour: a bad one fails here
+            if not path.is_file():  # a FIFO named *.toml would block every start
+                raise ValueError("not a regular file")
+            theme = _theme(tomllib.loads(path.read_text(encoding="utf-8")))
+        except RecursionError:
+            errors.append(f"theme {path.name} skipped: nested too deeply")
+            continue
         except (OSError, ValueError, TypeError, ColorParseError) as exc:
+            # The message quotes the file's own text: shown as data (markup off, controls
+            # made visible) by the app.
             errors.append(f"theme {path.name} skipped: {exc}")
             continue
         themes.append(theme)
     return themes, errors
+
+
+def _theme(data: dict[str, Any]) -> Theme:
+    """A Theme from a user file's table, every value checked for its type first."""
+    unknown = set(data) - _THEME_KEYS
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+    if not isinstance(data.get("name"), str) or not isinstance(data.get("primary"), str):
+        raise ValueError("needs string keys 'name' and 'primary'")
+    for key, value in data.items():
+        if key == "dark":
+            if not isinstance(value, bool):
+                raise ValueError("'dark' must be true or false")
+        elif key == "variables":
+            if not isinstance(value, dict):
+                raise ValueError("'variables' must be a table")
+            for name, colour in value.items():
+                if not isinstance(colour, str):
+                    raise ValueError(f"variables.{name} must be a string")
+        elif not isinstance(value, str):
+            raise ValueError(f"{key!r} must be a string")
+    theme = Theme(**data)
+    theme.to_color_system()  # parses every colour: a bad one fails here
+    return theme

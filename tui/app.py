@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Markdown, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from phasechat.backends.base import Backend
@@ -42,6 +42,7 @@ from phasechat.tui import dialogs
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.dialogs import register_themes
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import (
     answer_footer,
     context_gauge,
@@ -58,7 +59,7 @@ REFRESH_HZ = 15
 YIELD_EVERY_NS = 4_000_000
 
 
-class PhasechatApp(App[None]):
+class PhasechatApp(PlainTextApp):
     """Chat with a local or remote model and watch prefill and decode live."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -126,13 +127,19 @@ class PhasechatApp(App[None]):
         self._setup_themes()
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
-            self.notify(line, severity="error" if failed else "warning", markup=False)
+            self.notify(line, severity="error" if failed else "warning")
+        dialogs.watch_saves(self)
         self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self.set_interval(1 / REFRESH_HZ, self.refresh_live)
         self.load_backend()
         self.refresh_status()
+
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        """A link in an answer the model wrote: see dialogs.open_link."""
+        event.stop()
+        dialogs.open_link(self, event.href)
 
     def _setup_themes(self) -> None:
         """Built-in and user themes; the one last chosen; remember the next choice."""
@@ -202,7 +209,9 @@ class PhasechatApp(App[None]):
             self.notify("empty prompt: type a message first", severity="warning")
             return False
         self.query_one(PromptInput).clear()
-        self.workspace.ensure_chat()
+        error = self.workspace.ensure_chat()
+        if error:  # the exchange goes on in memory; saving is retried at the next send
+            self.notify(error, severity="error", timeout=15)
         self._sending = True  # `generating` from now, not from when the worker starts
         self._started = False
         self._pending_text = text
@@ -386,6 +395,10 @@ class PhasechatApp(App[None]):
 
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()
+
+    def export_chat(self) -> None:
+        """Write the chat on screen to the exports folder (from memory)."""
+        dialogs.export_chat(self)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -7,6 +7,7 @@ from textual.content import Content
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.session import Exchange
+from phasechat.chat.text import visible_controls
 from phasechat.tui.telemetry_view import answer_footer
 from phasechat.tui.widgets import MessageView
 
@@ -14,7 +15,8 @@ from phasechat.tui.widgets import MessageView
 def footer_of(message: ChatMessage, footer: Content) -> Content:
     """An answer's footer, with its error (if it failed) on a line of its own."""
     if message.error:
-        return Content.assemble(footer, (f"\n{message.error}", "$error"))
+        # The error quotes a server: drawn as inert text.
+        return Content.assemble(footer, (f"\n{visible_controls(message.error)}", "$error"))
     return footer
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from typing import ClassVar
 
 from textual import on
@@ -13,9 +15,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from phasechat.chat.export import to_json, to_markdown
-from phasechat.chat.store import ChatStore, ChatSummary
-from phasechat.tui.history_screen import export_dir
+from phasechat.chat.export_files import export_chat
+from phasechat.chat.store import ChatNotFound, ChatStore, ChatSummary
+from phasechat.chat.text import one_line
+from phasechat.tui.confirm import ConfirmScreen
 
 
 class ChatsScreen(ModalScreen[int | None]):
@@ -45,15 +48,18 @@ class ChatsScreen(ModalScreen[int | None]):
             yield Footer()
 
     def on_mount(self) -> None:
-        self.fill(self.store.list_chats())
+        try:
+            self.fill(self.store.list_chats())
+        except sqlite3.Error as exc:
+            self.notify(f"chats cannot be listed: {exc}", severity="error")
 
     def fill(self, chats: list[ChatSummary]) -> None:
         options = self.query_one(OptionList)
         options.clear_options()
         for c in chats:
             label = Content.assemble(
-                (c.title or "(untitled)", "bold"),
-                (f"  {c.backend or '-'} · {c.messages} messages · {c.updated}", "dim"),
+                (one_line(c.title or "(untitled)"), "bold"),
+                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {c.updated}", "dim"),
             )
             options.add_option(Option(label, id=str(c.id)))
         if not chats:
@@ -62,11 +68,14 @@ class ChatsScreen(ModalScreen[int | None]):
     @on(Input.Changed, "#search")
     def search(self, event: Input.Changed) -> None:
         text = event.value.strip()
-        if not text:
-            self.fill(self.store.list_chats())
-            return
-        ids = dict.fromkeys(hit.chat_id for hit in self.store.search(text))
-        self.fill([self.store.get(i) for i in ids])
+        try:
+            if not text:
+                self.fill(self.store.list_chats())
+                return
+            ids = dict.fromkeys(hit.chat_id for hit in self.store.search(text))
+            self.fill([self.store.get(i) for i in ids])
+        except (sqlite3.Error, ChatNotFound) as exc:
+            self.notify(f"search failed: {exc}", severity="error")
 
     def _selected(self) -> int | None:
         options = self.query_one(OptionList)
@@ -81,31 +90,53 @@ class ChatsScreen(ModalScreen[int | None]):
             self.dismiss(int(event.option.id))
 
     def action_delete(self) -> None:
+        """Delete the highlighted chat, after a yes: it cannot be undone."""
         chat_id = self._selected()
-        if chat_id is not None:
-            self.store.delete(chat_id)
+        if chat_id is None:
+            return
+        try:
+            title = self.store.get(chat_id).title
+        except (sqlite3.Error, ChatNotFound) as exc:
+            self.notify(f"delete failed: {exc}", severity="error")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:  # off the UI thread: a locked database waits up to its busy timeout
+                self.run_worker(self._delete(chat_id), group="chats-delete")
+
+        self.app.push_screen(
+            ConfirmScreen(f"Delete chat {chat_id} and all its messages?", one_line(title)), chosen
+        )
+
+    async def _delete(self, chat_id: int) -> None:
+        try:
+            await asyncio.to_thread(self.store.delete, chat_id)
             self.fill(self.store.list_chats())
-            self.notify(f"deleted chat {chat_id}")
+        except (sqlite3.Error, ChatNotFound) as exc:  # a locked database: say so, stay open
+            self.notify(f"chat {chat_id} not deleted: {exc}", severity="error")
+            return
+        self.notify(f"deleted chat {chat_id}")
 
     def action_rename(self) -> None:
         chat_id = self._selected()
         title = self.query_one("#search", Input).value.strip()
         if chat_id is not None and title:
-            self.store.rename(chat_id, title)
-            self.fill(self.store.list_chats())
+            try:
+                self.store.rename(chat_id, title)
+                self.fill(self.store.list_chats())
+            except (sqlite3.Error, ChatNotFound, ValueError) as exc:
+                self.notify(f"not renamed: {exc}", severity="error")
 
     def action_export(self) -> None:
         chat_id = self._selected()
         if chat_id is None:
             return
-        summary, conversation = self.store.get(chat_id), self.store.load(chat_id)
-        folder = export_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        md = folder / f"chat-{chat_id}.md"
-        md.write_text(to_markdown(summary, conversation), encoding="utf-8")
-        (folder / f"chat-{chat_id}.json").write_text(
-            to_json(summary, conversation), encoding="utf-8"
-        )
+        try:
+            summary, conversation = self.store.get(chat_id), self.store.load(chat_id)
+            md = export_chat(summary, conversation, f"chat-{chat_id}")
+        except (OSError, sqlite3.Error, ChatNotFound) as exc:
+            self.notify(f"export failed: {exc}", severity="error")
+            return
         self.notify(f"exported to {md} and .json")
 
     def action_dismiss_none(self) -> None:

@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from phasechat.chat.costs import switch_cost
+from phasechat.chat.export_files import export_chat as export_chat_files
+from phasechat.chat.export_files import memory_stem, unsaved_summary
 from phasechat.chat.paths import themes_dir
 from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.chats_screen import ChatsScreen
+from phasechat.tui.confirm import ConfirmScreen
 from phasechat.tui.settings_screen import SettingsScreen
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
@@ -31,6 +35,7 @@ COMMANDS = (
     ("Toggle history trimming", "Summarize old turns to bound prefill", "toggle_trimming"),
     ("Engine settings", "System prompt, temperature, max tokens, stop", "action_settings"),
     ("Toggle telemetry", "Show or hide the live telemetry panel", "action_toggle_telemetry"),
+    ("Export this chat", "Write the chat on screen to .md/.json (even unsaved)", "export_chat"),
 )
 
 
@@ -76,6 +81,62 @@ def chats(app: PhasechatApp) -> None:
             await app.show_conversation(app.session.conversation)
 
     app.push_screen(ChatsScreen(store), chosen)
+
+
+#: How often writes that failed (a full disk) are tried again while nothing streams.
+SAVE_RETRY_S = 2.0
+
+
+def watch_saves(app: PhasechatApp) -> None:
+    """Show a failed save the moment it happens (and when saving works again), and try
+    the failed writes again every SAVE_RETRY_S while no answer streams."""
+    ws = app.workspace
+
+    def told(line: str, ok: bool) -> None:
+        if ok:
+            app.notify(line)
+        else:
+            app.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
+
+    def retry() -> None:
+        if ws.store is not None and ws.store.error is not None and not app.generating:
+            ws.retry_save()
+
+    if ws.store is not None:
+        ws.store.on_error = told
+    app.set_interval(SAVE_RETRY_S, retry)
+
+
+def open_link(app: PhasechatApp, href: str) -> None:
+    """A link clicked in an answer: http(s) only, and only after the URL was shown."""
+    url = safe_link(href)
+    if url is None:
+        shown = href[:200]
+        app.notify(f"link not opened: only http and https links open ({shown})", severity="warning")
+        return
+
+    def chosen(yes: bool | None) -> None:
+        if yes:
+            app.open_url(url)
+
+    app.push_screen(ConfirmScreen("Open this link in your browser?", one_line(url)), chosen)
+
+
+def export_chat(app: PhasechatApp) -> None:
+    """The chat on screen, from memory, to the exports folder: works when saving failed."""
+    conversation = app.session.conversation
+    if not conversation.messages:
+        app.notify("nothing to export yet", severity="warning")
+        return
+    chat_id = app.workspace.chat_id()
+    try:
+        md = export_chat_files(
+            unsaved_summary(conversation, chat_id), conversation, memory_stem(chat_id)
+        )
+    except OSError as exc:
+        app.notify(f"export failed: {exc}", severity="error")
+        return
+    app.notify(f"exported to {md} and .json")
 
 
 def settings(app: PhasechatApp) -> None:

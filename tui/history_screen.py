@@ -10,6 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
+from phasechat.chat.export_files import export_folder, write_export
 from phasechat.chat.paths import exports_dir
 from phasechat.chat.session import Exchange
 from phasechat.chat.text import visible_controls
@@ -93,12 +94,14 @@ class HistoryScreen(ModalScreen[None]):
 
     def action_export(self, kind: str) -> None:
         """Write the table to the exports folder and say where."""
-        folder = export_dir()
-        folder.mkdir(parents=True, exist_ok=True)
         from datetime import datetime
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = folder / f"requests-{stamp}.{kind}"
         text = to_jsonl(self.records()) if kind == "jsonl" else to_csv(self.records())
-        path.write_text(text, encoding="utf-8")
+        try:
+            path = export_folder() / f"requests-{stamp}.{kind}"
+            write_export(path, text)
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error")
+            return
         self.notify(f"exported {len(self.exchanges)} requests to {path}")

@@ -13,6 +13,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.text import one_line
 
 
 class SwitchScreen(ModalScreen[str | None]):
@@ -41,7 +42,9 @@ class SwitchScreen(ModalScreen[str | None]):
             for spec, cost in self.profiles:
                 mark = "● " if spec.name == self.current else "  "
                 label = Content.assemble(
-                    (f"{mark}{spec.name}", "bold"), f"  {spec.describe}\n    ", (cost, "dim")
+                    (f"{mark}{one_line(spec.name)}", "bold"),
+                    f"  {one_line(spec.describe)}\n    ",
+                    (cost, "dim"),
                 )
                 options.append(Option(label, id=spec.name))
             yield OptionList(*options)

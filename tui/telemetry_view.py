@@ -10,6 +10,7 @@ from textual.content import Content
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
 from phasechat.chat.costs import SwitchCost
+from phasechat.chat.text import one_line
 from phasechat.chat.trim_types import TrimStats
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
@@ -34,11 +35,13 @@ def status_content(backend: Backend, generating: bool, last: Metrics | None) -> 
     style = {"failed": "$error", "loading": "$warning", "streaming": "$accent"}.get(
         state, "$success"
     )
+    # The model id and the failure detail come from a server: drawn as inert text.
+    detail = f" · {one_line(backend.state_detail)}" if backend.state == "failed" else ""
     return Content.assemble(
-        (f" {backend.name}", "bold"),
-        f" · {backend.model} · ",
+        (f" {one_line(backend.name)}", "bold"),
+        f" · {one_line(backend.model)} · ",
         (state, style),
-        (f" · {backend.state_detail}" if backend.state == "failed" else "", "$error"),
+        (detail, "$error"),
         tail,
     )
 
@@ -249,7 +252,7 @@ def engine_line(m: Metrics) -> Content:
             f"max {fmt(m.itl_ms_max)} ms",
         ]
     for warning in m.warnings:
-        parts.append((f"\n⚠ {warning}", "$stall"))
+        parts.append((f"\n⚠ {one_line(warning)}", "$stall"))
     return Content.assemble(*parts)
 
 
@@ -298,5 +301,5 @@ def trim_line(t: TrimStats) -> Content:
     if t.pending:
         parts.append((" · summarizing…", "$phase-prefill"))
     if t.last_error:
-        parts.append((f" · {t.last_error}", "$stall"))
+        parts.append((f" · {one_line(t.last_error)}", "$stall"))
     return Content.assemble(*parts)

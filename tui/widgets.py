@@ -12,7 +12,7 @@ from textual.widgets import Collapsible, Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.text import visible_controls
+from phasechat.chat.text import one_line, visible_controls
 
 
 class MessageView(Vertical):
@@ -51,7 +51,8 @@ class MessageView(Vertical):
         # A thinking model's chain of thought: folded; a click or the app's key opens it.
         with Collapsible(title="thinking", classes="thinking"):
             yield Static("", classes="thinking-text")
-        yield Markdown(visible_controls(self.message.content))
+        # Links are opened by the app, after a check of their scheme (dialogs.open_link).
+        yield Markdown(visible_controls(self.message.content), open_links=False)
         yield Static("", classes="footer")
 
     def on_mount(self) -> None:
@@ -95,7 +96,9 @@ class MessageView(Vertical):
         note = ("  (summarized: the model now sees a summary)", "italic") if self.summarized else ""
         if m.role == "user":
             return Content.assemble("you", note)
-        return Content.assemble((m.backend or "assistant", "bold"), f" · {m.model or ''}", note)
+        # The model id is the server's: shown, never interpreted.
+        backend, model = one_line(m.backend or "assistant"), one_line(m.model or "")
+        return Content.assemble((backend, "bold"), f" · {model}", note)
 
     @property
     def summarized(self) -> bool:
