@@ -320,8 +320,9 @@ class ChatStore:
             # on one chat both save their messages (interleaved) instead of colliding.
             cur = self._db.execute(
                 "INSERT INTO messages (chat_id, position, role, content, backend, model,"
-                " status, error, metrics, created) VALUES (?, (SELECT COALESCE(MAX(position),"
-                " -1) + 1 FROM messages WHERE chat_id = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, error, metrics, created, reasoning) VALUES (?, (SELECT"
+                " COALESCE(MAX(position), -1) + 1 FROM messages WHERE chat_id = ?),"
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     chat_id,
