@@ -3,13 +3,14 @@ decode loop and warm-up. Everything here runs on the backend's llama thread."""
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.events import ServerTimings
-from phasechat.backends.gguf import Geometry
+from phasechat.backends.events import KVStats, ServerTimings
+from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
 
 # Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
 FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
@@ -239,3 +240,35 @@ def load_error(message: str, n_ctx: int, path: Path | None, g: Geometry | None) 
             "not enough memory, or a damaged file"
         )
     return message
+
+
+def token_decoder(piece: Callable[[int], bytes]) -> Callable[[int | None], str]:
+    """Token id -> the text it completes. A character whose UTF-8 bytes span several
+    tokens comes out once, whole, with the token that completes it. None ends the
+    answer: the bytes of a character the answer stopped inside (max_tokens in the
+    middle of a Japanese character) are dropped, never shown as U+FFFD."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def decode(token: int | None) -> str:
+        if token is None:
+            decoder.reset()  # an incomplete character: not text
+            return ""
+        return decoder.decode(piece(token))
+
+    return decode
+
+
+def kv_stats(llm: Any, g: Geometry | None, model_bytes: int) -> KVStats:
+    """KV fill from the context, bytes from the GGUF geometry and the cache type."""
+    used, cap = int(llm.n_tokens), int(llm.n_ctx())
+    if g is None:
+        return KVStats(used, cap, 0, 0)
+    type_bytes = KV_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
+    swa_full = bool(llm.context_params.swa_full)
+    return KVStats(
+        used,
+        cap,
+        g.kv_bytes(used, cap, type_bytes, swa_full),
+        g.kv_bytes(cap, cap, type_bytes, swa_full),
+        model_bytes,
+    )

@@ -13,7 +13,6 @@ Python per token than the completion API.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,25 +35,26 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry, GGUFError, geometry
+from phasechat.backends.gguf import Geometry, GGUFError, geometry
 from phasechat.backends.handoff import Handoff
 from phasechat.backends.llama_glue import (
-    NO_SYSTEM_ROLE,
     chat_formatter,
     engine_timings,
     eog_check,
-    fold_system,
+    kv_stats,
     load_error,
     perf_counters,
     physical_cores,
     piece_function,
     reuse_prefix,
+    token_decoder,
     token_loop,
     warm_up,
 )
 from phasechat.backends.models import ModelNotFound, default_model_path
+from phasechat.backends.prompts import Prompts
 from phasechat.backends.stops import StopMatcher
-from phasechat.backends.think import ThinkSplitter, opens_think
+from phasechat.backends.think import ThinkSplitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ class LocalBackend:
         self._name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._llm: Any = None
-        self._formatter: Callable[..., Any] | None = None
+        self._prompts: Prompts | None = None
         self._format_name = ""
         self._state: LoadState = "idle"
         self._detail = "not loaded"
@@ -97,7 +97,6 @@ class LocalBackend:
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
-        self._last_format: tuple[tuple[Message, ...], list[int], list[str], bool] | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -182,9 +181,10 @@ class LocalBackend:
             flash_attn=self.config.flash_attn,
             verbose=False,
         )
-        self._formatter, self._format_name = chat_formatter(
+        formatter, self._format_name = chat_formatter(
             llm, self.config.chat_format, g, self.config.chat_template
         )
+        self._prompts = Prompts(llm, formatter, self._format_name)
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         if self.config.warmup:
@@ -203,43 +203,15 @@ class LocalBackend:
 
     # -- prompts -------------------------------------------------------------------
     def format_prompt(self, messages: Sequence[Message]) -> tuple[list[int], list[str]]:
-        """Token ids of the chat-templated prompt, and the template's stop strings.
-
-        The last result is kept: a forecast asks for the count and the cached prefix of
-        the same draft one after the other."""
-        last = self._formatted(messages)
-        return list(last[1]), list(last[2])
+        """Token ids of the chat-templated prompt, and the template's stop strings (the
+        last one is kept: backends/prompts.py). Raises `PromptRefused`."""
+        assert self._prompts is not None
+        return self._prompts.tokens(messages)
 
     def prompt_opens_think(self, messages: Sequence[Message]) -> bool:
         """Whether the templated prompt ends inside an open `<think>` block."""
-        return self._formatted(messages)[3]
-
-    def _formatted(
-        self, messages: Sequence[Message]
-    ) -> tuple[tuple[Message, ...], list[int], list[str], bool]:
-        key, last = tuple(messages), self._last_format  # read once: two threads call this
-        if last is None or last[0] != key:
-            last = (key, *self._format(messages))
-            self._last_format = last
-        return last
-
-    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str], bool]:
-        assert self._llm is not None and self._formatter is not None
-        msgs = [{"role": m.role, "content": m.content} for m in messages]
-        if self._format_name in NO_SYSTEM_ROLE:
-            msgs = fold_system(msgs)
-        try:
-            result = self._formatter(messages=msgs)
-        except Exception as exc:  # a Jinja template that raises on these messages
-            raise PromptRefused(
-                f"the model's chat template refused this conversation: {_one_line(exc)}"
-            ) from None
-        stop = result.stop
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        tokens = self._llm.tokenize(
-            result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
-        )
-        return list(tokens), [s for s in stops if s], opens_think(result.prompt)
+        assert self._prompts is not None
+        return self._prompts.opens_think(messages)
 
     async def warm(self, messages: tuple[Message, ...]) -> int:
         """Evaluate the prompt of `messages` into the KV cache on the llama thread (after
@@ -405,37 +377,11 @@ class LocalBackend:
         return reason, prefill["cached"]
 
     def token_decoder(self) -> Callable[[int | None], str]:
-        """Token id -> the text it completes. A character whose UTF-8 bytes span several
-        tokens comes out once, whole, with the token that completes it. None ends the
-        answer: the bytes of a character the answer stopped inside (max_tokens in the
-        middle of a Japanese character) are dropped, never shown as U+FFFD."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        piece = self._piece
-
-        def decode(token: int | None) -> str:
-            if token is None:
-                decoder.reset()  # an incomplete character: not text
-                return ""
-            return decoder.decode(piece(token))
-
-        return decode
+        """Token id -> the text it completes (llama_glue.token_decoder)."""
+        return token_decoder(self._piece)
 
     def _kv_stats(self) -> KVStats:
-        """KV fill from the context, bytes from the GGUF geometry and the cache type."""
-        llm = self._llm
-        used, cap = int(llm.n_tokens), int(llm.n_ctx())
-        if self.geometry is None:
-            return KVStats(used, cap, 0, 0)
-        type_bytes = KV_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
-        swa_full = bool(llm.context_params.swa_full)
-        g = self.geometry
-        return KVStats(
-            used,
-            cap,
-            g.kv_bytes(used, cap, type_bytes, swa_full),
-            g.kv_bytes(cap, cap, type_bytes, swa_full),
-            self.model_bytes,
-        )
+        return kv_stats(self._llm, self.geometry, self.model_bytes)
 
 
 class _Handled(Exception):

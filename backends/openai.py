@@ -38,15 +38,7 @@ from phasechat.backends.http_errors import connect_error, lost_message, plural, 
 from phasechat.backends.httplog import event_hooks, key_problem, redact_url, scrub_key
 from phasechat.backends.openai_wire import parse_chunk, whole_reply
 from phasechat.backends.sse import SSEParser
-from phasechat.backends.windows import (
-    OLLAMA_OWNERS,
-    Window,
-    context_refusal,
-    from_models,
-    llama_server_props,
-    ollama_window,
-    root_of,
-)
+from phasechat.backends.windows import Window, ask_window, context_refusal
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -193,19 +185,10 @@ class RemoteBackend:
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
-            self.window = await self._ask_window(entries)
+            self.window = await ask_window(
+                self._http(), self.base_url, self._headers(), entries, self._model
+            )
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
-
-    async def _ask_window(self, entries: list[dict[str, Any]]) -> Window | None:
-        """The server's context window, where it says it (backends/windows.py)."""
-        client, root, headers = self._http(), root_of(self.base_url), self._headers()
-        if self.is_llama_server:
-            props = await llama_server_props(client, root, headers)
-            return props or from_models(entries, self._model)
-        listed = from_models(entries, self._model)
-        if listed is not None or not any(m.get("owned_by") in OLLAMA_OWNERS for m in entries):
-            return listed
-        return await ollama_window(client, root, headers, self._model)
 
     @property
     def context_window(self) -> int | None:

@@ -30,6 +30,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.http_errors import body_text, error_text
+from phasechat.backends.windows import context_refusal
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
 #: Where servers put the chain of thought, in the order we look.
@@ -57,6 +58,9 @@ def parse_chunk(data: str) -> list[Event]:
         err = obj["error"]
         code = err.get("code") if isinstance(err, dict) else None
         status = code if isinstance(code, int) else None
+        refusal = context_refusal(data)
+        if refusal is not None:  # the prompt does not fit the server's window
+            return [StreamError("context_overflow", error_text(obj), False, status, None, refusal)]
         # The server failed mid-answer (a crash, an overload): trying again may work.
         return [StreamError("server", f"server error: {error_text(obj)}", True, status)]
     out: list[Event] = []

@@ -40,6 +40,25 @@ def _positive(value: object) -> int | None:
     return None
 
 
+async def ask_window(
+    client: httpx.AsyncClient,
+    base_url: str,
+    headers: dict[str, str],
+    entries: list[dict[str, Any]],
+    model: str,
+) -> Window | None:
+    """The window of `model` where the server says it, from its `/v1/models` `entries`
+    and, by what they say the server is, its own endpoints."""
+    root = root_of(base_url)
+    if any(m.get("owned_by") == "llamacpp" for m in entries):
+        props = await llama_server_props(client, root, headers)
+        return props or from_models(entries, model)
+    listed = from_models(entries, model)
+    if listed is not None or not any(m.get("owned_by") in OLLAMA_OWNERS for m in entries):
+        return listed
+    return await ollama_window(client, root, headers, model)
+
+
 def from_models(entries: list[dict[str, Any]], model: str) -> Window | None:
     """The window the `/v1/models` listing gives for `model` (llama-server, vLLM)."""
     entry = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})

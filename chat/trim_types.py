@@ -3,7 +3,6 @@ one send, and the panel's figures."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -41,47 +40,6 @@ class Summary:
         the middle, breaks strict templates (Gemma, Mistral)."""
         head = f"{system}\n\n" if system else ""
         return Message("system", head + SUMMARY_HEADER + self.text)
-
-
-#: A summary whose 4-word phrases are this repetitive is a model stuck in a loop.
-REPEAT_SHARE = 0.6
-
-
-def unusable(text: str, finish: str | None) -> str | None:
-    """Why a model-written summary cannot be used as it is (None: it can)."""
-    if not text.strip():
-        return "the model's summary was empty"
-    if finish == "length":
-        return "the model's summary ran past its length limit"
-    words = text.lower().split()
-    grams = [tuple(words[i : i + 4]) for i in range(len(words) - 3)]
-    if len(grams) >= 8 and len(set(grams)) / len(grams) < REPEAT_SHARE:
-        return "the model's summary repeated itself"
-    return None
-
-
-def first_sentence(text: str, max_chars: int = 240) -> str:
-    """The first sentence of `text`, on one line, at most `max_chars`."""
-    flat = " ".join(text.split())
-    match = re.match(r"(.+?[.!?])(\s|$)", flat)
-    sentence = match.group(1) if match else flat
-    return sentence if len(sentence) <= max_chars else sentence[: max_chars - 1] + "…"
-
-
-def extractive(turns: Sequence[Message], max_chars: int, earlier: str = "") -> str:
-    """The first sentence of each summarized turn, oldest first, after the lines of the
-    `earlier` summary it extends, within `max_chars` (the newest lines are kept when they
-    do not all fit)."""
-    lines = [line for line in earlier.splitlines() if line.strip()]
-    lines += [f"- {m.role}: {first_sentence(m.content)}" for m in turns if m.content.strip()]
-    kept: list[str] = []
-    size = 0
-    for line in reversed(lines):
-        if size + len(line) + 1 > max_chars:
-            break
-        kept.append(line)
-        size += len(line) + 1
-    return "\n".join(reversed(kept))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,17 +28,15 @@ from collections.abc import Sequence
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.summarize import fit, write_summary
 from phasechat.chat.trim_types import (
     INSTRUCTION,
     SendPlan,
     Summary,
     TrimStats,
-    extractive,
     measured_prefill_rate,
-    unusable,
 )
-from phasechat.telemetry.metrics import Metrics, compute
-from phasechat.telemetry.recorder import Trace, record
+from phasechat.telemetry.metrics import Metrics
 
 #: Context assumed for an endpoint that does not tell its window (most don't).
 DEFAULT_CONTEXT = 8192
@@ -48,8 +46,6 @@ MARGIN = 64
 ESTIMATE_SLACK = 0.10
 #: Turns of the chat's own growth a trim leaves room for before the next one.
 CALM_TURNS = 4
-#: Characters per token for sizing an extractive summary (English prose, roughly).
-CHARS_PER_TOKEN = 4
 
 
 class Trimmer:
@@ -58,7 +54,8 @@ class Trimmer:
     Settings are plain attributes the UI may change at any time: `enabled`, `budget`
     (None: derived from the context size and max_tokens), `keep_last` (recent turns
     kept verbatim), `summarizer` (None: the active backend), `target` (share of the
-    budget a trim cuts down to), `lookahead` (turns of growth that start a summary early),
+    budget a trim cuts down to), `lookahead` (turns of growth that start a summary: 1, when
+    the next turn would not fit; the summary is written while the user reads and types),
     `summary_tokens` (None: an eighth of the budget, at most 256), `context` (None: the
     backend's n_ctx, else DEFAULT_CONTEXT).
     """
@@ -71,7 +68,7 @@ class Trimmer:
         keep_last: int = 4,
         summarizer: Backend | None = None,
         target: float = 0.5,
-        lookahead: int = 2,
+        lookahead: int = 1,
         summary_tokens: int | None = None,
         context: int | None = None,
     ) -> None:
@@ -275,7 +272,8 @@ class Trimmer:
         ask = Message("user", self.instruction.format(words=max(10, limit * 3 // 5)))
         # The summary request starts with the chat's own prefix, so an engine with a
         # prefix cache (the local model right after the last answer) reuses it.
-        messages = self._fit(summarizer, [*head, *body, ask], len(head), limit)
+        room = self.context_for(summarizer) - limit - MARGIN // 2
+        messages = fit(lambda m: self._count(summarizer, m), [*head, *body, ask], len(head), room)
         request = GenerationRequest(messages=messages, max_tokens=limit, temperature=0.0)
         covers = self.covered | {m.id for m in cut}
         self._task_backend = summarizer
@@ -323,24 +321,6 @@ class Trimmer:
                 lo = mid + 1
         return rest[: starts[lo]]
 
-    def _fit(
-        self, summarizer: Backend, messages: list[Message], first: int, answer: int
-    ) -> tuple[Message, ...]:
-        """Shorten the longest turns to be summarized until the request fits the
-        summarizer's context (only when the summarizer's window is smaller than the
-        chat's, or the budget was set above it)."""
-        room = self.context_for(summarizer) - answer - MARGIN // 2
-        for _ in range(32):
-            if self._count(summarizer, messages) <= room:
-                break
-            i = max(range(first, len(messages) - 1), key=lambda k: len(messages[k].content))
-            text = messages[i].content
-            if len(text) < 64:
-                break
-            keep = len(text) // 4
-            messages[i] = Message(messages[i].role, f"{text[:keep]} [...] {text[-keep:]}")
-        return tuple(messages)
-
     async def _write(
         self,
         backend: Backend,
@@ -348,38 +328,10 @@ class Trimmer:
         covers: frozenset[int],
         turns: Sequence[Message],
     ) -> Summary | None:
-        """Run the summary request; on any failure keep the reason and return None. A
-        summary that came back unusable (empty, cut at its limit, repeating itself) is
-        replaced by an extractive one made from `turns`."""
-        trace = Trace(backend=backend.name, model=backend.model, max_tokens=request.max_tokens)
-        try:
-            async for _ in record(backend.stream(request), trace):
-                pass
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a summarizer bug must not break the chat
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            return None
-        if trace.error is not None:
-            self.last_error = trace.error.message
-            return None
-        text = trace.text.strip()
-        why = unusable(text, trace.finish)
-        if why is not None:  # the first sentence of each turn, within the same size
-            earlier = self.summary.text if self.summary is not None else ""
-            text = extractive(turns, request.max_tokens * CHARS_PER_TOKEN, earlier)
-        self.last_error = None
-        return Summary(
-            text,
-            covers,
-            trace.backend,
-            trace.model,
-            compute(trace),
-            started_ns=trace.t_sent,
-            finished_ns=trace.t_done or time.perf_counter_ns(),
-            kind="extractive" if why else "model",
-            why=why,
-        )
+        """Run the summary request (chat/summarize.py); keep the reason of a failure."""
+        earlier = self.summary.text if self.summary is not None else ""
+        summary, self.last_error = await write_summary(backend, request, covers, turns, earlier)
+        return summary
 
     def _collect(self) -> str | None:
         """Take the result of a finished summary task: use it, or return why not."""

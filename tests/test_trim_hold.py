@@ -20,7 +20,7 @@ from phasechat.backends.models import default_model_path
 from phasechat.chat.replay import Script, replay
 from phasechat.chat.session import ChatSession, InputError
 from phasechat.chat.settings import Settings
-from phasechat.chat.trim_types import extractive, unusable
+from phasechat.chat.summarize import extractive, unusable
 from tests.scripted import ScriptedBackend
 from tests.shaped import Shaped, answer, too_long
 
@@ -278,3 +278,34 @@ def test_think_time_is_an_option_of_bench(tmp_path: Path) -> None:
 
     args = build_parser().parse_args(["bench", "--think-time", "2", "s.json"])
     assert args.think_time == 2.0
+
+
+# -- a real llama-server: a strict --jinja template, and a window it enforces ------------
+
+
+@pytest.mark.server
+async def test_a_real_strict_llama_server_with_a_smaller_window_than_assumed(
+    start_llama_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from phasechat.backends.openai import RemoteBackend, RemoteConfig
+
+    template = tmp_path_factory.mktemp("template") / "strict.jinja"
+    template.write_text(STRICT)
+    base = start_llama_server("--jinja", "--chat-template-file", str(template), "-c", "1024")
+    # the user told phasechat the window is 8,192: the server will refuse long prompts
+    backend = RemoteBackend(RemoteConfig(base_url=base, context_window=8192))
+    await backend.start()
+    session = ChatSession(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+    session.trimmer.keep_last = 1
+    long_question = "Tell me about the weather in spring. " * 25  # ~200 tokens a turn
+    for i in range(6):
+        async for _ in session.send(f"{i}. {long_question}"):
+            pass
+    await backend.aclose()
+    statuses = [(e.answer.status, e.answer.error) for e in session.exchanges]
+    assert [s for s, _ in statuses] == ["complete"] * 6, statuses
+    refused = [e for e in session.exchanges if any("refused" in n for n in e.trace.notices)]
+    assert refused, "the server should have refused one prompt as too long"
+    assert session.trimmer.windows[backend.name] == 1024  # its own window, from its error
+    for e in session.exchanges:  # every request the strict template accepted
+        assert e.request is not None and roles_alternate(e.request.messages)

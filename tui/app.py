@@ -23,7 +23,6 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.theme import Theme
 from textual.widgets import Footer, Markdown, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -40,18 +39,14 @@ from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs
 from phasechat.tui.chat_log import ChatLog, footer_of
-from phasechat.tui.dialogs import register_themes
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import (
     answer_footer,
-    context_gauge,
-    engine_line,
     forecast_line,
-    live_content,
+    panel_content,
     status_content,
     thinking_title,
-    trim_line,
 )
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
@@ -124,7 +119,7 @@ class PhasechatApp(PlainTextApp):
         return dict(VARIABLE_DEFAULTS)
 
     def on_mount(self) -> None:
-        self._setup_themes()
+        dialogs.setup_themes(self)
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
@@ -140,17 +135,6 @@ class PhasechatApp(PlainTextApp):
         """A link in an answer the model wrote: see dialogs.open_link."""
         event.stop()
         dialogs.open_link(self, event.href)
-
-    def _setup_themes(self) -> None:
-        """Built-in and user themes; the one last chosen; remember the next choice."""
-        for error in register_themes(self, self.workspace.config.theme):
-            self.notify(error, title="theme", severity="warning", markup=False)
-        self.theme_changed_signal.subscribe(self, self._remember_theme)
-
-    def _remember_theme(self, theme: Theme) -> None:
-        error = self.workspace.remember_theme(theme.name)
-        if error:
-            self.notify(error, severity="error", markup=False)
 
     # -- backends --------------------------------------------------------------------
     @work(exclusive=True, group="load")
@@ -295,20 +279,13 @@ class PhasechatApp(PlainTextApp):
         else:
             panel.show(Content.assemble(("no answers yet   ", "dim"), self._forecast_content()))
             return
-        parts = [live_content(exchange.live(), exchange.kv)]
-        if not self.generating:
-            if exchange.metrics is not None:
-                if exchange.kv is None:  # a server: its window instead of the KV cache
-                    parts.append(context_gauge(exchange.metrics))
-                parts.append(engine_line(exchange.metrics))
-            parts.append(self._forecast_content())
-            trimmer = self.session.trimmer
-            self.query_one(ChatLog).mark_summarized(
-                trimmer.covered if trimmer.enabled else frozenset()
-            )
-        if self.session.trimmer.summaries or self.session.trimmer.pending:
-            parts.append(trim_line(self.session.trim_stats()))
-        panel.show(Content("\n").join(p for p in parts if p))
+        trimmer = self.session.trimmer
+        trim = self.session.trim_stats() if trimmer.summaries or trimmer.pending else None
+        if self.generating:
+            panel.show(panel_content(exchange, None, trim))
+            return
+        panel.show(panel_content(exchange, self._forecast_content(), trim))
+        self.query_one(ChatLog).mark_summarized(trimmer.covered if trimmer.enabled else frozenset())
 
     def _forecast_content(self) -> Content:
         """The forecast of the draft in the prompt box."""
@@ -376,10 +353,7 @@ class PhasechatApp(PlainTextApp):
 
     def toggle_trimming(self) -> None:
         """Turn the history trimmer on or off (saved)."""
-        enabled, error = self.workspace.toggle_trimming()
-        if error:
-            self.notify(error, severity="error", markup=False)
-        self.notify(f"history trimming {'on' if enabled else 'off'}")
+        dialogs.toggle_trimming(self)
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.session.exchanges))

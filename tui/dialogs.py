@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from textual.app import App
+from textual.theme import Theme
 
 from phasechat.chat.costs import switch_cost
 from phasechat.chat.export_files import export_chat as export_chat_files
@@ -155,3 +156,24 @@ def settings(app: PhasechatApp) -> None:
             app.notify("settings saved; they apply from the next message")
 
     app.push_screen(SettingsScreen(ws.session.settings, ws.config.trim, list(ws.profiles)), chosen)
+
+
+def setup_themes(app: PhasechatApp) -> None:
+    """Built-in and user themes; the one last chosen; remember the next choice."""
+    for error in register_themes(app, app.workspace.config.theme):
+        app.notify(error, title="theme", severity="warning", markup=False)
+
+    def remember(theme: Theme) -> None:
+        error = app.workspace.remember_theme(theme.name)
+        if error:
+            app.notify(error, severity="error", markup=False)
+
+    app.theme_changed_signal.subscribe(app, remember)
+
+
+def toggle_trimming(app: PhasechatApp) -> None:
+    """Turn the history trimmer on or off (saved)."""
+    enabled, error = app.workspace.toggle_trimming()
+    if error:
+        app.notify(error, severity="error", markup=False)
+    app.notify(f"history trimming {'on' if enabled else 'off'}")

@@ -10,6 +10,7 @@ from textual.content import Content
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
 from phasechat.chat.costs import SwitchCost
+from phasechat.chat.session import Exchange
 from phasechat.chat.text import one_line
 from phasechat.chat.trim_types import TrimStats
 from phasechat.telemetry.forecast import Forecast
@@ -303,3 +304,19 @@ def trim_line(t: TrimStats) -> Content:
     if t.last_error:
         parts.append((f" · {one_line(t.last_error)}", "$stall"))
     return Content.assemble(*parts)
+
+
+def panel_content(exchange: Exchange, forecast: Content | None, trim: TrimStats | None) -> Content:
+    """The whole live panel for `exchange`: its live figures; once it is over (a
+    `forecast` of the draft is given then), the engine's account, a server's window and
+    the forecast; the trimmer's line when it has done something."""
+    parts = [live_content(exchange.live(), exchange.kv)]
+    if forecast is not None:
+        if exchange.metrics is not None:
+            if exchange.kv is None:  # a server: its window instead of the KV cache
+                parts.append(context_gauge(exchange.metrics))
+            parts.append(engine_line(exchange.metrics))
+        parts.append(forecast)
+    if trim is not None:
+        parts.append(trim_line(trim))
+    return Content("\n").join(p for p in parts if p)
