@@ -111,11 +111,11 @@ async def tui_vs_headless(backend: LocalBackend) -> list[str]:
     head = headless.exchanges[-1].metrics
     assert tui is not None and head is not None
     return [
-        f"{'where':<10} {'ITL p50':>8} {'ITL p99':>8} {'decode':>8}",
+        f"{'where':<10} {'ITL p50':>8} {'ITL p99':>8} {'decode':>8} {'engine':>8}",
         f"{'headless':<10} {head.itl_ms_p50 or 0:8.2f} {head.itl_ms_p99 or 0:8.2f} "
-        f"{head.decode_tok_s or 0:8.1f}",
+        f"{head.decode_tok_s or 0:8.1f} {head.server_decode_tok_s or 0:8.1f}",
         f"{'TUI':<10} {tui.itl_ms_p50 or 0:8.2f} {tui.itl_ms_p99 or 0:8.2f} "
-        f"{tui.decode_tok_s or 0:8.1f}",
+        f"{tui.decode_tok_s or 0:8.1f} {tui.server_decode_tok_s or 0:8.1f}",
         f"TUI / headless: p50 {(tui.itl_ms_p50 or 0) / (head.itl_ms_p50 or 1):.3f}, "
         f"p99 {(tui.itl_ms_p99 or 0) / (head.itl_ms_p99 or 1):.3f}",
     ]
