@@ -155,7 +155,7 @@ class ChatSession:
         try:
             plan = self.trimmer.prepare(backend, self.conversation, self.settings.max_tokens)
             request = self.request()
-            count = backend.count_tokens(request.messages)
+            trace = self._trace_for(request)
         except PromptRefused as exc:  # kept and saved, not sent; the chat goes on
             user.status, user.error = "error", str(exc)
             self._updated(user, final=True)
@@ -163,19 +163,26 @@ class ChatSession:
         answer = self._added(
             ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
         )
-        trace = Trace(
+        exchange = Exchange(user, answer, trace, request=request)
+        self._planned(exchange, plan)
+        self.exchanges.append(exchange)
+        return exchange
+
+    def _trace_for(self, request: GenerationRequest) -> Trace:
+        """A new trace for sending `request` on the active backend: our own count of its
+        prompt, and the window (one the server named when it refused a prompt, if any)."""
+        backend = self.backend
+        count = backend.count_tokens(request.messages)
+        learned = self.trimmer.windows.get(backend.name)
+        return Trace(
             backend=backend.name,
             model=backend.model,
             max_tokens=request.max_tokens,
             prompt_estimate=count.tokens,
             prompt_estimate_exact=not count.estimated,
-            window=backend.context_window,
-            window_source=backend.context_source,
+            window=learned or backend.context_window,
+            window_source="the server's refusal" if learned else backend.context_source,
         )
-        exchange = Exchange(user, answer, trace, request=request)
-        self._planned(exchange, plan)
-        self.exchanges.append(exchange)
-        return exchange
 
     def _planned(self, exchange: Exchange, plan: SendPlan) -> None:
         exchange.trimmed, exchange.trim_note = plan.trimmed, plan.note
@@ -248,17 +255,7 @@ class ChatSession:
         if plan is None:
             return False
         request = self.request()
-        count = self.backend.count_tokens(request.messages)
-        old = exchange.trace
-        exchange.trace = Trace(
-            backend=old.backend,
-            model=old.model,
-            max_tokens=old.max_tokens,
-            prompt_estimate=count.tokens,
-            prompt_estimate_exact=not count.estimated,
-            window=self.trimmer.windows.get(self.backend.name, old.window),
-            window_source="the server's refusal" if old.window is None else old.window_source,
-        )
+        exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
         exchange.trace.notices.append(
             f"the server refused the prompt as longer than its window: {error.message}; "
             "trimmed the history and sent it again"
