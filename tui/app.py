@@ -391,6 +391,7 @@ class PhasechatApp(PlainTextApp):
             self.refresh_status()
 
     async def on_unmount(self) -> None:
+        self._forecast.close()
         running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
         self.workers.cancel_all()
         for worker in running:  # let a cancelled answer save its final state first
