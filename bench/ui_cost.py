@@ -19,8 +19,9 @@ import time
 
 from bench.tui_share import delta, thread_cpu
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.config import Config
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.settings import Settings
+from phasechat.chat.settings import Settings, TrimConfig
 from phasechat.tui.app import PhasechatApp
 from tests.fault_server import fault_server_thread
 
@@ -39,7 +40,11 @@ async def run(tokens: int, rate: float, answers: int) -> None:
         backend = RemoteBackend(
             RemoteConfig(base_url=server.base_url, model=f"paced-{tokens}-{rate:g}")
         )
-        app = PhasechatApp(settings=Settings(max_tokens=tokens + 10), backend=backend)
+        # No trimming: this measures drawing, not the summaries a long chat would get.
+        config = Config(trim=TrimConfig(enabled=False))
+        app = PhasechatApp(
+            settings=Settings(max_tokens=tokens + 10), backend=backend, config=config
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             while backend.state != "ready":  # noqa: ASYNC110 (polling)
                 await asyncio.sleep(0.05)
@@ -56,6 +61,7 @@ async def run(tokens: int, rate: float, answers: int) -> None:
             wall = time.perf_counter() - t0
             print(f"idle, per s:       {idle or 'nothing'}")
             print(f"streaming, per s:  {delta(before, thread_cpu(), wall)}  ({wall:.1f} s)")
+            print(f"requests served: {len(server.requests)}")
         await backend.aclose()
 
 
