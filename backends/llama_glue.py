@@ -9,7 +9,7 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.events import KVStats, ServerTimings
+from phasechat.backends.events import KVStats, ServerTimings, StreamError
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
 
 # Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
@@ -163,6 +163,17 @@ def reuse_prefix(llm: Any, tokens: list[int]) -> int:
     return 0
 
 
+def held_prefix(llm: Any, tokens: list[int]) -> int:
+    """How many of `tokens` the KV cache holds now (its common prefix with them)."""
+    held = llm.input_ids[: llm.n_tokens]
+    cached = 0
+    for a, b in zip(held, tokens, strict=False):
+        if a != b:
+            break
+        cached += 1
+    return cached
+
+
 def warm_up(llm: Any) -> None:
     """Pay the first-request cost (graph allocation, grows with n_ctx) during load:
     one prompt-sized batch and one single-token decode, then forget them."""
@@ -272,3 +283,19 @@ def kv_stats(llm: Any, g: Geometry | None, model_bytes: int) -> KVStats:
         g.kv_bytes(cap, cap, type_bytes, swa_full),
         model_bytes,
     )
+
+
+def overflow_error(prompt_tokens: int, n_ctx: int) -> StreamError:
+    """The error for a prompt that does not fit the context."""
+    return StreamError(
+        "context_overflow",
+        f"the prompt is {prompt_tokens:,} tokens; the context holds {n_ctx:,}. "
+        "Trim the history or raise --n-ctx.",
+        detail={"prompt_tokens": prompt_tokens, "n_ctx": n_ctx},
+    )
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it has no message)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

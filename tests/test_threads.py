@@ -1,0 +1,114 @@
+"""The decode thread policy (backends/threads.py), fed synthetic gap series.
+
+Each series is what the llama thread would see: the gap between two tokens depends on
+the thread count and on whether a busy neighbour shares the cores. Two cores, numbers
+shaped like bench/contention.py's: quiet, 2 threads 7 ms and 1 thread 9 ms a token;
+with one busy neighbour, 2 threads 22 ms (the spinning barrier) and 1 thread 9.5 ms.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from phasechat.backends.threads import Change, ThreadPolicy
+
+MS = 1_000_000
+QUIET = {2: 7.0, 1: 9.0}
+BUSY = {2: 22.0, 1: 9.5}
+
+
+def run(
+    policy: ThreadPolicy, gaps_ms: Callable[[int], float], tokens: int, seed: int = 1
+) -> tuple[list[int], list[Change]]:
+    """Feed `tokens` gaps, each drawn for the policy's current thread count (with +-10%
+    jitter and an occasional preempted token 5x long); returns the count after each
+    token and the changes made."""
+    rng = random.Random(seed)
+    counts: list[int] = []
+    changes: list[Change] = []
+    for _ in range(tokens):
+        gap = gaps_ms(policy.threads) * rng.uniform(0.9, 1.1)
+        if rng.random() < 0.03:
+            gap *= 5
+        change = policy.observe(int(gap * MS))
+        if change is not None:
+            assert change.threads == policy.threads
+            changes.append(change)
+        counts.append(policy.threads)
+    return counts, changes
+
+
+def share(counts: list[int], threads: int) -> float:
+    return sum(1 for c in counts if c == threads) / len(counts)
+
+
+def test_quiet_machine_stays_at_all_cores() -> None:
+    policy = ThreadPolicy(max_threads=2)
+    counts, changes = run(policy, lambda n: QUIET[n], 3000)
+    assert counts[-1] == 2
+    # Probes downward cost a window each, and lose: never more than 3% of the tokens.
+    assert share(counts, 2) > 0.97
+    assert all(c.threads == 2 for c in changes if c.reason.startswith("back to"))
+
+
+def test_a_busy_neighbour_arriving_mid_answer_drops_a_thread_within_two_windows() -> None:
+    policy = ThreadPolicy(max_threads=2)
+    counts, _ = run(policy, lambda n: QUIET[n], 200)
+    assert counts[-1] == 2
+    counts, changes = run(policy, lambda n: BUSY[n], 1000, seed=2)
+    first_one = counts.index(1)
+    assert first_one < 2 * policy.window
+    assert "best" in changes[0].reason
+    # ... and stays there: probes upward lose and back off.
+    assert share(counts[first_one:], 1) > 0.9
+    assert counts[-1] == 1
+
+
+def test_contention_from_the_start_is_found_by_the_downward_probe() -> None:
+    policy = ThreadPolicy(max_threads=2)
+    counts, changes = run(policy, lambda n: BUSY[n], 2000)
+    assert counts[-1] == 1
+    assert share(counts[policy.probe_every + 2 * policy.window :], 1) > 0.9
+    assert any("faster" in c.reason for c in changes)
+
+
+def test_comes_back_to_all_cores_when_the_neighbour_leaves() -> None:
+    policy = ThreadPolicy(max_threads=2)
+    run(policy, lambda n: BUSY[n], 3000)  # long enough for the probe interval to back off
+    assert policy.threads == 1
+    counts, _ = run(policy, lambda n: QUIET[n], 3000, seed=3)
+    back = counts.index(2)
+    assert back <= policy.max_probe + policy.window
+    assert share(counts[back:], 2) > 0.97
+    assert counts[-1] == 2
+
+
+def test_noise_alone_does_not_flap() -> None:
+    """Equal speed at both counts (a memory-bound model): it keeps what it has, and its
+    probes become rarer as they keep losing."""
+    policy = ThreadPolicy(max_threads=2)
+    _, changes = run(policy, lambda n: 8.0, 20_000)
+    # Every probe is a pair of changes (try, back); backed off to one per max_probe.
+    assert len(changes) <= 2 * (20_000 // policy.max_probe + 6)
+    late = [c for c in changes if c.reason.startswith("trying")]
+    assert len(late) >= 2  # but it never stops checking
+
+
+def test_one_core_never_changes() -> None:
+    single = ThreadPolicy(max_threads=1)
+    counts, changes = run(single, lambda n: BUSY[min(n, 2)], 3000)
+    assert changes == [] and set(counts) == {1}
+
+
+def test_more_cores_step_down_one_at_a_time() -> None:
+    """Four cores, two of them taken by neighbours: each thread above two doubles the gap."""
+    gaps = {4: 30.0, 3: 20.0, 2: 8.0, 1: 12.0}
+    policy = ThreadPolicy(max_threads=4)
+    run(policy, lambda n: 7.0 if n == 4 else 9.0, 100)
+    counts, changes = run(policy, lambda n: gaps[n], 4000)
+    assert counts[-1] == 2
+    # A trial that wins is confirmed with the same count (a new reason, no change).
+    steps = [c.threads for c in changes]
+    assert all(abs(a - b) <= 1 for a, b in zip([4, *steps], steps, strict=False))
+    assert {c.threads for c in changes} == {1, 2, 3, 4}
