@@ -9,7 +9,8 @@ thread fewer would have kept ~0.8 of it (bench/contention.py).
 `ThreadPolicy` reads only the gaps between tokens (the llama thread's own stamps), so it
 is a pure function of a gap series and can be tested with synthetic ones:
 
-- every `window` gaps it takes their median;
+- every `window` gaps it takes their median (sooner, after at least `EARLY` gaps, when
+  they already took longer than a whole slow window would);
 - a median `slow_factor` times the best recent one at this thread count means the cores
   are contended: it tries one thread fewer at once;
 - every `probe_every` tokens (doubling after each probe that loses, up to `max_probe`)
@@ -34,6 +35,8 @@ from phasechat.backends.events import EngineThreads
 
 #: gaps per judgement; the median of 16 ignores a few preempted tokens
 WINDOW = 16
+#: gaps enough to judge a window early, once it has taken longer than a whole one should
+EARLY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class ThreadPolicy:
         """One gap between two tokens; a `Change` when the thread count should change now."""
         self._gaps.append(gap_ns)
         self._since_probe += 1
-        if len(self._gaps) < self.window:
+        if len(self._gaps) < self.window and not self._overdue():
             return None
         gaps, self._gaps = sorted(self._gaps), []
         median = gaps[len(gaps) // 2] / 1e6
@@ -101,6 +104,20 @@ class ThreadPolicy:
         if due and self.threads > self.min_threads:
             return self._try(self.threads - 1, median, "probe: one thread fewer")
         return None
+
+    def _overdue(self) -> bool:
+        """Whether a short window already took longer than a whole window should: on a
+        badly contended machine a token can take 300 ms, and 16 of them would be 5 s."""
+        if len(self._gaps) < EARLY:
+            return False
+        if self._trial is not None:
+            expected = self._trial[1]  # a trial that is no faster than what it left
+        else:
+            recent = self._recent.get(self.threads)
+            if not recent:
+                return False
+            expected = self.slow_factor * min(recent)
+        return sum(self._gaps) > self.window * expected * 1e6
 
     def _try(self, threads: int, median: float, reason: str) -> Change:
         self._trial = (self.threads, median)
@@ -134,6 +151,8 @@ class ThreadPolicy:
         self._interval[+1] = self.probe_every  # a new answer probes upward soon
         if free_cores is None or self._trial is not None:
             return None
+        # Measured cores make the quick first probe downward unneeded.
+        self._interval[-1] = max(self._interval[-1], self.probe_every)
         fit = min(self.max_threads, max(self.min_threads, int(free_cores + 0.5)))
         if fit == self.threads:
             return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from phasechat.backends.threads import Change, ThreadPolicy
+from phasechat.backends.threads import EARLY, Change, ThreadPolicy
 
 MS = 1_000_000
 QUIET = {2: 7.0, 1: 9.0}
@@ -112,3 +112,15 @@ def test_more_cores_step_down_one_at_a_time() -> None:
     steps = [c.threads for c in changes]
     assert all(abs(a - b) <= 1 for a, b in zip([4, *steps], steps, strict=False))
     assert {c.threads for c in changes} == {1, 2, 3, 4}
+
+
+def test_a_badly_contended_machine_is_judged_in_a_few_tokens() -> None:
+    """A build on both cores: 300 ms a token at 2 threads, 20 ms at 1. The policy does
+    not wait for 16 such tokens (5 s) before it acts, and probes back up cost little."""
+    policy = ThreadPolicy(max_threads=2)
+    run(policy, lambda n: QUIET[n], 100)
+    counts, _ = run(policy, lambda n: {2: 300.0, 1: 20.0}[n], 2000)
+    assert counts.index(1) <= 2 * EARLY
+    # Time spent at 2 threads (probes that lose) stays a small share of the total.
+    at_two = sum(300.0 for c in counts if c == 2)
+    assert at_two / (at_two + sum(20.0 for c in counts if c == 1)) < 0.1
