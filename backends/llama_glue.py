@@ -103,6 +103,8 @@ def token_loop(
     once the prefix reuse is known; the rest is evaluated one `n_batch` at a time (as
     `Llama.eval` does inside) with `on_batch(evaluated so far)` after each batch.
     """
+    import ctypes
+
     import llama_cpp.llama_cpp as lib
     import numpy as np
 
@@ -114,14 +116,19 @@ def token_loop(
         on_batch(min(len(tokens), i + step) - start)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
     if temp == 0.0:
-        n_vocab, logits, as_array = (
-            int(llm.n_vocab()),
-            lib.llama_get_logits_ith,
-            np.ctypeslib.as_array,
-        )
+        n_vocab, logits = int(llm.n_vocab()), lib.llama_get_logits_ith
+        # A numpy view of llama.cpp's logits buffer, rebuilt only when the buffer moves
+        # (it is reallocated only when a batch needs more outputs): `as_array` on a
+        # fresh pointer costs ~45 us a token, cold after a decode, a third of the step's
+        # Python (bench/README.md).
+        view: list[Any] = [None, None]  # address, array
 
         def sample() -> int:
-            return int(as_array(logits(ctx, -1), shape=(n_vocab,)).argmax())
+            ptr = logits(ctx, -1)
+            address = ctypes.cast(ptr, ctypes.c_void_p).value
+            if address != view[0]:
+                view[:] = address, np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+            return int(view[1].argmax())
 
     else:
         chain = llm._init_sampler(top_k=40, top_p=0.95, min_p=0.05, temp=temp)

@@ -30,8 +30,9 @@ class Scripted:
     def __init__(self, plan: dict[int, int], threads: int) -> None:
         self.plan, self.threads, self.seen = plan, threads, 0
 
-    def begin(self) -> None:
+    def begin(self, free_cores: float | None = None) -> Change | None:
         self.seen = 0
+        return None
 
     def observe(self, gap_ns: int) -> Change | None:
         assert gap_ns > 0
