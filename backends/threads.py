@@ -212,7 +212,8 @@ class DecodeThreads:
     def begin(self) -> EngineThreads:
         """The event that opens an answer: the count it starts with, and why."""
         if self.policy is not None:
-            change = self.policy.begin(self._cpu.free_cores())
+            idle = self._cpu.idle_share()
+            change = self.policy.begin(None if idle is None else idle * self.max_threads)
             if change is not None:
                 self._apply(change.threads)
                 self._reason = change.reason
@@ -231,31 +232,41 @@ class DecodeThreads:
 
 
 class CpuShare:
-    """The cores other processes left idle since the last call, from /proc/stat (all
-    CPUs' busy time) minus this process's own CPU time. Between two answers this
-    process is idle, so what is busy is someone else: a build, a browser, a test run."""
+    """How much of this process's CPUs other processes left idle since the last call,
+    from /proc/stat (the busy time of the CPUs this process may run on) minus this
+    process's own CPU time: a build, a browser or a test run beside the chat."""
 
     MIN_S = 0.3  # /proc/stat counts 10 ms ticks: shorter spans say nothing
 
     def __init__(self) -> None:
+        try:
+            self._cpus = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+        except AttributeError:  # pragma: no cover - not Linux
+            self._cpus = set()
         self._last = self._sample()
 
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
-        """(wall s, busy CPU s of all CPUs, this process's CPU s), None off Linux."""
+    def _sample(self) -> tuple[float, float, float] | None:
+        """(wall s, busy s of our CPUs, this process's CPU s); None off Linux."""
+        busy = 0
         try:
             with open("/proc/stat", encoding="ascii") as f:
-                ticks = [int(v) for v in f.readline().split()[1:9]]
-        except (OSError, ValueError):
+                for line in f:
+                    name, _, rest = line.partition(" ")
+                    if name in self._cpus:
+                        ticks = [int(v) for v in rest.split()[:8]]
+                        busy += sum(ticks) - ticks[3] - ticks[4]  # all but idle, iowait
+        except (OSError, ValueError, IndexError):
             return None
-        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # - idle, iowait
-        return time.monotonic(), busy, time.process_time()
+        if not self._cpus:
+            return None
+        return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), time.process_time()
 
-    def free_cores(self) -> float | None:
-        """Idle cores, on average, since the last call (None: unknown or too short)."""
+    def idle_share(self) -> float | None:
+        """The share (0-1) of our CPUs that others left idle, on average since the last
+        call (None: unknown, or too short a span to say)."""
         now, last = self._sample(), self._last
         if now is None or last is None or now[0] - last[0] < self.MIN_S:
             return None
         self._last = now
         others = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0])
-        return max(0.0, (os.cpu_count() or 1) - others)
+        return max(0.0, 1.0 - others / len(self._cpus))

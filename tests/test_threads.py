@@ -124,3 +124,26 @@ def test_a_badly_contended_machine_is_judged_in_a_few_tokens() -> None:
     # Time spent at 2 threads (probes that lose) stays a small share of the total.
     at_two = sum(300.0 for c in counts if c == 2)
     assert at_two / (at_two + sum(20.0 for c in counts if c == 1)) < 0.1
+
+
+def test_the_idle_share_counts_other_processes_not_this_one() -> None:
+    """A busy child takes a CPU from what is idle; a span under 0.3 s says nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from phasechat.backends.threads import CpuShare
+
+    cpus = len(os.sched_getaffinity(0))
+    share = CpuShare()
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.6)
+        busy_beside = share.idle_share()
+    finally:
+        child.kill()
+        child.wait()
+    assert busy_beside is not None
+    assert busy_beside <= (cpus - 1) / cpus + 0.1
+    assert share.idle_share() is None  # too short a span since the last call
