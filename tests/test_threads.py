@@ -147,3 +147,19 @@ def test_the_idle_share_counts_other_processes_not_this_one() -> None:
     assert busy_beside is not None
     assert busy_beside <= (cpus - 1) / cpus + 0.1
     assert share.idle_share() is None  # too short a span since the last call
+
+
+def test_an_answer_starts_on_the_cores_others_left_idle() -> None:
+    policy = ThreadPolicy(max_threads=2)
+    assert policy.begin(None) is None and policy.threads == 2  # unknown: as it was
+    change = policy.begin(0.8)  # a neighbour kept one core and a bit busy
+    assert change is not None and change.threads == policy.threads == 1
+    assert "0.8 cores free" in change.reason
+    assert policy.begin(0.9) is None  # still one
+    back = policy.begin(1.9)
+    assert back is not None and back.threads == 2
+    # Whatever the start, the gaps still decide: a neighbour that left during the
+    # answer is found by the probe upward.
+    policy.begin(0.2)
+    counts, _ = run(policy, lambda n: QUIET[n], 600)
+    assert counts[0] == 1 and counts[-1] == 2
