@@ -381,6 +381,7 @@ class LocalBackend:
                     break
         finally:
             gen.close()
+            threads.end()
         tail = stops.flush(decode(None)) if reason != "stop" else ""
         for event in think.tail_events(tail):
             emit(event)

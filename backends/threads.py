@@ -148,18 +148,20 @@ class ThreadPolicy:
         `free_cores`: the cores other processes left idle since the last answer (None:
         unknown); the count starts there, and the gaps correct it."""
         self._gaps.clear()
-        self._interval[+1] = self.probe_every  # a new answer probes upward soon
-        if free_cores is None or self._trial is not None:
-            return None
-        # Measured cores make the quick first probe downward unneeded.
-        self._interval[-1] = max(self._interval[-1], self.probe_every)
-        fit = min(self.max_threads, max(self.min_threads, int(free_cores + 0.5)))
-        if fit == self.threads:
-            return None
-        self.threads = fit
-        self._since_probe = 0
-        busy = f"{free_cores:.1f} cores free"
-        return Change(fit, f"{busy}: other processes use the rest")
+        self._interval[+1] = self.probe_every
+        change = None
+        if free_cores is not None and self._trial is None:
+            # Measured cores make the quick first probe downward unneeded.
+            self._interval[-1] = max(self._interval[-1], self.probe_every)
+            fit = min(self.max_threads, max(self.min_threads, int(free_cores + 0.5)))
+            if fit != self.threads:
+                self.threads = fit
+                change = Change(fit, f"{free_cores:.1f} cores free: other processes use the rest")
+        if self.threads < self.max_threads:
+            # Below the maximum, an answer tries one more after its first window: the
+            # neighbour may have left since, and one window is all it costs if not.
+            self._since_probe = max(self._since_probe, self.probe_every)
+        return change
 
     @property
     def probing(self) -> bool:
@@ -218,6 +220,11 @@ class DecodeThreads:
                 self._apply(change.threads)
                 self._reason = change.reason
         return EngineThreads(self.current, self.max_threads, self._reason, 0)
+
+    def end(self) -> None:
+        """An answer ended: the next one's idle share counts from here, so it measures
+        the others while this process is idle (a span too short to tell is ignored)."""
+        self._cpu.idle_share()
 
     def gap(self, gap_ns: int, at_token: int) -> EngineThreads | None:
         """One inter-token gap; an event (and the new count applied) when it changes."""

@@ -163,3 +163,4 @@ def test_an_answer_starts_on_the_cores_others_left_idle() -> None:
     policy.begin(0.2)
     counts, _ = run(policy, lambda n: QUIET[n], 600)
     assert counts[0] == 1 and counts[-1] == 2
+    assert counts.index(2) <= policy.window  # tried after the answer's first window
