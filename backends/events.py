@@ -155,6 +155,18 @@ class KVStats:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineThreads:
+    """The local engine's decode thread count: once as a request starts, and again
+    whenever it changes mid-answer (backends/threads.py). `at_token`: the answer's
+    token count at that moment; `reason`: why, in a few words."""
+
+    threads: int
+    max_threads: int
+    reason: str
+    at_token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something the user should know that does not end the stream
     (e.g. the server ignored `stream: true` and sent its answer whole)."""
@@ -190,6 +202,7 @@ Event = (
     | Usage
     | ServerTimings
     | KVStats
+    | EngineThreads
     | Notice
     | Finished
     | StreamError

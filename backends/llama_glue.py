@@ -9,7 +9,7 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.events import KVStats, ServerTimings
+from phasechat.backends.events import KVStats, ServerTimings, StreamError
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
 
 # Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
@@ -103,6 +103,8 @@ def token_loop(
     once the prefix reuse is known; the rest is evaluated one `n_batch` at a time (as
     `Llama.eval` does inside) with `on_batch(evaluated so far)` after each batch.
     """
+    import ctypes
+
     import llama_cpp.llama_cpp as lib
     import numpy as np
 
@@ -114,14 +116,19 @@ def token_loop(
         on_batch(min(len(tokens), i + step) - start)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
     if temp == 0.0:
-        n_vocab, logits, as_array = (
-            int(llm.n_vocab()),
-            lib.llama_get_logits_ith,
-            np.ctypeslib.as_array,
-        )
+        n_vocab, logits = int(llm.n_vocab()), lib.llama_get_logits_ith
+        # A numpy view of llama.cpp's logits buffer, rebuilt only when the buffer moves
+        # (it is reallocated only when a batch needs more outputs): `as_array` on a
+        # fresh pointer costs ~45 us a token, cold after a decode, a third of the step's
+        # Python (bench/README.md).
+        view: list[Any] = [None, None]  # address, array
 
         def sample() -> int:
-            return int(as_array(logits(ctx, -1), shape=(n_vocab,)).argmax())
+            ptr = logits(ctx, -1)
+            address = ctypes.cast(ptr, ctypes.c_void_p).value
+            if address != view[0]:
+                view[:] = address, np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+            return int(view[1].argmax())
 
     else:
         chain = llm._init_sampler(top_k=40, top_p=0.95, min_p=0.05, temp=temp)
@@ -161,6 +168,17 @@ def reuse_prefix(llm: Any, tokens: list[int]) -> int:
         return common
     llm.reset()
     return 0
+
+
+def held_prefix(llm: Any, tokens: list[int]) -> int:
+    """How many of `tokens` the KV cache holds now (its common prefix with them)."""
+    held = llm.input_ids[: llm.n_tokens]
+    cached = 0
+    for a, b in zip(held, tokens, strict=False):
+        if a != b:
+            break
+        cached += 1
+    return cached
 
 
 def warm_up(llm: Any) -> None:
@@ -272,3 +290,19 @@ def kv_stats(llm: Any, g: Geometry | None, model_bytes: int) -> KVStats:
         g.kv_bytes(cap, cap, type_bytes, swa_full),
         model_bytes,
     )
+
+
+def overflow_error(prompt_tokens: int, n_ctx: int) -> StreamError:
+    """The error for a prompt that does not fit the context."""
+    return StreamError(
+        "context_overflow",
+        f"the prompt is {prompt_tokens:,} tokens; the context holds {n_ctx:,}. "
+        "Trim the history or raise --n-ctx.",
+        detail={"prompt_tokens": prompt_tokens, "n_ctx": n_ctx},
+    )
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it has no message)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -4,10 +4,10 @@ All llama.cpp calls run on one dedicated thread (a single-worker executor), so t
 loads in the background, generation never blocks the UI, and requests are serialised
 without a lock. The thread talks to the event loop only through `call_soon_threadsafe`.
 
-We drive `Llama.generate` (token ids, C sampler chain) rather than
+We drive our own decode loop (`llama_glue.token_loop`) rather than
 `create_chat_completion`, and do chat templating, detokenisation and stop strings here:
-that gives exact prompt/cached/evaluated token counts, one event per token, and less
-Python per token than the completion API.
+exact prompt/cached/evaluated token counts, one event per token, little Python per
+token. The decode thread count adapts to a busy machine (backends/threads.py).
 """
 
 from __future__ import annotations
@@ -35,14 +35,18 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
+from phasechat.backends.flash import decide
 from phasechat.backends.gguf import Geometry, GGUFError, geometry
 from phasechat.backends.handoff import Handoff
 from phasechat.backends.llama_glue import (
     chat_formatter,
     engine_timings,
     eog_check,
+    held_prefix,
     kv_stats,
     load_error,
+    one_line,
+    overflow_error,
     perf_counters,
     physical_cores,
     piece_function,
@@ -55,6 +59,7 @@ from phasechat.backends.models import ModelNotFound, default_model_path
 from phasechat.backends.prompts import Prompts
 from phasechat.backends.stops import StopMatcher
 from phasechat.backends.think import ThinkSplitter
+from phasechat.backends.threads import CpuShare, DecodeThreads
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +69,15 @@ class LocalConfig:
     model_path: Path | None = None
     n_ctx: int = 4096
     n_gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
-    threads: int | None = None  # None: physical cores
+    # None: physical cores, fewer while a busy neighbour slows decode (backends/threads.py);
+    # a number: exactly that many, always
+    threads: int | None = None
     n_batch: int = 512
     chat_format: str | None = None  # None: the GGUF's template, else by architecture
     chat_template: str | None = None  # a Jinja chat template used instead of the GGUF's
     warmup: bool = True
-    # llama.cpp's own default ("auto") turns flash attention on wherever the device
-    # supports it (always on CPU); llama-cpp-python 0.3.36 can only say on or off, and
-    # defaults to off, which costs ~5-10% decode on CPU (bench/README.md).
-    flash_attn: bool = True
+    # None: whichever decodes faster here, measured once and cached (backends/flash.py)
+    flash_attn: bool | None = None
 
 
 class LocalBackend:
@@ -94,6 +99,8 @@ class LocalBackend:
         self.geometry: Geometry | None = None
         self.gpu_layers = 0
         self.threads = 0
+        self._threads: DecodeThreads | None = None
+        self.flash_note = ""
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
@@ -151,9 +158,9 @@ class LocalBackend:
         except MemoryError:  # a buffer llama-cpp-python allocates with numpy
             self._state, self._detail = "failed", self._load_error("out of memory")
         except (GGUFError, ModelNotFound, ValueError, OSError) as exc:
-            self._state, self._detail = "failed", self._load_error(_one_line(exc))
+            self._state, self._detail = "failed", self._load_error(one_line(exc))
         except Exception as exc:  # llama.cpp raises bare errors on bad files
-            self._state, self._detail = "failed", f"model failed to load: {_one_line(exc)}"
+            self._state, self._detail = "failed", f"model failed to load: {one_line(exc)}"
 
     def _load_error(self, message: str) -> str:
         return load_error(message, self.config.n_ctx, self._path, self.geometry)
@@ -161,6 +168,7 @@ class LocalBackend:
     def _load_inner(self) -> None:
         import llama_cpp
 
+        cpu = CpuShare()  # how busy the other processes keep the cores during the load
         path = self._path or default_model_path()
         self._path = path
         self.geometry = geometry(path)  # rejects missing / truncated / not-GGUF files
@@ -175,6 +183,8 @@ class LocalBackend:
         self.gpu_layers = (-1 if offload else 0) if layers is None else layers
         self.threads = self.config.threads or physical_cores()
         self._detail = f"loading {path.name}"
+        gpu = offload and self.gpu_layers != 0
+        flash_attn, self.flash_note = decide(self.config.flash_attn, gpu, path, self.threads)
         llm = llama_cpp.Llama(
             model_path=str(path),
             n_ctx=self.config.n_ctx,
@@ -183,7 +193,7 @@ class LocalBackend:
             n_threads=self.threads,
             n_threads_batch=self.threads,
             chat_format=self.config.chat_format,
-            flash_attn=self.config.flash_attn,
+            flash_attn=flash_attn,
             verbose=False,
         )
         formatter, self._format_name = chat_formatter(
@@ -192,12 +202,18 @@ class LocalBackend:
         self._prompts = Prompts(llm, formatter, self._format_name)
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
+        adaptive = self.config.threads is None
+        self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, cpu)
         if self.config.warmup:
             warm_up(llm)
         self._llm = llm
-        where = "CPU" if self.gpu_layers == 0 or not offload else f"GPU ({self.gpu_layers} layers)"
+        where = f"GPU ({self.gpu_layers} layers)" if gpu else "CPU"
+        adapt = " (fewer when the cores are busy)" if self._threads.adaptive else ""
         self._state = "ready"
-        self._detail = f"{path.name} · {self._format_name} · {self.threads} threads · {where}"
+        self._detail = (
+            f"{path.name} · {self._format_name} · {self.threads} threads{adapt} · {where}"
+            f" · {self.flash_note}"
+        )
 
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None
@@ -248,14 +264,7 @@ class LocalBackend:
         """
         if self._llm is None:
             return None
-        tokens, _ = self.format_prompt(messages)
-        held = self._llm.input_ids[: self._llm.n_tokens]
-        cached = 0
-        for a, b in zip(held, tokens, strict=False):
-            if a != b:
-                break
-            cached += 1
-        return cached
+        return held_prefix(self._llm, self.format_prompt(messages)[0])
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if self._llm is None:
@@ -304,7 +313,7 @@ class LocalBackend:
         except _Handled:
             return
         except Exception as exc:  # a llama.cpp failure mid-generation
-            emit(StreamError("model", f"generation failed: {_one_line(exc)}"))
+            emit(StreamError("model", f"generation failed: {one_line(exc)}"))
             return
         emit(engine_timings(self._llm, before, cached))
         emit(self._kv_stats())
@@ -323,22 +332,19 @@ class LocalBackend:
             raise _Handled from None
         n_ctx = int(llm.n_ctx())
         if len(tokens) >= n_ctx:
-            emit(
-                StreamError(
-                    "context_overflow",
-                    f"the prompt is {len(tokens):,} tokens; the context holds {n_ctx:,}. "
-                    "Trim the history or raise --n-ctx.",
-                    detail={"prompt_tokens": len(tokens), "n_ctx": n_ctx},
-                )
-            )
+            emit(overflow_error(len(tokens), n_ctx))
             raise _Handled
         prompt_tokens = len(tokens)
         clock = time.perf_counter_ns
         prefill = {"cached": 0, "t0": clock()}
 
+        threads = self._threads
+        assert threads is not None
+
         def on_prompt(cached: int, evaluated: int) -> None:
             prefill.update(cached=cached, t0=clock())
             emit(PromptEvaluated(prompt_tokens, cached, evaluated))
+            emit(threads.begin())
 
         def on_batch(done: int) -> None:
             elapsed = (clock() - prefill["t0"]) / 1e6
@@ -356,6 +362,7 @@ class LocalBackend:
         n = 0
         reason: FinishReason = "length"
         gen = token_loop(llm, tokens, temp, on_prompt, on_batch)
+        last = 0
         try:
             for token in gen:
                 if cancel.is_set():
@@ -366,6 +373,9 @@ class LocalBackend:
                     break
                 n += 1
                 made = clock()
+                if last and (change := threads.gap(made - last, n)):
+                    emit(change)
+                last = made
                 text, hit = stops.feed(decode(token))
                 for event in think.token_events(text, made):
                     emit(event)
@@ -376,6 +386,7 @@ class LocalBackend:
                     break
         finally:
             gen.close()
+            threads.end()
         tail = stops.flush(decode(None)) if reason != "stop" else ""
         for event in think.tail_events(tail):
             emit(event)
@@ -391,8 +402,3 @@ class LocalBackend:
 
 class _Handled(Exception):
     """Raised after an error event was already emitted."""
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from phasechat.backends.gguf import GGUFError, geometry
 from phasechat.backends.llama_glue import physical_cores
 from phasechat.backends.models import ModelNotFound, default_model_path
@@ -23,7 +25,11 @@ def report() -> str:
         ]
     except ImportError as exc:
         lines.append(f"llama-cpp-python  not importable: {exc}")
-    lines.append(f"physical cores    {physical_cores()} (default --threads)")
+    cores = physical_cores()
+    lines.append(
+        f"physical cores    {cores} (default --threads: up to {cores}, fewer while other "
+        "processes keep the cores busy)"
+    )
     try:
         path = default_model_path()
         g = geometry(path)
@@ -41,4 +47,15 @@ def report() -> str:
         f"  context         {g.n_ctx_train} tokens (trained)",
         f"  KV per token    {kv_token:,} bytes at f16",
     ]
+    lines.append(f"  {_flash(path, cores)}")
     return "\n".join(lines)
+
+
+def _flash(path: Path, threads: int) -> str:
+    """Flash attention for this model on the CPU: the cached choice, else measured now."""
+    try:
+        from phasechat.backends.flash import choose
+
+        return f"{'attention':<16}{choose(path, threads).summary} at {threads} threads"
+    except Exception as exc:  # no llama.cpp, or a model it cannot load
+        return f"{'attention':<16}flash attention not measured: {exc}"

@@ -46,6 +46,8 @@ class Live:
     recent_itl_ms: tuple[float, ...]
     since_last_ms: float | None
     stall: Literal["", "slow", "stuck"]
+    #: the local engine's thread count, when it is not simply all of them (else "")
+    threads_note: str = ""
 
 
 def snapshot(trace: Trace, now_ns: int) -> Live:
@@ -104,7 +106,19 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         recent_itl_ms=recent,
         since_last_ms=since,
         stall=stall,
+        threads_note=threads_note(trace),
     )
+
+
+def threads_note(trace: Trace) -> str:
+    """One line on the engine's threads when they changed this answer or run below the
+    maximum ("threads 1 of 2 · 2 changes · at token 48: 1 thread 2.10x faster than 2")."""
+    t = trace.threads
+    if t is None or (t.threads == t.max_threads and not trace.thread_changes):
+        return ""
+    n = trace.thread_changes
+    changes = f" · {n} change{'s' if n != 1 else ''}" if n else ""
+    return f"threads {t.threads} of {t.max_threads}{changes} · at token {t.at_token}: {t.reason}"
 
 
 def _left(progress: PrefillProgress | None) -> float | None:

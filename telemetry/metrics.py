@@ -21,6 +21,9 @@
   characters excluded), so `chars_per_s == chars_per_token x` the answer's token rate,
   which is `decode_tok_s` for a model that does not think.
 - `draft_acceptance`: speculative decoding, accepted / drafted tokens (llama-server).
+- `threads`, `thread_changes`, `threads_reason`: the local engine's decode thread count
+  at the end of the answer, how many times it changed during it (it drops when a busy
+  neighbour makes the gaps between tokens grow, and probes back up), and the last reason.
 
 `server_*` fields are the engine's own account beside ours: llama-server's `timings`,
 or, for the local backend, llama.cpp's perf counters (per-request deltas).
@@ -91,6 +94,11 @@ class Metrics:
     draft_acceptance: float | None
     context_window: int | None
     context_source: str | None
+    #: the local engine's decode threads at the end, how often they changed mid-answer,
+    #: and why the last change was made (None: a remote backend)
+    threads: int | None
+    thread_changes: int | None
+    threads_reason: str | None
     warnings: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
@@ -214,6 +222,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         else None,
         context_window=trace.window,
         context_source=trace.window_source,
+        threads=trace.threads.threads if trace.threads else None,
+        thread_changes=trace.thread_changes if trace.threads else None,
+        threads_reason=trace.threads.reason if trace.threads else None,
         warnings=tuple(_disagreements(trace, prompt_tokens)),
     )
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from phasechat.backends.events import (
+    EngineThreads,
     Event,
     Finished,
     FinishReason,
@@ -79,6 +80,9 @@ class Trace:
     server: ServerTimings | None = None
     progress: PrefillProgress | None = None
     kv: KVStats | None = None
+    #: the local engine's thread count now, and how often it changed mid-answer
+    threads: EngineThreads | None = None
+    thread_changes: int = 0
     notices: list[str] = field(default_factory=list)
     finish: FinishReason | None = None
     error: StreamError | None = None
@@ -140,6 +144,10 @@ class Trace:
                 self.server = event
             case KVStats():
                 self.kv = event
+            case EngineThreads():
+                if self.threads is not None and event.threads != self.threads.threads:
+                    self.thread_changes += 1
+                self.threads = event
             case Notice(text=text):
                 self.notices.append(text)
             case Finished(reason=reason):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -82,3 +83,5 @@ def test_doctor_reports_build_and_geometry() -> None:
     assert "GPU offload" in r.stdout and "system info" in r.stdout
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in r.stdout
     assert "30" in r.stdout and "3 KV" in r.stdout  # 30 layers, 3 KV heads
+    # which flash attention the local backend uses, and the measurement behind it
+    assert re.search(r"flash attention (on|off) \((cached measurement|measured at load)", r.stdout)

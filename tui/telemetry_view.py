@@ -310,7 +310,7 @@ def panel_content(exchange: Exchange, forecast: Content | None, trim: TrimStats 
     """The whole live panel for `exchange`: its live figures; once it is over (a
     `forecast` of the draft is given then), the engine's account, a server's window and
     the forecast; the trimmer's line when it has done something."""
-    parts = [live_content(exchange.live(), exchange.kv)]
+    parts = [live_content(live := exchange.live(), exchange.kv), Content(live.threads_note)]
     if forecast is not None:
         if exchange.metrics is not None:
             if exchange.kv is None:  # a server: its window instead of the KV cache

@@ -1,0 +1,56 @@
+"""Flash attention chosen by measurement on the real model, and cached (backends/flash.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from phasechat.backends import flash
+
+pytestmark = pytest.mark.model
+
+
+def test_measured_once_then_cached_per_model_build_and_threads(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert flash.cache_file().is_relative_to(tmp_path)
+    assert flash.cached(model_path, 1) is None
+    first = flash.choose(model_path, 1)
+    assert not first.cached and first.on_ms > 0 and first.off_ms > 0
+    # The rule: on (llama.cpp's own choice) unless off measured at least MARGIN faster.
+    if not first.flash_attn:
+        assert first.off_ms < first.on_ms * (1 - flash.MARGIN)
+    again = flash.choose(model_path, 1)
+    assert again.cached and again.flash_attn == first.flash_attn
+    assert again.on_ms == first.on_ms
+    assert "measurement" in again.summary and "measured at load" in first.summary
+    assert flash.cached(model_path, 2) is None  # another thread count: not measured yet
+    (key,) = json.loads(flash.cache_file().read_text())
+    assert str(model_path.resolve()) in key and key.endswith("|1")
+
+
+def test_a_setting_or_a_gpu_skips_the_measurement(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert flash.decide(False, False, model_path, 2) == (False, "flash attention off (set)")
+    assert flash.decide(None, True, model_path, 2)[0] is True
+    assert not flash.cache_file().exists()
+
+
+def test_a_changed_model_file_is_measured_again(tmp_path: Path) -> None:
+    """The key follows the file: the same path rewritten (another size or mtime) is a
+    new model as far as the cache is concerned."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 10)
+    key = flash.cache_key(model, 1)
+    assert flash.cache_key(model, 1) == key
+    os.utime(model, ns=(1, 1))
+    touched = flash.cache_key(model, 1)
+    model.write_bytes(b"GGUF" * 11)
+    os.utime(model, ns=(1, 1))
+    assert len({key, touched, flash.cache_key(model, 1)}) == 3

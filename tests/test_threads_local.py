@@ -1,0 +1,111 @@
+"""Thread changes on the real bundled model: the greedy answer does not depend on them,
+and they reach the telemetry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import llama_cpp
+import pytest
+
+from phasechat.backends.events import EngineThreads, GenerationRequest, Message, TextDelta
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.threads import Change
+from phasechat.telemetry.metrics import compute
+from phasechat.telemetry.recorder import Trace, record
+
+pytestmark = pytest.mark.model
+
+REQUEST = GenerationRequest(
+    (Message("user", "Write a long story about a dragon who learns to fly."),),
+    max_tokens=48,
+    temperature=0,
+)
+
+
+class Scripted:
+    """A policy that changes the count at given token numbers (the decision is not under
+    test here: applying it between two decodes is)."""
+
+    def __init__(self, plan: dict[int, int], threads: int) -> None:
+        self.plan, self.threads, self.seen = plan, threads, 0
+
+    def begin(self, free_cores: float | None = None) -> Change | None:
+        self.seen = 0
+        return None
+
+    def observe(self, gap_ns: int) -> Change | None:
+        assert gap_ns > 0
+        self.seen += 1
+        n = self.plan.get(self.seen)
+        if n is None:
+            return None
+        self.threads = n
+        return Change(n, f"scripted at gap {self.seen}")
+
+
+@pytest.fixture(scope="module")
+def one_thread(model_path: object) -> Iterator[LocalBackend]:
+    import asyncio
+
+    backend = LocalBackend(LocalConfig(n_ctx=1024, threads=1))
+    asyncio.run(backend.start())
+    assert backend.state == "ready", backend.state_detail
+    yield backend
+    asyncio.run(backend.aclose())
+
+
+async def answer(backend: LocalBackend) -> tuple[str, Trace, list[EngineThreads]]:
+    trace = Trace(backend="local", model=backend.model)
+    seen: list[EngineThreads] = []
+    async for event in record(backend.stream(REQUEST), trace):
+        if isinstance(event, EngineThreads):
+            seen.append(event)
+    return trace.text, trace, seen
+
+
+async def test_a_mid_answer_thread_change_keeps_the_greedy_answer(
+    one_thread: LocalBackend,
+) -> None:
+    threads = one_thread._threads
+    assert threads is not None and threads.policy is None  # --threads 1: fixed
+    fixed, trace, seen = await answer(one_thread)
+    assert [(e.threads, e.at_token) for e in seen] == [(1, 0)]
+    assert compute(trace).thread_changes == 0
+
+    # 1 -> 2 -> 1 -> 2 threads (few tokens at 2, which a loaded test machine makes slow);
+    # the context was created with 1, `max_threads` only labels the events
+    threads.policy = Scripted({8: 2, 20: 1, 40: 2}, threads=1)  # type: ignore[assignment]
+    threads.max_threads = 2
+    try:
+        changed, trace, seen = await answer(one_thread)
+        ctx_threads = llama_cpp.llama_n_threads(one_thread._llm.ctx)
+    finally:
+        threads.policy, threads.max_threads = None, 1
+        llama_cpp.llama_set_n_threads(one_thread._llm.ctx, 1, 1)
+    assert trace.tokens == 48 and len(fixed) > 80
+    assert changed == fixed
+    assert [(e.threads, e.at_token) for e in seen] == [(1, 0), (2, 9), (1, 21), (2, 41)]
+    assert ctx_threads == 2  # the context really ran on two threads at the end
+    m = compute(trace)
+    assert (m.threads, m.thread_changes) == (2, 3)
+    assert m.threads_reason == "scripted at gap 40"
+    assert "threads 2 of 2 · 3 changes · at token 41: scripted at gap 40" in trace_note(trace)
+
+
+def trace_note(trace: Trace) -> str:
+    from phasechat.telemetry.live import threads_note
+
+    return threads_note(trace)
+
+
+async def test_the_default_is_adaptive_and_says_so(local_backend: LocalBackend) -> None:
+    """The session's backend has no --threads: its first event after the prompt says how
+    many threads it starts with, and that they adapt (one core: fixed at one)."""
+    events = [e async for e in local_backend.stream(REQUEST)]
+    start = next(e for e in events if isinstance(e, EngineThreads))
+    assert events.index(start) == 1  # right after PromptEvaluated
+    assert start.max_threads == local_backend.threads >= start.threads >= 1
+    threads = local_backend._threads
+    assert threads is not None and threads.adaptive == (local_backend.threads > 1)
+    assert sum(isinstance(e, TextDelta) for e in events) == 48
