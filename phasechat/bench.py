@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import sys
@@ -26,8 +25,8 @@ from phasechat.chat.sweep import (
 from phasechat.chat.text import one_line
 from phasechat.chat.workspace import Workspace
 from phasechat.options import build_workspace, fail
-from phasechat.sweep_chart import sweep_chart
-from phasechat.telemetry.sweep_stats import Level, Slo, growth_per_doubling, parse_levels
+from phasechat.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.telemetry.sweep_stats import Slo, parse_levels
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -180,51 +179,12 @@ async def _sweep(
     return 1 if any(lv.completed == 0 for lv in result.levels) else 0
 
 
-SWEEP_HEADER = (
-    "  conc  done fail   agg tok/s  per-user tok/s  ttft p50 ms  ttft p99 ms  tpot ms"
-    "  req/s  goodput"
-)
-
-
-def sweep_row(lv: Level) -> str:
-    """One level as a table row (SWEEP_HEADER's columns)."""
-    good = "-" if lv.request_goodput is None else f"{lv.request_goodput:.2f}"
-    return (
-        f"{lv.concurrency:>6} {lv.completed:>5} {lv.failed:>4} {lv.output_throughput:>11.1f}"
-        f" {_f(lv.per_user_decode_tok_s, 1):>15} {_f(lv.ttft['median'], 0):>12}"
-        f" {_f(lv.ttft['p99'], 0):>12} {_f(lv.tpot['mean'], 1):>8}"
-        f" {lv.request_throughput:>6.2f} {good:>8}"
-    )
-
-
 def _sweep_row(run: LevelRun) -> None:
     print(sweep_row(run.level), flush=True)
 
 
 def sweep_report(result: SweepResult, *, color: bool = False) -> str:
     """After the table: the chart, the growth per doubling and the knee."""
-    levels = result.levels
     title = f"{one_line(result.backend)} · {one_line(result.model)}"
-    lines = [sweep_chart(levels, result.knee, color=color, title=title)]
-    for low, high in itertools.pairwise(levels):
-        growth = growth_per_doubling(low, high)
-        if growth is not None:
-            lines.append(
-                f"{low.concurrency} -> {high.concurrency}: aggregate {growth:+.0%} per doubling"
-            )
-    knee = result.knee
-    lines.append(
-        f"knee: {knee} concurrent requests (the next doubling adds < 10% aggregate throughput)"
-        if knee is not None
-        else "knee: not reached (every doubling still adds >= 10% aggregate throughput)"
-    )
-    if result.slo.given:
-        lines.append(
-            f"goodput: requests per second within TTFT <= {_f(result.slo.ttft_ms, 0)} ms "
-            f"and TPOT <= {_f(result.slo.tpot_ms, 0)} ms (- = not required)"
-        )
-    return "\n".join(lines)
-
-
-def _f(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+    chart = sweep_chart(result.levels, result.knee, color=color, title=title)
+    return "\n".join([chart, *sweep_notes(result)])

@@ -1,20 +1,22 @@
-"""The sweep as a terminal chart (plotext): aggregate output tok/s and per-user decode
-tok/s against concurrency, the knee marked.
+"""The sweep in text: its table rows, and a terminal chart (plotext) of aggregate output
+tok/s and per-user decode tok/s against concurrency, the knee marked.
 
-Shared by `phasechat bench --sweep` (printed after the table) and the UI's sweep screen,
-so it sits below both and draws plain text: no Textual, no Rich. Concurrency is on a
+Shared by `phasechat bench --sweep` (the chart printed after the table) and the UI's
+sweep screen, so it sits below both and draws plain text: no Textual, no Rich. Concurrency is on a
 log2 axis (1, 2, 4, 8 evenly spaced, as the knee is judged per doubling); aggregate
 throughput is on the left axis, the per-user rate on the right.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
 import plotext as plt
 
-from phasechat.telemetry.sweep_stats import Level
+from phasechat.chat.sweep import SweepResult
+from phasechat.telemetry.sweep_stats import KNEE_GROWTH, Level, growth_per_doubling
 
 AGGREGATE = "aggregate output tok/s (left)"
 PER_USER = "per-user decode tok/s (right)"
@@ -75,3 +77,47 @@ def sweep_chart(
 def strip_ansi(text: str) -> str:
     """plotext's output without its colour codes, and without trailing spaces."""
     return "\n".join(line.rstrip() for line in plt.uncolorize(text).splitlines())
+
+
+SWEEP_HEADER = (
+    "  conc  done fail   agg tok/s  per-user tok/s  ttft p50 ms  ttft p99 ms  tpot ms"
+    "  req/s  goodput"
+)
+
+
+def sweep_row(lv: Level) -> str:
+    """One level as a table row (SWEEP_HEADER's columns)."""
+    good = "-" if lv.request_goodput is None else f"{lv.request_goodput:.2f}"
+    return (
+        f"{lv.concurrency:>6} {lv.completed:>5} {lv.failed:>4} {lv.output_throughput:>11.1f}"
+        f" {_f(lv.per_user_decode_tok_s, 1):>15} {_f(lv.ttft['median'], 0):>12}"
+        f" {_f(lv.ttft['p99'], 0):>12} {_f(lv.tpot['mean'], 1):>8}"
+        f" {lv.request_throughput:>6.2f} {good:>8}"
+    )
+
+
+def sweep_notes(result: SweepResult) -> list[str]:
+    """The lines under the chart: growth per doubling, the knee, what goodput counted."""
+    lines = []
+    for low, high in itertools.pairwise(result.levels):
+        growth = growth_per_doubling(low, high)
+        if growth is not None:
+            lines.append(
+                f"{low.concurrency} -> {high.concurrency}: aggregate {growth:+.0%} per doubling"
+            )
+    knee, limit = result.knee, f"{KNEE_GROWTH:.0%}"
+    lines.append(
+        f"knee: {knee} concurrent requests (the next doubling adds < {limit} aggregate throughput)"
+        if knee is not None
+        else f"knee: not reached (every doubling still adds >= {limit} aggregate throughput)"
+    )
+    if result.slo.given:
+        lines.append(
+            f"goodput: requests per second within TTFT <= {_f(result.slo.ttft_ms, 0)} ms "
+            f"and TPOT <= {_f(result.slo.tpot_ms, 0)} ms (- = not required)"
+        )
+    return lines
+
+
+def _f(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
