@@ -17,6 +17,7 @@ building), and is not counted.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,9 @@ class SweepResult:
     per_stream: int
     max_tokens: int
     runs: list[LevelRun] = field(default_factory=list)
+    #: the machine's 1-minute load average when the sweep started and ended (a client on
+    #: the server's machine shares its cores: the figures are only as quiet as this)
+    load: tuple[float | None, float | None] = (None, None)
 
     @property
     def levels(self) -> list[Level]:
@@ -87,6 +91,7 @@ class SweepResult:
             "max_tokens": self.max_tokens,
             "goodput_slo_ms": {"ttft": self.slo.ttft_ms, "tpot": self.slo.tpot_ms},
             "knee_concurrency": self.knee,
+            "load_average_1m": list(self.load),
             "levels": [lv.record() for lv in self.levels],
         }
 
@@ -151,6 +156,7 @@ async def sweep(
     temperature and seed are."""
     settings = replace(settings, system="")
     result = SweepResult(backend.name, backend.model, slo or Slo(), per_stream, settings.max_tokens)
+    start = load_average()
     if warm_up:
         await _request(backend, settings, prompt_for(0, 0, 0))
     for c in levels:
@@ -158,4 +164,13 @@ async def sweep(
         result.runs.append(run)
         if on_level is not None:
             on_level(run)
+    result.load = (start, load_average())
     return result
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None

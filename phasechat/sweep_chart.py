@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Sequence
 
 import plotext as plt
@@ -106,15 +107,30 @@ def sweep_notes(result: SweepResult) -> list[str]:
                 f"{low.concurrency} -> {high.concurrency}: aggregate {growth:+.0%} per doubling"
             )
     knee, limit = result.knee, f"{KNEE_GROWTH:.0%}"
-    lines.append(
-        f"knee: {knee} concurrent requests (the next doubling adds < {limit} aggregate throughput)"
-        if knee is not None
-        else f"knee: not reached (every doubling still adds >= {limit} aggregate throughput)"
-    )
+    if knee is None:
+        lines.append(
+            f"knee: not reached (every doubling still adds >= {limit} aggregate throughput)"
+        )
+    else:
+        lines.append(
+            f"knee: concurrency {knee} (the next doubling adds < {limit} aggregate throughput)"
+        )
+        later = [lv for lv in result.levels if lv.concurrency > knee]
+        if any(
+            (growth_per_doubling(low, high) or 0.0) >= KNEE_GROWTH
+            for low, high in itertools.pairwise(later)
+        ):
+            lines.append("  throughput grew again past it: a noisy run? (see the load average)")
     if result.slo.given:
         lines.append(
             f"goodput: requests per second within TTFT <= {_f(result.slo.ttft_ms, 0)} ms "
             f"and TPOT <= {_f(result.slo.tpot_ms, 0)} ms (- = not required)"
+        )
+    start, end = result.load
+    if start is not None and end is not None:
+        lines.append(
+            f"load average (1 min): {start:.2f} at the start, {end:.2f} at the end, "
+            f"on {os.cpu_count()} cores"
         )
     return lines
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.sweep_chart import sweep_chart
+from phasechat.chat.sweep import LevelRun, SweepResult
+from phasechat.sweep_chart import sweep_chart, sweep_notes, sweep_row
 from phasechat.telemetry.sweep_stats import (
     Level,
     Sample,
@@ -152,3 +153,23 @@ def test_chart_marks_the_knee_and_names_both_series() -> None:
 
 def test_chart_of_nothing_is_empty() -> None:
     assert sweep_chart([], None) == ""
+
+
+def test_notes_name_the_knee_a_noisy_run_and_the_load() -> None:
+    result = SweepResult("openai", "m", Slo(), 2, 64)
+    for c, throughput in ((1, 100), (2, 180), (4, 185), (8, 250)):
+        result.runs.append(LevelRun(at(c, throughput)))
+    result.load = (1.5, 2.25)
+    notes = sweep_notes(result)
+    assert notes[:3] == [
+        "1 -> 2: aggregate +80% per doubling",
+        "2 -> 4: aggregate +3% per doubling",
+        "4 -> 8: aggregate +35% per doubling",
+    ]
+    assert notes[3].startswith("knee: concurrency 2 (the next doubling adds < 10%")
+    assert "grew again past it" in notes[4]  # 4 -> 8 grew: the curve is not settled
+    assert notes[5].startswith("load average (1 min): 1.50 at the start, 2.25 at the end")
+    result.runs.pop()
+    result.load = (None, None)
+    assert len(sweep_notes(result)) == 3  # two steps and the knee: no noise, no load known
+    assert (sweep_row(result.levels[0]).split()[:4]) == ["1", "1", "0", "100.0"]
