@@ -57,6 +57,7 @@ class LevelRun:
 
     level: Level
     metrics: list[Metrics] = field(default_factory=list, repr=False)
+    samples: list[Sample] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -137,7 +138,8 @@ async def run_level(
     await asyncio.gather(*(stream(i) for i in range(concurrency)))
     duration = time.perf_counter() - t0
     samples = [s for s, _ in results]
-    return LevelRun(level(concurrency, samples, duration, slo), [m for _, m in results])
+    reduced = level(concurrency, samples, duration, slo)
+    return LevelRun(reduced, [m for _, m in results], samples)
 
 
 async def sweep(
