@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Markdown, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from phasechat.backends.base import Backend
@@ -40,6 +40,7 @@ from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs, sweep_screen, verdict_view
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import (
     answer_footer,
@@ -120,6 +121,7 @@ class PhasechatApp(PlainTextApp):
 
     def on_mount(self) -> None:
         dialogs.setup_themes(self)
+        self.console.push_theme(RICH_THEME)  # inline code readable on light themes too
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
@@ -131,10 +133,9 @@ class PhasechatApp(PlainTextApp):
         self.load_backend()
         self.refresh_status()
 
-    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
-        """A link in an answer the model wrote: see dialogs.open_link."""
-        event.stop()
-        dialogs.open_link(self, event.href)
+    def action_follow_link(self, href: str) -> None:
+        """A link clicked in a message (tui/markdown_view.py): see dialogs.open_link."""
+        dialogs.open_link(self, href)
 
     # -- backends --------------------------------------------------------------------
     @work(exclusive=True, group="load")
@@ -272,8 +273,10 @@ class PhasechatApp(PlainTextApp):
             exchange, view = self._streaming
             text = exchange.text
             if len(text) > view.shown:
-                await view.append(text[view.shown :])
-                view.shown = len(text)
+                # Claimed before the await: the timer and the finishing worker both
+                # come here, and must not append the same text twice.
+                new, view.shown = text[view.shown :], len(text)
+                await view.append(new)
             view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
