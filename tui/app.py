@@ -37,7 +37,7 @@ from phasechat.chat.settings import Settings
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import dialogs, sweep_screen, verdict_view
+from phasechat.tui import dialogs, verdict_view
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
@@ -380,9 +380,7 @@ class PhasechatApp(PlainTextApp):
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for title, help_text, action in dialogs.COMMANDS:
-            yield SystemCommand(title, help_text, getattr(self, action))
-        yield from sweep_screen.commands(self)
+        yield from dialogs.commands(self)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""
