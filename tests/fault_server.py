@@ -190,6 +190,18 @@ class FaultServer(ThinkBehaviours):
 
     _b_fastend = _b_fast
 
+    async def _b_paced(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """`paced-N-R`: N prose tokens at R tokens a second (a local model's pace, with
+        no model beside it: what the UI alone costs per second of an answer)."""
+        n, _, rate = arg.partition("-")
+        c.w.write(SSE_HEAD)
+        start = time.perf_counter()
+        for i in range(int(n)):
+            c.w.write(chunk("word\n\n" if i % 60 == 59 else "word "))
+            await c.w.drain()
+            await asyncio.sleep(max(0.0, start + (i + 1) / float(rate) - time.perf_counter()))
+        c.w.write(chunk(finish="stop") + USAGE_CHUNK % int(n) + DONE)
+
     async def _b_status(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """`status-429`: that status with an error object; 429 and 503 carry Retry-After
         (`status-429-date`: as an HTTP date 60 s ahead)."""

@@ -52,6 +52,10 @@ from phasechat.tui.telemetry_view import (
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
+#: While an engine on this machine's CPU generates, every frame the UI draws takes about
+#: 5 ms of a core from it (bench/ui_cost.py): the answer and the panel are drawn at this
+#: rate instead (issue 13: the TUI must not slow the engine it measures).
+SHARED_HZ = 5
 YIELD_EVERY_NS = 4_000_000
 
 
@@ -93,6 +97,7 @@ class PhasechatApp(PlainTextApp):
         self._started = False
         self._pending_text = ""
         self._forecast = DraftForecast()
+        self._drawn_at = 0.0  # when refresh_live last drew, for SHARED_HZ
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
@@ -243,7 +248,7 @@ class PhasechatApp(PlainTextApp):
             return
         exchange, view = self._streaming
         try:
-            await self.refresh_live()
+            await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
                 footer = answer_footer(exchange.metrics, predicted, exchange.trim_note)
@@ -263,12 +268,18 @@ class PhasechatApp(PlainTextApp):
                 self.refresh_status()
 
     # -- the refresh timer -----------------------------------------------------------
-    async def refresh_live(self) -> None:
-        """Move new text into the streaming message and redraw the panel (REFRESH_HZ)."""
+    async def refresh_live(self, force: bool = False) -> None:
+        """Move new text into the streaming message and redraw the panel (REFRESH_HZ;
+        SHARED_HZ while an engine on this machine's CPU generates)."""
         try:
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
+        if self._streaming is not None and self.backend.shares_cpu and not force:
+            now = time.monotonic()
+            if now - self._drawn_at < 1 / SHARED_HZ:
+                return
+            self._drawn_at = now
         if self._streaming is not None:
             exchange, view = self._streaming
             text = exchange.text
@@ -391,6 +402,7 @@ class PhasechatApp(PlainTextApp):
             self.refresh_status()
 
     async def on_unmount(self) -> None:
+        self._forecast.close()
         running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
         self.workers.cancel_all()
         for worker in running:  # let a cancelled answer save its final state first

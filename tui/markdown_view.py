@@ -64,19 +64,8 @@ class _Drawn:
         self.piece = piece
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        piece = self.piece
-        dark = piece.app.current_theme.dark
-        key = (piece.source, options.max_width, dark)
-        if piece.drawn_key != key:
-            markdown = RichMarkdown(
-                piece.source, code_theme="monokai" if dark else "friendly", hyperlinks=True
-            )
-            piece.drawn_key = key
-            piece.drawn = console.render_lines(
-                _ClickableLinks(markdown), options.update(height=None), pad=False
-            )
         new_line = Segment.line()
-        for line in piece.drawn:
+        for line in self.piece.draw(console, options):
             yield from line
             yield new_line
 
@@ -89,14 +78,37 @@ class MarkdownPiece(Widget):
     def __init__(self, source: str = "", *, classes: str | None = None) -> None:
         super().__init__(classes=classes)
         self.source = source
-        self.drawn_key: tuple[str, int, bool] | None = None
-        self.drawn: list[list[Segment]] = []
+        self._drawn_key: tuple[str, int, bool] | None = None
+        self._drawn: list[list[Segment]] = []
+
+    def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
+        """The lines of the source at this width (rendered once per source and width)."""
+        dark = self.app.current_theme.dark
+        key = (self.source, options.max_width, dark)
+        if self._drawn_key != key:
+            theme = "monokai" if dark else "friendly"
+            markdown = RichMarkdown(self.source, code_theme=theme, hyperlinks=True)
+            self._drawn_key = key
+            self._drawn = console.render_lines(
+                _ClickableLinks(markdown), options.update(height=None), pad=False
+            )
+        return self._drawn
 
     def update(self, source: str) -> None:
-        if source != self.source:
-            self.source = source
-            self.clear_cached_dimensions()
-            self.refresh(layout=True)
+        """Show `source`: a repaint when it still fills as many lines (a streamed word
+        that lands on the last line), a layout pass only when its height changed."""
+        if source == self.source:
+            return
+        self.source = source
+        if self._drawn_key is not None:
+            height = len(self._drawn)
+            console = self.app.console
+            self.draw(console, console.options.update_width(self._drawn_key[1]))
+            if len(self._drawn) == height:
+                self.refresh()
+                return
+        self.clear_cached_dimensions()
+        self.refresh(layout=True)
 
     def render(self) -> _Drawn:
         return _Drawn(self)

@@ -120,7 +120,9 @@ class MessageView(Vertical):
     async def finish(self, footer: Content) -> None:
         """Show the final text (only if the stream did not already show exactly it)."""
         final = visible_controls(self.message.content)
-        if self.markdown.source != final:
+        # One piece for a finished message: every layout pass walks every widget of
+        # the chat, so a long chat's old answers should each be few.
+        if self.markdown.source != final or self.markdown.pieces > 1:
             await self.markdown.replace(final)
         self.query_one(".header", Static).update(self._header())
         self.set_footer(footer)
