@@ -1,10 +1,10 @@
 """Where phasechat keeps its files, and keeping them private.
 
 One module for every path (config, user themes, the chat database, exports), found
-through platformdirs: `PHASECHAT_CONFIG` overrides the config file, `XDG_CONFIG_HOME` and
-`XDG_DATA_HOME` move the folders. Chats are private: the data directory is made 0700
-and the database files 0600; an existing directory or file that others can read is
-tightened, with a notice saying so. Nothing here runs at import time.
+through platformdirs: `PHASECHAT_CONFIG` overrides the config file, `XDG_CONFIG_HOME`,
+`XDG_DATA_HOME` and `XDG_CACHE_HOME` move the folders. Chats are private: the data
+directory is made 0700 and the database files 0600; an existing directory or file that
+others can read is tightened, with a notice saying so. Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ def themes_dir() -> Path:
 def data_dir() -> Path:
     """Chats and exports (XDG_DATA_HOME moves it)."""
     return Path(platformdirs.user_data_dir(APP))
+
+
+def cache_dir() -> Path:
+    """Measurements worth keeping between runs (XDG_CACHE_HOME moves it)."""
+    return Path(platformdirs.user_cache_dir(APP))
 
 
 def db_path() -> Path:

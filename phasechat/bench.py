@@ -1,10 +1,13 @@
-"""`phasechat bench SCRIPT`: the command line over chat/replay.py."""
+"""`phasechat bench SCRIPT`: the command line over chat/replay.py; `phasechat bench
+--sweep 1,2,4,8`: over chat/sweep.py (a remote server's batching curve)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,13 +15,27 @@ from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config import ConfigError
 from phasechat.chat.replay import Script, TurnRow, load_script, replay
 from phasechat.chat.settings import Settings
+from phasechat.chat.sweep import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_PER_STREAM,
+    LevelRun,
+    SweepResult,
+    sweep,
+)
+from phasechat.chat.text import one_line
 from phasechat.chat.workspace import Workspace
 from phasechat.options import build_workspace, fail
+from phasechat.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.telemetry.sweep_stats import Slo, parse_levels
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """`bench`'s own options (the backend and engine ones come from phasechat.options)."""
-    p.add_argument("script", help='JSON: {"system": ..., "turns": [...], "max_tokens": 64}')
+    p.add_argument(
+        "script",
+        nargs="?",
+        help='JSON: {"system": ..., "turns": [...], "max_tokens": 64} (not with --sweep)',
+    )
     p.add_argument("--no-trim", action="store_true", help="send the whole history every turn")
     p.add_argument("--json", action="store_true", help="one JSON object per turn, then totals")
     p.add_argument(
@@ -34,10 +51,29 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=1,
         help="remote backends: replay N copies of the chat at once (aggregate tok/s)",
     )
+    g = p.add_argument_group("sweep (remote backends)")
+    g.add_argument(
+        "--sweep",
+        metavar="LEVELS",
+        help="concurrency levels, e.g. 1,2,4,8: throughput, latency and the knee per level",
+    )
+    g.add_argument(
+        "--per-stream",
+        type=int,
+        default=DEFAULT_PER_STREAM,
+        metavar="N",
+        help=f"sweep: requests each concurrent stream sends in turn (default {DEFAULT_PER_STREAM})",
+    )
+    g.add_argument("--slo-ttft-ms", type=float, help="sweep goodput: a request's TTFT limit")
+    g.add_argument("--slo-tpot-ms", type=float, help="sweep goodput: a request's TPOT limit")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `phasechat bench`; returns the exit status."""
+    if args.sweep is not None:
+        return run_sweep(args)
+    if args.script is None:
+        return fail("bench needs a script (or --sweep LEVELS)")
     if args.concurrency < 1:
         return fail("--concurrency must be 1 or more")
     try:
@@ -83,3 +119,72 @@ def _text_row(row: TurnRow) -> None:
 
 def _json_row(row: TurnRow) -> None:
     print(json.dumps(row.record(), ensure_ascii=False), flush=True)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """`phasechat bench --sweep LEVELS`; returns the exit status."""
+    try:
+        levels = parse_levels(args.sweep)
+    except ValueError as exc:
+        return fail(str(exc))
+    if args.script is not None:
+        return fail("--sweep sends its own one-turn prompts: leave out the script")
+    if args.per_stream < 1:
+        return fail("--per-stream must be 1 or more")
+    for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            return fail(f"--{name.replace('_', '-')} must be positive")
+    try:
+        workspace = build_workspace(args, all_backends=False)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
+        return fail(str(exc))
+    if workspace.backend.serial:
+        return fail("--sweep needs a remote backend: the local model answers one at a time")
+    settings = workspace.session.settings
+    if args.max_tokens is None:
+        settings = replace(settings, max_tokens=DEFAULT_MAX_TOKENS)
+    slo = Slo(args.slo_ttft_ms, args.slo_tpot_ms)
+    return asyncio.run(_sweep(args, workspace, settings, levels, slo))
+
+
+async def _sweep(
+    args: argparse.Namespace,
+    workspace: Workspace,
+    settings: Settings,
+    levels: tuple[int, ...],
+    slo: Slo,
+) -> int:
+    backend = workspace.backend
+    if not args.json:
+        print(SWEEP_HEADER, flush=True)
+    try:
+        await backend.start()
+        if backend.state == "failed":
+            return fail(backend.state_detail)
+        result = await sweep(
+            backend,
+            levels,
+            settings,
+            per_stream=args.per_stream,
+            slo=slo,
+            on_level=None if args.json else _sweep_row,
+        )
+    finally:
+        await workspace.aclose()
+    if args.json:
+        print(json.dumps(result.record(), ensure_ascii=False))
+    else:
+        print(sweep_report(result, color=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+    return 1 if any(lv.completed == 0 for lv in result.levels) else 0
+
+
+def _sweep_row(run: LevelRun) -> None:
+    print(sweep_row(run.level), flush=True)
+
+
+def sweep_report(result: SweepResult, *, color: bool = False) -> str:
+    """After the table: the chart, the growth per doubling and the knee."""
+    title = f"{one_line(result.backend)} · {one_line(result.model)}"
+    chart = sweep_chart(result.levels, result.knee, color=color, title=title)
+    return "\n".join([chart, *sweep_notes(result)])

@@ -17,9 +17,12 @@ from phasechat.backends.events import TextDelta
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config import ConfigError
 from phasechat.chat.export import dumps
+from phasechat.chat.roofline import machine_bandwidth
 from phasechat.chat.session import InputError
 from phasechat.chat.text import is_text, visible_controls
 from phasechat.options import add_backend_options, build_workspace, fail
+from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.verdict import stats_line, verdict
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_options(ask, top=False)
     ask.add_argument("--json", action="store_true", help="print one JSON object instead")
     ask.add_argument("--no-save", action="store_true", help="do not save the exchange as a chat")
+    ask.add_argument(
+        "--stats",
+        action="store_true",
+        help="after the answer, its figures and the verdict (which phase ate the time) on stderr",
+    )
     ask.add_argument("prompt", help="the prompt ('-' reads stdin)")
     chats.add_parser(sub)
     bench_p = sub.add_parser("bench", help="replay a scripted chat: prefill and cache per turn")
@@ -95,9 +103,22 @@ async def ask(args: argparse.Namespace) -> int:
         print(dumps(record))
     elif exchange.answer.content and not exchange.answer.content.endswith("\n"):
         print()
+    if args.stats:
+        print_stats(metrics)
     if exchange.answer.status == "error":
         return fail(exchange.answer.error or "the answer failed", 1)
     return 0
+
+
+def print_stats(metrics: Metrics) -> None:
+    """`ask --stats`: the figures, then the verdict, on stderr (stdout stays the answer)."""
+    sys.stdout.flush()  # the answer's last line first, on a terminal that shows both
+    print(stats_line(metrics), file=sys.stderr)
+    # the probe (about 0.3 s, then cached) only where a roofline can be drawn
+    bandwidth = machine_bandwidth().gb_s if metrics.implied_bandwidth_gb_s else None
+    judged = verdict(metrics, bandwidth)
+    if judged is not None:
+        print(judged.line(), file=sys.stderr)
 
 
 def doctor() -> int:

@@ -1,12 +1,20 @@
-"""`phasechat doctor`: what llama.cpp was built with, and what the default model is."""
+"""`phasechat doctor`: what llama.cpp was built with, what the default model is, this
+machine's memory bandwidth (the roofline's ceiling) and the context that fits in it."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from phasechat.backends.gguf import GGUFError, geometry
 from phasechat.backends.llama_glue import physical_cores
 from phasechat.backends.models import ModelNotFound, default_model_path
+from phasechat.chat.roofline import (
+    bandwidth_file,
+    largest_context,
+    machine_bandwidth,
+    mem_available,
+)
 
 
 def report() -> str:
@@ -30,6 +38,7 @@ def report() -> str:
         f"physical cores    {cores} (default --threads: up to {cores}, fewer while other "
         "processes keep the cores busy)"
     )
+    lines.append(bandwidth_line())
     try:
         path = default_model_path()
         g = geometry(path)
@@ -48,7 +57,28 @@ def report() -> str:
         f"  KV per token    {kv_token:,} bytes at f16",
     ]
     lines.append(f"  {_flash(path, cores)}")
+    available = mem_available()
+    if available is None:
+        lines.append("  largest context unknown (no /proc/meminfo MemAvailable)")
+        return "\n".join(lines)
+    fits = largest_context(g, g.file_bytes, available)
+    lines.append(
+        f"  largest context {fits:,} tokens fit in free memory ({available / 2**30:.1f} GiB "
+        f"MemAvailable) beside the weights, at {kv_token:,} KV bytes per token"
+        + (f"; the model was trained for {g.n_ctx_train:,}" if g.n_ctx_train else "")
+    )
     return "\n".join(lines)
+
+
+def bandwidth_line() -> str:
+    """This machine's memory bandwidth: probed once (about 0.3 s), then cached."""
+    bw = machine_bandwidth()
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(bw.measured_at))
+    how = f"cached, probed {when}" if bw.cached else "probed now"
+    return (
+        f"memory bandwidth  {bw.gb_s:.1f} GB/s (one core copying 128 MiB, best of 6; "
+        f"{how}; {bandwidth_file()})"
+    )
 
 
 def _flash(path: Path, threads: int) -> str:

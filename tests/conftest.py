@@ -23,11 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
 
 
+@pytest.fixture(scope="session")
+def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache directory for the run: the memory-bandwidth probe runs once, not per test."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_home: Path) -> None:
     """Each test gets its own config and data directories, never the user's real ones."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_cache_home))
     monkeypatch.delenv("PHASECHAT_CONFIG", raising=False)
 
 

@@ -37,7 +37,7 @@ from phasechat.chat.settings import Settings
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import dialogs
+from phasechat.tui import dialogs, verdict_view
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
@@ -258,6 +258,7 @@ class PhasechatApp(PlainTextApp):
                         exchange.answer.error, title="answer failed", severity="error", markup=False
                     )
                 await view.finish(footer_of(exchange.answer, footer))
+                await verdict_view.add_verdict(view, exchange)
         except NoMatches:
             pass  # the app is shutting down: the answer itself was saved by the session
         finally:
@@ -390,8 +391,7 @@ class PhasechatApp(PlainTextApp):
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for title, help_text, action in dialogs.COMMANDS:
-            yield SystemCommand(title, help_text, getattr(self, action))
+        yield from dialogs.commands(self)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""

@@ -4,9 +4,10 @@ app stays about layout, streaming and bindings."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.theme import Theme
 
 from phasechat.chat.costs import switch_cost
@@ -19,6 +20,7 @@ from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.confirm import ConfirmScreen
 from phasechat.tui.settings_screen import SettingsScreen
+from phasechat.tui.sweep_screen import commands as sweep_commands
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
 
@@ -38,6 +40,13 @@ COMMANDS = (
     ("Toggle telemetry", "Show or hide the live telemetry panel", "action_toggle_telemetry"),
     ("Export this chat", "Write the chat on screen to .md/.json (even unsaved)", "export_chat"),
 )
+
+
+def commands(app: PhasechatApp) -> Iterable[SystemCommand]:
+    """The app's own palette entries: COMMANDS, then the concurrency sweep."""
+    for title, help_text, action in COMMANDS:
+        yield SystemCommand(title, help_text, getattr(app, action))
+    yield from sweep_commands(app)
 
 
 def register_themes(app: App[None], chosen: str | None) -> list[str]:

@@ -1,0 +1,121 @@
+"""Reading the meter for the user: after an answer, which phase ate the wall time, the
+knob that moves it, and how close decode ran to what memory allows.
+
+Pure: a `Metrics` and this machine's measured memory bandwidth in, one line out. The
+phases split the answer's wall time (request sent -> last token): prefill is the wait
+for the first token (TTFT: queueing and the network included), thinking is the first
+thinking token -> first answer token, decode is the rest. The phase with the largest
+share names the verdict.
+
+The roofline: a decode step reads every weight and the KV cache so far, so memory
+allows at most bandwidth / (weight bytes + KV bytes) tokens per second, and
+`implied_bandwidth_gb_s` (decode tok/s x those bytes) over the measured bandwidth is
+the share of that limit decode reached. It needs the weights' size, which only the
+local backend knows; for a server it is "unknown".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phasechat.telemetry.metrics import Metrics
+
+KNOBS = {
+    "prefill": "a shorter prompt, a stable prefix the engine can cache, or trimming the history",
+    "decode": "smaller or more quantized weights, or a lower max_tokens",
+    "thinking": "less thinking (a lower reasoning effort or a non-thinking mode), "
+    "or a lower max_tokens",
+}
+
+#: A prompt whose cached share is below this, with prefill the largest phase, gets the
+#: cache named first: reusing the prefix is the cheapest cut.
+LOW_CACHE_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The phase that ate the time, every phase's share, the knob and the roofline."""
+
+    phase: str
+    shares: tuple[tuple[str, float], ...]
+    knob: str
+    roofline: str
+
+    def line(self) -> str:
+        """One line: `decode-bound (decode 78% · prefill 22%): try ... · decode runs at ...`"""
+        shares = " · ".join(f"{name} {share:.0%}" for name, share in self.shares)
+        return f"{self.phase}-bound ({shares}): try {self.knob} · {self.roofline}"
+
+
+def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
+    """(phase, share of the wall time), largest first; None without a TTFT and e2e."""
+    if m.ttft_ms is None or not m.e2e_ms or m.e2e_ms <= 0:
+        return None
+    total = m.e2e_ms
+    prefill = min(m.ttft_ms, total)
+    thinking = 0.0
+    if m.reasoning_ms is not None and m.reasoning_tokens:
+        thinking = max(0.0, min(m.reasoning_ms, total - prefill))
+    decode = max(0.0, total - prefill - thinking)
+    parts = [("prefill", prefill), ("decode", decode)]
+    if thinking:
+        parts.append(("thinking", thinking))
+    ordered = sorted(parts, key=lambda p: -p[1])
+    return tuple((name, ms / total) for name, ms in ordered)
+
+
+def roofline(m: Metrics, bandwidth_gb_s: float | None) -> str:
+    """`decode runs at N% of what memory allows (X of Y GB/s)`, or why it is unknown."""
+    if m.implied_bandwidth_gb_s is None:
+        if m.decode_tok_s is None:
+            return "roofline: no decode rate (fewer than two tokens)"
+        return "roofline unknown: the weights' size is not known for this backend"
+    if not bandwidth_gb_s:
+        return "roofline unknown: this machine's memory bandwidth is not measured"
+    share = m.implied_bandwidth_gb_s / bandwidth_gb_s
+    return (
+        f"decode runs at {share:.0%} of what memory allows "
+        f"({m.implied_bandwidth_gb_s:.1f} of {bandwidth_gb_s:.1f} GB/s)"
+    )
+
+
+def knob(phase: str, m: Metrics) -> str:
+    """The knob for `phase`, made specific where the figures say which part applies."""
+    cached, prompt = m.cached_tokens, m.prompt_tokens
+    if phase == "prefill" and prompt and cached is not None and cached / prompt < LOW_CACHE_SHARE:
+        return (
+            f"a stable prefix the engine can cache ({cached:,} of {prompt:,} prompt tokens "
+            "were cached), a shorter prompt, or trimming the history"
+        )
+    if phase in ("decode", "thinking") and m.finish == "length":
+        return "a lower max_tokens (the answer stopped at it), " + KNOBS[phase].split(", or")[0]
+    return KNOBS[phase]
+
+
+def verdict(m: Metrics, bandwidth_gb_s: float | None = None) -> Verdict | None:
+    """The verdict on one finished answer; None when it has no timing to judge (a request
+    that failed before its first token)."""
+    shares = phase_shares(m)
+    if shares is None:
+        return None
+    phase = shares[0][0]
+    return Verdict(phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s))
+
+
+def stats_line(m: Metrics) -> str:
+    """The answer's figures in one line, as `ollama run --verbose` prints them after an
+    answer: TTFT, prompt tokens (cached / evaluated), prefill and decode rates, e2e."""
+
+    def n(v: float | None, unit: str, digits: int = 0) -> str:
+        return "-" if v is None else f"{v:,.{digits}f}{unit}"
+
+    approx = "~" if m.output_tokens_estimated else ""
+    cached = "cache unknown" if m.cached_tokens is None else f"{m.cached_tokens:,} cached"
+    evaluated = (
+        "" if m.evaluated_prompt_tokens is None else f", {m.evaluated_prompt_tokens:,} evaluated"
+    )
+    return (
+        f"ttft {n(m.ttft_ms, ' ms')} · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
+        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
+        f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
+    )

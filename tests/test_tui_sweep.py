@@ -1,0 +1,109 @@
+"""The verdict under each answer and the sweep screen, in the TUI: the real bundled model,
+a real llama-server with 4 slots, and an SVG snapshot of the sweep chart on fixed data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.settings import Settings
+from phasechat.chat.sweep import LevelRun, SweepResult
+from phasechat.telemetry.sweep_stats import Sample, Slo, level
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.sweep_screen import SweepScreen, open_sweep
+from phasechat.tui.verdict_view import VerdictLine
+from phasechat.tui.widgets import MessageView
+from tests.helpers import wait_for
+from tests.scripted import ScriptedBackend
+
+
+def text_of(widget: Any) -> str:
+    return str(widget.render())
+
+
+@pytest.mark.model
+async def test_an_answer_gets_its_verdict(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(settings=Settings(max_tokens=16, temperature=0), backend=local_backend)
+    async with app.run_test(size=(110, 40)) as pilot:
+        app.send("Hello")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
+        await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
+        answer = list(app.query(MessageView))[-1]
+        (line,) = answer.query(VerdictLine)
+        said = text_of(line)
+        assert "-bound (" in said and "prefill" in said and "decode" in said
+        # the local model knows its weights: decode is set against this machine's memory
+        assert "of what memory allows" in said
+
+
+async def test_a_server_answer_says_its_roofline_is_unknown() -> None:
+    app = PhasechatApp(backend=ScriptedBackend("remote", "one two three four five six"))
+    async with app.run_test(size=(110, 30)) as pilot:
+        app.send("Hi")
+        await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
+        said = text_of(app.query_one(VerdictLine))
+        assert "roofline unknown: the weights' size is not known" in said
+
+
+async def test_the_palette_refuses_a_sweep_of_the_local_model(local_backend: LocalBackend) -> None:
+    app = PhasechatApp(backend=local_backend)
+    async with app.run_test() as pilot:
+        (command,) = [c for c in app.get_system_commands(app.screen) if "sweep" in c.title]
+        command.callback()
+        await pilot.pause()
+        assert not isinstance(app.screen, SweepScreen)
+        assert any("needs a remote backend" in str(n.message) for n in app._notifications)
+
+
+@pytest.mark.server
+async def test_sweep_screen_runs_on_a_real_server(
+    start_llama_server: Callable[..., str],
+) -> None:
+    base = start_llama_server("--parallel", "4", "-c", "4096", "--metrics")
+    backend = RemoteBackend(RemoteConfig(base_url=base))
+    app = PhasechatApp(settings=Settings(temperature=0), backend=backend)
+    async with app.run_test(size=(110, 50)) as pilot:
+        await wait_for(pilot, lambda: backend.state == "ready")
+        assert open_sweep(app, levels=(1, 2))
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, SweepScreen)
+        await wait_for(pilot, lambda: screen.result is not None, limit_s=180)
+        assert screen.result is not None
+        assert [lv.concurrency for lv in screen.result.levels] == [1, 2]
+        table = text_of(screen.query_one(".sweep-table")).splitlines()
+        assert len(table) == 3 and table[1].split()[0] == "1" and table[2].split()[0] == "2"
+        assert "concurrent requests" in text_of(screen.query_one(".sweep-chart"))
+        assert "knee:" in text_of(screen.query_one(".sweep-notes"))
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, SweepScreen)
+        assert app.session.exchanges == []  # the chat itself was not touched
+
+
+def fixed_result() -> SweepResult:
+    """A sweep as a 4-slot server draws it: per-user speed falls, the total flattens."""
+    result = SweepResult("openai", "SmolLM2-135M-Instruct", Slo(ttft_ms=500), 2, 64)
+    for c, aggregate, per_user, ttft in ((1, 62, 64, 90), (2, 112, 58, 120), (4, 171, 45, 210),
+                                         (8, 180, 23, 900)):  # fmt: skip
+        n = 2 * c
+        e2e = ttft + 63 * 1000 / per_user
+        samples = [Sample(ttft + i, e2e + i, 64, 50, per_user, (15.6, 16.0)) for i in range(n)]
+        result.runs.append(LevelRun(level(c, samples, n * 64 / aggregate, result.slo)))
+    return result
+
+
+def test_sweep_screen_snapshot(snap_compare: Any) -> None:
+    async def show(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        backend = ScriptedBackend("openai")
+        await app.push_screen(SweepScreen(backend, Settings(), result=fixed_result()))
+        await pilot.pause()
+
+    app = PhasechatApp(backend=ScriptedBackend("openai"))
+    assert snap_compare(app, terminal_size=(110, 46), run_before=show)

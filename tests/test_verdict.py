@@ -1,0 +1,170 @@
+"""The verdict (telemetry/verdict.py), the bandwidth probe and its cache (chat/roofline.py),
+and where a user meets them: `ask --stats` and `doctor`, on the real bundled model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phasechat.backends.gguf import geometry
+from phasechat.backends.models import default_model_path
+from phasechat.chat.roofline import (
+    cached_bandwidth,
+    largest_context,
+    machine_bandwidth,
+    machine_key,
+    mem_available,
+)
+from phasechat.telemetry.membw import probe_bandwidth
+from phasechat.telemetry.metrics import Metrics, metrics_from_dict
+from phasechat.telemetry.verdict import phase_shares, stats_line, verdict
+
+
+def metrics(**fields: Any) -> Metrics:
+    base = {
+        "backend": "local",
+        "model": "m",
+        "finish": "stop",
+        "ttft_ms": 100.0,
+        "e2e_ms": 1000.0,
+        "prompt_tokens": 400,
+        "cached_tokens": 300,
+        "evaluated_prompt_tokens": 100,
+        "output_tokens": 64,
+        "decode_tok_s": 70.0,
+        "prefill_tok_s": 1000.0,
+    }
+    return metrics_from_dict({**base, **fields})
+
+
+def test_decode_bound_names_weights_and_max_tokens() -> None:
+    v = verdict(metrics(implied_bandwidth_gb_s=5.0), bandwidth_gb_s=20.0)
+    assert v is not None
+    assert v.phase == "decode"
+    assert [(name, round(share, 2)) for name, share in v.shares] == [
+        ("decode", 0.9),
+        ("prefill", 0.1),
+    ]
+    assert "quantized weights" in v.knob and "max_tokens" in v.knob
+    assert v.roofline == "decode runs at 25% of what memory allows (5.0 of 20.0 GB/s)"
+    assert v.line().startswith("decode-bound (decode 90% · prefill 10%): try smaller")
+
+
+def test_an_answer_cut_at_max_tokens_says_so_first() -> None:
+    v = verdict(metrics(finish="length"))
+    assert v is not None and v.knob.startswith("a lower max_tokens (the answer stopped at it)")
+
+
+def test_prefill_bound_with_a_cold_cache_names_the_cache() -> None:
+    cold = verdict(metrics(ttft_ms=700.0, cached_tokens=20))
+    assert cold is not None and cold.phase == "prefill"
+    assert cold.knob.startswith("a stable prefix the engine can cache (20 of 400")
+    warm = verdict(metrics(ttft_ms=700.0, cached_tokens=380))
+    assert warm is not None and warm.knob.startswith("a shorter prompt")
+
+
+def test_thinking_is_its_own_phase() -> None:
+    m = metrics(ttft_ms=100.0, reasoning_ms=600.0, reasoning_tokens=50, e2e_ms=1000.0)
+    shares = phase_shares(m)
+    assert shares is not None
+    assert [(n, round(s, 2)) for n, s in shares] == [
+        ("thinking", 0.6),
+        ("decode", 0.3),
+        ("prefill", 0.1),
+    ]
+    v = verdict(m)
+    assert v is not None and v.phase == "thinking" and "reasoning effort" in v.knob
+
+
+def test_roofline_unknown_says_why() -> None:
+    remote = verdict(metrics(backend="openai"), bandwidth_gb_s=20.0)
+    assert remote is not None
+    assert remote.roofline == "roofline unknown: the weights' size is not known for this backend"
+    unmeasured = verdict(metrics(implied_bandwidth_gb_s=5.0), bandwidth_gb_s=None)
+    assert unmeasured is not None and "bandwidth is not measured" in unmeasured.roofline
+    assert verdict(metrics(ttft_ms=None)) is None  # failed before its first token
+
+
+def test_stats_line() -> None:
+    line = stats_line(metrics(e2e_ms=1234.5))
+    assert line == (
+        "ttft 100 ms · prompt 400 tokens (300 cached, 100 evaluated) · prefill 1,000.0 tok/s"
+        " · decode 70.0 tok/s (64 tokens) · e2e 1,234 ms"
+    )
+    remote = stats_line(metrics(cached_tokens=None, evaluated_prompt_tokens=None))
+    assert "(cache unknown)" in remote
+
+
+def test_bandwidth_is_probed_once_then_read_from_the_cache(tmp_path: Path) -> None:
+    path = tmp_path / "cache" / "bandwidth.json"
+    calls: list[int] = []
+
+    def probe() -> float:
+        calls.append(1)
+        return 12.5
+
+    first = machine_bandwidth(path, probe)
+    assert (first.gb_s, first.cached, len(calls)) == (12.5, False, 1)
+    assert json.loads(path.read_text())[machine_key()]["gb_s"] == 12.5
+    again = machine_bandwidth(path, probe)
+    assert (again.gb_s, again.cached, len(calls)) == (12.5, True, 1)
+    path.write_text("not json")
+    assert cached_bandwidth(path) is None
+    assert machine_bandwidth(path, probe).gb_s == 12.5 and len(calls) == 2
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    # a cache that cannot be written: still measured, only not kept
+    assert machine_bandwidth(blocked / "bandwidth.json", probe).cached is False
+
+
+def test_the_probe_measures_something() -> None:
+    assert probe_bandwidth(size=4 * 2**20, rounds=2) > 0
+    with pytest.raises(ValueError, match="positive"):
+        probe_bandwidth(size=0)
+
+
+def test_mem_available_and_the_largest_context(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  8000000 kB\nMemAvailable:    2097152 kB\n")
+    assert mem_available(meminfo) == 2 * 2**30
+    assert mem_available(tmp_path / "none") is None
+    g = geometry(default_model_path())
+    weights = g.file_bytes
+    fits = largest_context(g, weights, 2 * 2**30)
+    assert weights + g.kv_bytes(fits, fits) <= 2 * 2**30 < weights + g.kv_bytes(fits + 1, fits + 1)
+    assert largest_context(g, weights, weights // 2) == 0
+
+
+def phasechat(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "phasechat", *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.mark.model
+def test_ask_stats_prints_figures_and_verdict_on_stderr() -> None:
+    r = phasechat("ask", "--stats", "--no-save", "--max-tokens", "16", "--temperature", "0", "Hi")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "ttft" not in r.stdout  # stdout is the answer alone
+    figures, judged = r.stderr.strip().splitlines()
+    assert figures.startswith("ttft ") and "cached" in figures and "evaluated" in figures
+    assert "decode" in figures and "e2e" in figures
+    assert "-bound (" in judged and "try " in judged
+    # the local model knows its weights: the roofline is drawn against this machine
+    assert "of what memory allows" in judged and "GB/s" in judged
+
+
+@pytest.mark.model
+def test_doctor_shows_bandwidth_and_the_largest_context() -> None:
+    first = phasechat("doctor")
+    assert first.returncode == 0, first.stderr
+    (line,) = [x for x in first.stdout.splitlines() if x.startswith("memory bandwidth")]
+    assert "GB/s" in line
+    assert "largest context" in first.stdout and "MemAvailable" in first.stdout
+    again = phasechat("doctor")
+    assert "cached, probed" in again.stdout  # the probe ran once for this machine
