@@ -97,3 +97,20 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         assert [(m.role, m.content, m.status) for m in app.session.conversation.messages] == chat
         assert [tuple(r) for r in stored_messages()] == saved
         assert len(app.session.exchanges) == 1 and app.backend is local_backend
+
+        # leaving while the local model streams the replay stops it: the chat goes on
+        app.session.update_settings(max_tokens=300)
+        await pilot.press("f5")
+        await pick(pilot, "local(temperature=0.8)")
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await wait_for(
+            pilot, lambda: (x := screen.comparison.latest(0)) is not None and x.trace.tokens >= 3
+        )
+        await pilot.press("escape")
+        a = screen.comparison.latest(0)
+        assert a is not None and a.trace.finish == "cancelled" and a.done
+        app.session.update_settings(max_tokens=8)
+        app.send("Another colour?")
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
+        assert app.session.exchanges[1].answer.status == "complete"

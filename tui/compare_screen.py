@@ -7,6 +7,7 @@ never touched: the replay is a side trip, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import ClassVar
@@ -16,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
@@ -146,7 +148,8 @@ class CompareScreen(Screen[None]):
         except PromptRefused as exc:
             self.error = str(exc)
         finally:
-            self.refresh_figures()
+            with contextlib.suppress(NoMatches):  # closed while it ran: nothing to draw
+                self.refresh_figures()
 
     def refresh_figures(self) -> None:
         """Move new text in and redraw the table and the bars (REFRESH_HZ)."""
