@@ -18,7 +18,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
@@ -78,6 +78,11 @@ class Answer:
     @property
     def done(self) -> bool:
         return self.metrics is not None
+
+    @property
+    def complete(self) -> bool:
+        """Finished without an error and not cancelled."""
+        return self.done and self.trace.error is None and self.trace.finish != "cancelled"
 
 
 def can_run_together(a: Backend, b: Backend) -> bool:
@@ -208,10 +213,10 @@ class Comparison:
                 on_round(a, b)
 
     def rows(self) -> list[MetricRow]:
-        """Each compared metric over the finished answers: A, B, ratio and difference."""
-        a = [x.metrics for x in self.of(0) if x.metrics is not None]
-        b = [x.metrics for x in self.of(1) if x.metrics is not None]
-        return compare_metrics(a, b)
+        """Each compared metric over the answers that completed (a failed or cancelled
+        run's figures measure something else): A, B, ratio and difference."""
+        a, b = ([x.metrics for x in self.of(n) if x.complete] for n in (0, 1))
+        return compare_metrics([m for m in a if m], [m for m in b if m])
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +256,6 @@ class MetricRow:
     unit: str
     a: Spread
     b: Spread
-    values: tuple[tuple[float | None, ...], tuple[float | None, ...]] = field(default=((), ()))
 
     @property
     def ratio(self) -> float | None:
@@ -289,9 +293,9 @@ def compare_metrics(a: Sequence[Metrics], b: Sequence[Metrics]) -> list[MetricRo
     """The compared metrics of two sets of answers (each side's runs, in order)."""
     rows = []
     for key, title, unit in METRICS:
-        va = tuple(metric_value(m, key) for m in a)
-        vb = tuple(metric_value(m, key) for m in b)
-        rows.append(MetricRow(key, title, unit, spread_of(va), spread_of(vb), (va, vb)))
+        va = [metric_value(m, key) for m in a]
+        vb = [metric_value(m, key) for m in b]
+        rows.append(MetricRow(key, title, unit, spread_of(va), spread_of(vb)))
     return rows
 
 

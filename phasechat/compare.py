@@ -17,6 +17,7 @@ from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import Message
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.compare import (
+    METRICS,
     PERCENTILE_SPREAD_FROM,
     Answer,
     Comparison,
@@ -24,6 +25,7 @@ from phasechat.chat.compare import (
     Side,
     fmt,
     fmt_spread,
+    metric_value,
 )
 from phasechat.chat.compare_targets import Target, derive, split_name
 from phasechat.chat.config import ConfigError
@@ -91,7 +93,7 @@ def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
     out = []
     for text in args.sides:
         name, overrides = split_name(text)
-        spec = backend_spec(replace_ns(args, backend=name), config)
+        spec = backend_spec(_with_backend(args, name), config)
         out.append(derive(name, spec, settings, overrides))
     a, b = out
     if a.name == b.name:
@@ -99,8 +101,8 @@ def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
     return a, b
 
 
-def replace_ns(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), **changes})
+def _with_backend(args: argparse.Namespace, backend: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "backend": backend})
 
 
 async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target, Target]) -> int:
@@ -141,8 +143,8 @@ async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target,
         print(dumps(_record(comparison, prompt, args, rows, load_before, load_after)))
     else:
         _table(comparison, rows, load_before, load_after)
-    failed = [x for x in comparison.answers if x.trace.error is not None]
-    return 1 if failed and len(failed) * 2 >= len(comparison.answers) else 0
+    # figures were printed; a failed run still fails the command, as `ask` does
+    return 0 if all(x.complete for x in comparison.answers) else 1
 
 
 def _backend_line(label: str, side: Side) -> str:
@@ -227,7 +229,7 @@ def _record(
                     "round": x.round + 1,
                     "text": x.text,
                     "error": x.trace.error.message if x.trace.error else None,
-                    **{row.key: row.values[n][len(runs)] for row in rows},
+                    **{key: metric_value(m, key) for key, _, _ in METRICS},
                     "prompt_tokens": m.prompt_tokens,
                     "cached_tokens": m.cached_tokens,
                     "output_tokens": m.output_tokens,
