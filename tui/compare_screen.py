@@ -23,12 +23,17 @@ from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
 from phasechat.backends.base import Backend, PromptRefused
-from phasechat.chat.compare import Answer, Comparison, MetricRow, compare_metrics, fmt
+from phasechat.chat.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.metrics import Metrics, compute
 
 REFRESH_HZ = 10
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
+
+
+def side_title(n: int, side: Side) -> Content:
+    """ "A · name · model", as plain text."""
+    return Content(f"{'AB'[n]} · {one_line(side.name)} · {one_line(side.backend.model)}")
 
 
 def figures(answer: Answer | None, now_ns: int) -> Metrics | None:
@@ -120,8 +125,7 @@ class CompareScreen(Screen[None]):
         with Horizontal(id="compare-answers"):
             for n, side in enumerate(c.sides):
                 with Vertical(classes="compare-side"):
-                    label = f"{'AB'[n]} · {one_line(side.name)} · {one_line(side.backend.model)}"
-                    yield Static(Content(label), classes="compare-title")
+                    yield Static(side_title(n, side), classes="compare-title", id=f"title-{n}")
                     with VerticalScroll():
                         yield Static(Content(""), id=f"compare-text-{n}")
         with Horizontal(id="compare-figures"):
@@ -163,6 +167,8 @@ class CompareScreen(Screen[None]):
             elif answer is not None and not answer.done:
                 text += " ▍" if answer.started else "(waiting for the other side)"
             self.query_one(f"#compare-text-{n}", Static).update(Content(visible_controls(text)))
+            # the model's name is known once its backend has loaded
+            self.query_one(f"#title-{n}", Static).update(side_title(n, c.sides[n]))
             sides.append(figures(answer, now))
         a, b = sides
         rows = compare_metrics([a] if a else [], [b] if b else [])
