@@ -171,12 +171,16 @@ class Comparison:
             answer.metrics = compute(answer.trace)
 
     async def run_round(self, round_: int, *, measured: bool = True) -> tuple[Answer, Answer]:
-        """One round: A and B on the same messages (together, or A then B). An unmeasured
+        """One round: A and B on the same messages (together, or A then B). Cold, both get
+        the round's own first line (each its own when they share a backend). An unmeasured
         round (a warm-up) is not kept among the answers."""
-        messages = self.messages
+        for_a = for_b = self.messages
         if self.cold:
-            messages = cold_messages(messages, secrets.token_hex(4))
-        a, b = self._answer(0, round_, messages), self._answer(1, round_, messages)
+            for_a = for_b = cold_messages(self.messages, secrets.token_hex(4))
+            if self.sides[0].backend is self.sides[1].backend:
+                # one engine, one cache: with A's first line, B would find A's prompt
+                for_b = cold_messages(self.messages, secrets.token_hex(4))
+        a, b = self._answer(0, round_, for_a), self._answer(1, round_, for_b)
         self.answers += (a, b)
         try:
             if self.together:

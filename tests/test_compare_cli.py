@@ -102,3 +102,34 @@ def test_compare_needs_two_backends() -> None:
     assert r.returncode == 2 and "--backend twice" in r.stderr
     r = phasechat("compare", "Hi", "--backend", "local", "--backend", "local:threads")
     assert r.returncode == 2 and "key=value" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.model
+def test_warm_rounds_find_the_prompt_cached_and_cold_ones_do_not() -> None:
+    def reuse(*extra: str) -> list[float]:
+        r = phasechat(
+            "compare",
+            "Name three colours.",
+            "--backend",
+            "local:temperature=0",
+            "--backend",
+            "local:temperature=0,seed=1",
+            "--repeat",
+            "2",
+            "--max-tokens",
+            "4",
+            "--n-ctx",
+            "1024",
+            "--json",
+            *extra,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["cache"] == ("warm" if extra else "cold")
+        return [run["cache_reuse"] for side in out["sides"] for run in side["runs"]]
+
+    # one model instance, one cache: warm, every run finds its prompt there; cold, B does
+    # not find A's prompt either (each side has its own first line)
+    assert all(x > 0.9 for x in reuse("--warm"))
+    assert all(x < 0.5 for x in reuse())
