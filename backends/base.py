@@ -44,6 +44,13 @@ class Backend(Protocol):
     serial: bool
 
     @property
+    def shares_cpu(self) -> bool:
+        """Whether the engine computes on this machine's CPU (a local model on the CPU,
+        or a server on a loopback address): every CPU-second the UI spends while it
+        generates is taken from the engine."""
+        ...
+
+    @property
     def name(self) -> str:
         """A short label: "local" or the endpoint profile's name."""
         ...

@@ -112,6 +112,11 @@ class LocalBackend:
         return self._path
 
     @property
+    def shares_cpu(self) -> bool:
+        """On the CPU unless every layer is offloaded to a GPU."""
+        return self.gpu_layers != -1
+
+    @property
     def state(self) -> LoadState:
         return self._state
 

@@ -93,6 +93,13 @@ class RemoteBackend:
         return self.config.base_url.rstrip("/")
 
     @property
+    def shares_cpu(self) -> bool:
+        """A server on a loopback address runs on this machine (maybe on its GPU, which
+        we cannot see: assumed to share the CPU)."""
+        host = httpx.URL(self.config.base_url).host
+        return host in ("localhost", "::1") or host.startswith("127.")
+
+    @property
     def shown_url(self) -> str:
         """The base URL as it may be shown or logged (no password, no key parameter)."""
         return redact_url(self.base_url)

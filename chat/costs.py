@@ -7,9 +7,10 @@ The UI formats these; nothing here draws. Rates are each backend's own medians
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from phasechat.backends.base import Backend
+from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import Message
 from phasechat.backends.tokens import estimate_messages
 from phasechat.chat.session import ChatSession
@@ -22,39 +23,79 @@ def history_metrics(session: ChatSession) -> list[Metrics]:
     return [e.metrics for e in session.exchanges if e.metrics is not None]
 
 
-def draft_forecast(session: ChatSession, draft: str) -> Forecast | None:
-    """Predicted cost of sending `draft` now, on the active backend, from its own rates."""
-    backend = session.backend
-    if backend.state != "ready" or not draft.strip():
-        return None
-    messages = (*session.request().messages, Message("user", draft))
-    count = backend.count_tokens(messages)
-    cached = backend.cached_prefix(messages)
-    if cached is None:
-        cached = _remote_cached_guess(session, backend)
-    rates = measured_rates(history_metrics(session), backend.name)
-    return forecast(rates, count.tokens, cached, session.settings.max_tokens, count.estimated)
-
-
 class DraftForecast:
-    """The forecast of a draft as it is typed, recomputed at most every `every_s` and only
-    when the draft changed (counting a long history's tokens is not free)."""
+    """The forecast of a draft as it is typed, off the UI thread and at a cost that does
+    not grow with the chat.
+
+    The prompt is the history plus the draft; the history's tokens are counted once per
+    history (a 32k-token chat is not re-tokenized per keystroke), the draft's alone, in a
+    worker thread (a 1 MB paste is tokenized there, not where keys are handled). `update`
+    never waits: it returns the last forecast and starts a new one when the draft
+    changed (at most every `every_s`).
+    """
 
     def __init__(self, every_s: float = 0.25) -> None:
         self.every_s = every_s
         self._draft, self._at = "", 0.0
         self._forecast: Forecast | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forecast")
+        self._job: Future[Forecast | None] | None = None
+        self._job_draft = ""
+        # (key, tokens of the history + an empty user turn, of them already in the cache)
+        self._history: tuple[object, int, int | None] = (None, 0, None)
+        self._empty: tuple[str, int] = ("", 0)  # (backend, tokens of an empty user turn)
 
     def update(self, session: ChatSession, draft: str) -> Forecast | None:
-        """The forecast for `draft` (the last one computed, while it is fresh)."""
+        """The forecast for `draft` (the last one computed, while a newer one runs)."""
+        job = self._job
+        if job is not None and job.done():
+            self._job = None
+            self._draft, self._forecast = self._job_draft, job.result()
         now = time.monotonic()
-        if draft != self._draft and now - self._at >= self.every_s:
-            self._draft, self._forecast, self._at = draft, draft_forecast(session, draft), now
+        if self._job is None and draft != self._draft and now - self._at >= self.every_s:
+            self._at = now
+            self._start(session, draft)
         return self._forecast
 
     def of(self, draft: str) -> Forecast | None:
         """The forecast made for exactly `draft`, if it is the last one computed."""
         return self._forecast if draft == self._draft else None
+
+    def _start(self, session: ChatSession, draft: str) -> None:
+        backend = session.backend
+        if backend.state != "ready" or not draft.strip():
+            self._draft, self._forecast = draft, None
+            return
+        history = session.request().messages
+        tail = history[-1].content[-64:] if history else ""
+        key = (backend.name, len(history), sum(len(m.content) for m in history), tail)
+        rates = measured_rates(history_metrics(session), backend.name)
+        guess = _remote_cached_guess(session, backend)
+        max_tokens = session.settings.max_tokens
+        self._job_draft = draft
+
+        def work() -> Forecast | None:
+            try:
+                if self._history[0] != key:
+                    empty = (*history, Message("user", ""))
+                    count = backend.count_tokens(empty).tokens
+                    self._history = (key, count, backend.cached_prefix(empty))
+                if self._empty[0] != backend.name:
+                    blank = backend.count_tokens((Message("user", ""),)).tokens
+                    self._empty = (backend.name, blank)
+                alone = backend.count_tokens((Message("user", draft),))
+            except PromptRefused:
+                return None  # the template refuses this history: the send will say so
+            tokens = self._history[1] + alone.tokens - self._empty[1]
+            cached = self._history[2]
+            if cached is None:
+                cached = guess
+            return forecast(rates, tokens, min(cached, tokens), max_tokens, alone.estimated)
+
+        self._job = self._pool.submit(work)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _remote_cached_guess(session: ChatSession, backend: Backend) -> int:

@@ -79,6 +79,7 @@ class FaultServer(ThinkBehaviours):
         self.open_connections = 0
         self.tokens_sent = 0
         self.last_byte_ns = 0
+        self.fast_requests = 0
 
     @property
     def base_url(self) -> str:
@@ -170,18 +171,36 @@ class FaultServer(ThinkBehaviours):
     _b_scripted = _b_ok  # the one model GET /models lists
 
     async def _b_fast(self, arg: str, req: dict[str, Any], c: Conn) -> None:
-        """N one-token chunks as fast as the socket takes them (`fastline-N`: one paragraph)."""
+        """N one-token chunks as fast as the socket takes them; `fastend-N`: the last token
+        is `end<k>` for the k-th such request (a benchmark can tell answers apart)."""
         n = int(arg or 20000)
+        self.fast_requests += 1
+        last = f"end{self.fast_requests}" if req.get("model", "").startswith("fastend") else ""
         c.w.write(SSE_HEAD)
         for i in range(n):
             # Prose-like: a paragraph break every 60 tokens, as a model writes.
-            c.w.write(chunk(f"t{i}\n\n" if i % 60 == 59 else f"t{i} "))
+            token = last if last and i == n - 1 else f"t{i}"
+            c.w.write(chunk(f"{token}\n\n" if i % 60 == 59 else f"{token} "))
             if i % 512 == 0:
                 await c.w.drain()
         self.tokens_sent += n
         c.w.write(chunk(finish="stop") + USAGE_CHUNK % n + DONE)
         await c.w.drain()
         self.last_byte_ns = time.perf_counter_ns()  # for the UI-ingest benchmark
+
+    _b_fastend = _b_fast
+
+    async def _b_paced(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """`paced-N-R`: N prose tokens at R tokens a second (a local model's pace, with
+        no model beside it: what the UI alone costs per second of an answer)."""
+        n, _, rate = arg.partition("-")
+        c.w.write(SSE_HEAD)
+        start = time.perf_counter()
+        for i in range(int(n)):
+            c.w.write(chunk("word\n\n" if i % 60 == 59 else "word "))
+            await c.w.drain()
+            await asyncio.sleep(max(0.0, start + (i + 1) / float(rate) - time.perf_counter()))
+        c.w.write(chunk(finish="stop") + USAGE_CHUNK % int(n) + DONE)
 
     async def _b_status(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """`status-429`: that status with an error object; 429 and 503 carry Retry-After

@@ -12,6 +12,7 @@ from phasechat.backends.events import Event, Finished, GenerationRequest, Messag
 class ScriptedBackend:
     exact_token_counts = False
     serial = False
+    shares_cpu = False
     context_window = None
     context_source = None
 

@@ -46,6 +46,8 @@ def conversation() -> Conversation:
         ChatMessage(
             "assistant",
             "**Prefill** reads the whole prompt in one pass.\n\n- compute-bound\n- sets TTFT\n\n"
+            "## Measure it\n\n```python\nttft = prompt_tokens / prefill_tok_s\n```\n\n"
+            "Run `phasechat bench`, see [the README](https://example.com/readme).\n\n"
             "Model text stays text: [bold red]not markup[/] \x1b[31mno escape\x1b[0m",
             backend="local",
             model="SmolLM2-135M-Instruct.Q4_1.gguf",

@@ -294,7 +294,7 @@ class BrokenSummarizer:
     """A summarizer that fails: with an error event, or by raising."""
 
     name, model = "broken", "none"
-    exact_token_counts = serial = False
+    exact_token_counts = serial = shares_cpu = False
     context_window = context_source = None
     state, state_detail = "ready", "scripted"
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from textual.widgets import Markdown
 
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.settings import Settings
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.markdown_view import MarkdownBody
 from phasechat.tui.widgets import MessageView, PromptInput
 from tests.helpers import wait_for
 
@@ -28,7 +28,7 @@ async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) 
         assert exchange.answer.status == "complete" and exchange.answer.content
         views = list(app.query(MessageView))
         assert [v.message.role for v in views] == ["user", "assistant"]
-        md = views[1].query_one(Markdown)
+        md = views[1].query_one(MarkdownBody)
         assert md.source == exchange.answer.content
         assert app.query_one(PromptInput).text == ""
         footer = str(views[1].query_one(".footer").render())

@@ -20,7 +20,6 @@ import pytest
 from textual import events
 from textual.pilot import Pilot
 from textual.widgets import OptionList
-from textual.widgets._markdown import MarkdownParagraph
 
 from phasechat.backends.events import Finished, GenerationRequest, Message
 from phasechat.backends.local import LocalBackend
@@ -31,6 +30,7 @@ from phasechat.chat.store import ChatStore
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.markdown_view import MarkdownPiece
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.widgets import MessageView, PromptInput
 from tests.fault_server import FaultServer, fault_server_thread
@@ -380,10 +380,10 @@ async def test_markup_and_escapes_from_the_model_are_shown_not_obeyed(
             for y in range(region.y, region.bottom)
             for x in range(region.x, region.right)
         }
-        # Markdown makes the bare URL a link (opened in a browser on click); no other
-        # action, and none of the app's, is reachable from the answer's text.
-        assert all(a == "None" or a.startswith("link(") for a in actions), actions
-        paragraph = view.query(MarkdownParagraph).first()
+        # Markdown makes the bare URL a link (checked, then opened on click); no other
+        # action, and none the text names, is reachable from the answer's text.
+        assert all(a == "None" or a.startswith("('app.follow_link', (") for a in actions), actions
+        paragraph = view.query(MarkdownPiece).first()
         column = len("[bold red]not bold[/] [@click=app.quit]c")  # on the word "click"
         await pilot.click(paragraph, offset=(column, 0))
         await pilot.pause(0.2)

@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Markdown, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from phasechat.backends.base import Backend
@@ -40,6 +40,7 @@ from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs, replay
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import (
     answer_footer,
@@ -51,6 +52,10 @@ from phasechat.tui.telemetry_view import (
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
+#: While an engine on this machine's CPU generates, every frame the UI draws takes about
+#: 5 ms of a core from it (bench/ui_cost.py): the answer and the panel are drawn at this
+#: rate instead (issue 13: the TUI must not slow the engine it measures).
+SHARED_HZ = 5
 YIELD_EVERY_NS = 4_000_000
 
 
@@ -93,6 +98,7 @@ class PhasechatApp(PlainTextApp):
         self._started = False
         self._pending_text = ""
         self._forecast = DraftForecast()
+        self._drawn_at = 0.0  # when refresh_live last drew, for SHARED_HZ
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
@@ -121,6 +127,7 @@ class PhasechatApp(PlainTextApp):
 
     def on_mount(self) -> None:
         dialogs.setup_themes(self)
+        self.console.push_theme(RICH_THEME)  # inline code readable on light themes too
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
@@ -132,10 +139,9 @@ class PhasechatApp(PlainTextApp):
         self.load_backend()
         self.refresh_status()
 
-    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
-        """A link in an answer the model wrote: see dialogs.open_link."""
-        event.stop()
-        dialogs.open_link(self, event.href)
+    def action_follow_link(self, href: str) -> None:
+        """A link clicked in a message (tui/markdown_view.py): see dialogs.open_link."""
+        dialogs.open_link(self, href)
 
     # -- backends --------------------------------------------------------------------
     @work(exclusive=True, group="load")
@@ -243,7 +249,7 @@ class PhasechatApp(PlainTextApp):
             return
         exchange, view = self._streaming
         try:
-            await self.refresh_live()
+            await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
                 footer = answer_footer(exchange.metrics, predicted, exchange.trim_note)
@@ -262,18 +268,26 @@ class PhasechatApp(PlainTextApp):
                 self.refresh_status()
 
     # -- the refresh timer -----------------------------------------------------------
-    async def refresh_live(self) -> None:
-        """Move new text into the streaming message and redraw the panel (REFRESH_HZ)."""
+    async def refresh_live(self, force: bool = False) -> None:
+        """Move new text into the streaming message and redraw the panel (REFRESH_HZ;
+        SHARED_HZ while an engine on this machine's CPU generates)."""
         try:
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
+        if self._streaming is not None and self.backend.shares_cpu and not force:
+            now = time.monotonic()
+            if now - self._drawn_at < 1 / SHARED_HZ:
+                return
+            self._drawn_at = now
         if self._streaming is not None:
             exchange, view = self._streaming
             text = exchange.text
             if len(text) > view.shown:
-                await view.append(text[view.shown :])
-                view.shown = len(text)
+                # Claimed before the await: the timer and the finishing worker both
+                # come here, and must not append the same text twice.
+                new, view.shown = text[view.shown :], len(text)
+                await view.append(new)
             view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
@@ -391,6 +405,7 @@ class PhasechatApp(PlainTextApp):
             self.refresh_status()
 
     async def on_unmount(self) -> None:
+        self._forecast.close()
         running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
         self.workers.cancel_all()
         for worker in running:  # let a cancelled answer save its final state first

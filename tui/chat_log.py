@@ -43,7 +43,6 @@ class ChatLog(VerticalScroll):
         """Show a new user turn and its (empty, streaming) answer; returns the answer."""
         answer = MessageView(exchange.answer)
         await self.mount_all([MessageView(exchange.user), answer])
-        answer.start_stream()
         return answer
 
     def toggle_thinking(self) -> bool:

@@ -8,18 +8,18 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Collapsible, Markdown, Static, TextArea
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Collapsible, Static, TextArea
 
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.text import one_line, visible_controls
+from phasechat.tui.markdown_view import MarkdownBody
 
 
 class MessageView(Vertical):
     """One chat message: a header line and its Markdown body, streamed while it grows.
 
-    Streaming appends fragments through `MarkdownStream` (only the last block is
-    re-parsed); the whole text is rendered once, at the end.
+    The body seals finished blocks as it streams (tui/markdown_view.py): a refresh
+    re-renders only the open tail, however long the answer and the chat.
     """
 
     DEFAULT_CSS = """
@@ -30,8 +30,7 @@ class MessageView(Vertical):
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
     MessageView.-user > .footer { display: none; }
-    MessageView.-summarized > Markdown { color: $text-muted; }
-    MessageView > Markdown { margin: 0; padding: 0; }
+    MessageView.-summarized > MarkdownBody { color: $text-muted; }
     MessageView > .thinking { display: none; border: none; padding: 0; margin: 0;
                               background: transparent; color: $text-muted; }
     MessageView > .thinking.-shown { display: block; }
@@ -41,7 +40,6 @@ class MessageView(Vertical):
     def __init__(self, message: ChatMessage) -> None:
         super().__init__(classes=f"-{message.role}")
         self.message = message
-        self._stream: MarkdownStream | None = None
         self.shown = 0  # characters of the answer already written to the stream
         self._reasoning = message.reasoning
         self._reasoning_shown = -1  # characters of the thinking in its (unfolded) block
@@ -52,7 +50,7 @@ class MessageView(Vertical):
         with Collapsible(title="thinking", classes="thinking"):
             yield Static("", classes="thinking-text")
         # Links are opened by the app, after a check of their scheme (dialogs.open_link).
-        yield Markdown(visible_controls(self.message.content), open_links=False)
+        yield MarkdownBody(visible_controls(self.message.content))
         yield Static("", classes="footer")
 
     def on_mount(self) -> None:
@@ -111,31 +109,21 @@ class MessageView(Vertical):
             self.query_one(".header", Static).update(self._header())
 
     @property
-    def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
-
-    def start_stream(self) -> None:
-        self._stream = Markdown.get_stream(self.markdown)
+    def markdown(self) -> MarkdownBody:
+        return self.query_one(MarkdownBody)
 
     async def append(self, text: str) -> None:
         """Add streamed text (already decoded; made safe here)."""
-        if self._stream is not None and text:
-            await self._stream.write(visible_controls(text))
+        if text:
+            await self.markdown.append(visible_controls(text))
 
     async def finish(self, footer: Content) -> None:
-        """End the stream and render the final text once."""
-        stream, self._stream = self._stream, None
-        try:
-            if stream is not None:
-                await stream.stop()
-        finally:
-            final = visible_controls(self.message.content)
-            # Re-render only if the stream did not already show exactly this text: a
-            # full re-parse of a long answer is the one expensive step we can skip.
-            if self.markdown.source != final:
-                await self.markdown.update(final)
-            self.query_one(".header", Static).update(self._header())
-            self.set_footer(footer)
+        """Show the final text (only if the stream did not already show exactly it)."""
+        final = visible_controls(self.message.content)
+        if self.markdown.source != final:
+            await self.markdown.replace(final)
+        self.query_one(".header", Static).update(self._header())
+        self.set_footer(footer)
 
     def set_footer(self, footer: Content) -> None:
         self.set_class(self.message.status == "error", "-error")

@@ -1,0 +1,229 @@
+"""The TUI in a real terminal, as a user runs it: `phasechat` in tmux, read back with
+`tmux capture-pane`, against a scripted loopback server that streams as fast as the
+socket takes it (faster than any model). Not a test: it prints figures and ratios.
+
+    .venv/bin/python -m bench.tmux_ui [--tokens 20000] [--turns 16] [--turn-tokens 2000]
+
+Rows (issue 13, items 4-6):
+- cold start: from spawning the command to its first frame on screen;
+- one answer of --tokens max-rate tokens: the server's last byte -> the last token on
+  screen, and keys typed during the stream -> the key on screen (every 150 ms);
+- a chat of --turns answers of --turn-tokens tokens: Enter -> that answer's last token on
+  screen, per turn (turn 1 against the last four), with the app's RSS and CPU seconds.
+
+The screen is polled every 5 ms; a figure is good to about that. The load is printed
+first: on 2 cores, anything else running moves these figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.fault_server import FaultServer, fault_server_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.005
+COLS, ROWS = 120, 40
+
+
+@dataclass
+class Pane:
+    """One tmux server (its own socket) running one command in a 120x40 window."""
+
+    socket: str
+    started_ns: int = 0
+    pid: int = 0
+
+    def tmux(self, *args: str) -> str:
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True)
+        return out.stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "bench")
+
+    def keys(self, text: str, *, literal: bool = True) -> None:
+        self.tmux("send-keys", "-t", "bench", *(["-l", text] if literal else [text]))
+
+    def wait_for(self, test: Callable[[str], bool], timeout_s: float = 60.0) -> int:
+        """perf_counter_ns of the first capture for which `test` holds."""
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline:
+            now = time.perf_counter_ns()
+            if test(self.screen()):
+                return now
+            time.sleep(POLL_S)
+        raise TimeoutError(f"screen never matched; last:\n{self.screen()}")
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def phasechat_in_tmux(server: FaultServer, model: str, max_tokens: int) -> Iterator[Pane]:
+    """`phasechat` against `server` in a fresh tmux, with its own data and config dirs."""
+    with tempfile.TemporaryDirectory(prefix="phasechat-tmux-") as tmp:
+        env = {
+            "XDG_DATA_HOME": f"{tmp}/data",
+            "XDG_CONFIG_HOME": f"{tmp}/config",
+            "PHASECHAT_CONFIG": f"{tmp}/none.toml",
+            "TERM": "xterm-256color",
+        }
+        argv = [
+            str(ROOT / ".venv/bin/phasechat"),
+            *("--backend", "openai", "--base-url", server.base_url, "--model", model),
+            *("--max-tokens", str(max_tokens)),
+        ]
+        command = "exec env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        command += " " + shlex.join(argv)
+        pane = Pane(socket=f"phasechat-bench-{os.getpid()}")
+        pane.started_ns = time.perf_counter_ns()
+        subprocess.run(
+            ["tmux", "-L", pane.socket, "-f", "/dev/null", "new-session", "-d", "-s", "bench",
+             "-x", str(COLS), "-y", str(ROWS), command],
+            check=True,
+        )  # fmt: skip
+        pane.pid = int(pane.tmux("display-message", "-p", "-t", "bench", "#{pane_pid}").strip())
+        try:
+            yield pane
+        finally:
+            pane.tmux("kill-server")
+
+
+def ready(screen: str) -> bool:
+    """The app has drawn and the backend has answered its model check."""
+    return "ready" in screen or "no answers yet" in screen
+
+
+@dataclass
+class Ingest:
+    first_frame_ms: float = 0.0
+    last_token_after_ms: float = 0.0
+    server_ms: float = 0.0
+    key_ms: list[float] = field(default_factory=list)
+
+
+def ingest(tokens: int) -> Ingest:
+    """One answer of `tokens` max-rate tokens; keys typed while it streams."""
+    result = Ingest()
+    with (
+        fault_server_thread() as server,
+        phasechat_in_tmux(server, f"fastend-{tokens}", tokens + 10) as pane,
+    ):
+        first = pane.wait_for(lambda s: bool(s.strip()))
+        result.first_frame_ms = (first - pane.started_ns) / 1e6
+        pane.wait_for(ready)
+        time.sleep(1.0)  # let start-up work settle, as a user reads the screen first
+        last = f"end{server.fast_requests + 1}"
+        pane.keys("go")
+        t_send = time.perf_counter_ns()
+        pane.keys("Enter", literal=False)
+        time.sleep(0.3)
+        typed = pane.screen().count("Z")
+        deadline = time.perf_counter() + 120
+        while last not in pane.screen() and time.perf_counter() < deadline:
+            pane.keys("Z")
+            typed += 1
+            t0 = time.perf_counter_ns()
+            t1 = pane.wait_for(lambda s, n=typed: s.count("Z") >= n)
+            result.key_ms.append((t1 - t0) / 1e6)
+            time.sleep(0.15)
+        shown = pane.wait_for(lambda s: last in s)
+        result.last_token_after_ms = (shown - server.last_byte_ns) / 1e6
+        result.server_ms = (server.last_byte_ns - t_send) / 1e6
+    return result
+
+
+def last_answer(screen: str) -> int:
+    """The highest k of the `end<k>` tokens on screen (0: none)."""
+    return max((int(k) for k in re.findall(r"\bend(\d+)\b", screen)), default=0)
+
+
+@dataclass
+class Turn:
+    ms: float
+    rss_mb: float
+    cpu_s: float
+
+
+def chat(turns: int, turn_tokens: int) -> list[Turn]:
+    """A chat of `turns` answers of `turn_tokens` tokens: Enter -> last token on screen."""
+    out: list[Turn] = []
+    with (
+        fault_server_thread() as server,
+        phasechat_in_tmux(server, f"fastend-{turn_tokens}", turn_tokens + 10) as pane,
+    ):
+        pane.wait_for(ready)
+        time.sleep(1.0)
+        seen = 0
+        for _ in range(turns):
+            pane.keys("go")
+            time.sleep(0.3)  # typing, then Enter (the draft's forecast has run)
+            cpu0 = pane.cpu_s()
+            t0 = time.perf_counter_ns()
+            pane.keys("Enter", literal=False)
+            # The app may also ask the server for a history summary: any newer answer.
+            shown = pane.wait_for(lambda s, seen=seen: last_answer(s) > seen)
+            seen = last_answer(pane.screen())
+            out.append(Turn((shown - t0) / 1e6, pane.rss_mb(), pane.cpu_s() - cpu0))
+            time.sleep(0.5)  # the footer, the save
+    return out
+
+
+def main() -> None:
+    # The app hanging up on a summary request it no longer needs is not news here.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=20000)
+    parser.add_argument("--turns", type=int, default=16)
+    parser.add_argument("--turn-tokens", type=int, default=2000)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+    r = ingest(args.tokens)
+    keys = sorted(r.key_ms)
+    print(f"cold start: first frame {r.first_frame_ms:.0f} ms after spawn (goal <= 500)")
+    print(
+        f"{args.tokens:,} max-rate tokens: the server sent them in {r.server_ms:.0f} ms; "
+        f"last token on screen {r.last_token_after_ms:.0f} ms after its last byte (goal <= 1000)"
+    )
+    if keys:
+        print(
+            f"keys typed during the stream: {len(keys)}, on screen after p50 "
+            f"{statistics.median(keys):.0f} ms, max {keys[-1]:.0f} ms (goal <= 100)"
+        )
+    turns = chat(args.turns, args.turn_tokens)
+    print(f"\nchat of {args.turns} answers of {args.turn_tokens:,} max-rate tokens:")
+    print("turn  Enter->last token (ms)  app CPU (s)  RSS (MB)")
+    for i, t in enumerate(turns, 1):
+        print(f"{i:>4}  {t.ms:>22.0f}  {t.cpu_s:>11.2f}  {t.rss_mb:>8.0f}")
+    tail = turns[-4:]
+    ratio = statistics.mean(t.ms for t in tail) / turns[0].ms
+    print(
+        f"last {len(tail)} turns vs turn 1: {ratio:.2f}x (goal <= 1.2); "
+        f"RSS {turns[0].rss_mb:.0f} -> {turns[-1].rss_mb:.0f} MB"
+    )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The UI draws less while an engine on this machine's CPU generates (issue 13: the TUI
+must not slow the engine it measures): which backends share the CPU, and how often a
+streaming answer is drawn for one that does."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.settings import Settings
+from phasechat.tui import app as app_module
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.markdown_view import MarkdownBody
+from phasechat.tui.widgets import MessageView
+from tests.fault_server import fault_server_thread
+from tests.test_tui_faults import wait_for
+
+
+@pytest.mark.parametrize(
+    ("url", "shares"),
+    [
+        ("http://127.0.0.1:8080/v1", True),
+        ("http://localhost:11434/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("https://api.openai.com/v1", False),
+        ("http://192.168.1.20:8080/v1", False),
+    ],
+)
+def test_a_server_on_loopback_shares_this_machines_cpu(url: str, shares: bool) -> None:
+    assert RemoteBackend(RemoteConfig(base_url=url)).shares_cpu is shares
+
+
+async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    draws: list[float] = []
+    append = MarkdownBody.append
+
+    async def counted(self: MarkdownBody, text: str) -> None:
+        draws.append(time.monotonic())
+        await append(self, text)
+
+    monkeypatch.setattr(MarkdownBody, "append", counted)
+    with fault_server_thread() as server:  # on 127.0.0.1: shares the CPU
+        backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="paced-300-150"))
+        app = PhasechatApp(settings=Settings(max_tokens=310), backend=backend)
+        async with app.run_test(size=(100, 30)):
+            await wait_for(lambda: backend.state == "ready")
+            assert backend.shares_cpu
+            t0 = time.monotonic()
+            app.send("go")
+            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
+            seconds = time.monotonic() - t0
+            answer = app.session.exchanges[-1].answer
+            body = list(app.query(MessageView))[-1].markdown
+            assert body.source == answer.content  # the last draw is forced: nothing lost
+            assert answer.content.count("word") == 300
+        await backend.aclose()
+    # Drawn as it streamed (2 s at 150 tokens/s), but never faster than SHARED_HZ
+    # (+1: the forced draw at the end).
+    assert len(draws) >= 3
+    assert len(draws) <= seconds * app_module.SHARED_HZ + 2
+    gaps = [b - a for a, b in itertools.pairwise(draws[:-1])]  # the last one is forced
+    assert min(gaps, default=1.0) >= 0.9 / app_module.SHARED_HZ

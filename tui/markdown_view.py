@@ -1,0 +1,196 @@
+"""Markdown that costs nothing once written: a message's text as sealed pieces.
+
+Textual's `Markdown` widget mounts one widget per block, and every layout pass (one per
+refresh while an answer grows) visits all of them: 20,000 tokens made ~700 widgets and
+~180 ms per pass, and every old message of a long chat added its blocks to each pass.
+Here a message is a few `MarkdownPiece`s, each one widget rendered by Rich's Markdown
+(cached per width). While an answer streams, its text is cut into pieces at block
+boundaries: finished blocks are sealed into a piece that never changes again, and only
+the open tail is re-rendered, so the cost of a refresh does not grow with the answer or
+the chat.
+
+Links are not terminal hyperlinks (an OSC 8 link would let a click open any scheme the
+model wrote): a click on one runs the app's `follow_link` action with the URL as a
+parameter (never parsed from the text), which checks and confirms it first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.markdown import Markdown as RichMarkdown
+from rich.segment import Segment
+from rich.style import Style
+from rich.theme import Theme
+from textual.containers import Vertical
+from textual.widget import Widget
+
+#: A tail longer than this is sealed at its last safe block boundary.
+SEAL_CHARS = 1500
+#: A fenced code block longer than this is split into two fences (looks the same).
+SPLIT_FENCE_CHARS = 4000
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+#: Rich's default inline code is "bold cyan on black": a black box on a light theme.
+RICH_THEME = Theme({"markdown.code": "bold", "markdown.block_quote": "italic"})
+
+
+class _ClickableLinks:
+    """A Rich renderable whose links run `app.follow_link(url)` when clicked."""
+
+    def __init__(self, markdown: RichMarkdown) -> None:
+        self.markdown = markdown
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.markdown, options):
+            style = segment.style
+            if style is not None and style.link:
+                meta = {"@click": ("app.follow_link", (style.link,))}
+                style = style.update_link(None) + Style(underline=True) + Style.from_meta(meta)
+                yield Segment(segment.text, style, segment.control)
+            else:
+                yield segment
+
+
+class _Drawn:
+    """A piece's lines, rendered once per width and theme (Textual asks twice per
+    layout: once for the height, once to paint)."""
+
+    def __init__(self, piece: MarkdownPiece) -> None:
+        self.piece = piece
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        new_line = Segment.line()
+        for line in self.piece.draw(console, options):
+            yield from line
+            yield new_line
+
+
+class MarkdownPiece(Widget):
+    """A run of whole Markdown blocks, drawn as one widget."""
+
+    DEFAULT_CSS = "MarkdownPiece { height: auto; }"
+
+    def __init__(self, source: str = "", *, classes: str | None = None) -> None:
+        super().__init__(classes=classes)
+        self.source = source
+        self._drawn_key: tuple[str, int, bool] | None = None
+        self._drawn: list[list[Segment]] = []
+
+    def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
+        """The lines of the source at this width (rendered once per source and width)."""
+        dark = self.app.current_theme.dark
+        key = (self.source, options.max_width, dark)
+        if self._drawn_key != key:
+            theme = "monokai" if dark else "friendly"
+            markdown = RichMarkdown(self.source, code_theme=theme, hyperlinks=True)
+            self._drawn_key = key
+            self._drawn = console.render_lines(
+                _ClickableLinks(markdown), options.update(height=None), pad=False
+            )
+        return self._drawn
+
+    def update(self, source: str) -> None:
+        """Show `source`: a repaint when it still fills as many lines (a streamed word
+        that lands on the last line), a layout pass only when its height changed."""
+        if source == self.source:
+            return
+        self.source = source
+        if self._drawn_key is not None:
+            height = len(self._drawn)
+            console = self.app.console
+            self.draw(console, console.options.update_width(self._drawn_key[1]))
+            if len(self._drawn) == height:
+                self.refresh()
+                return
+        self.clear_cached_dimensions()
+        self.refresh(layout=True)
+
+    def render(self) -> _Drawn:
+        return _Drawn(self)
+
+
+def seal_point(text: str) -> tuple[int, str]:
+    """Where `text` (an answer's open tail) can be cut so that the part before renders
+    the same on its own: (offset, prefix for what follows), or (0, "") for nowhere yet.
+
+    A cut goes at a blank line outside a code fence that is followed by an unindented
+    line (an indented one may continue a list item). A fence longer than
+    SPLIT_FENCE_CHARS is cut at a line end: the sealed part gets a closing fence and
+    the rest `prefix`, a reopening one.
+    """
+    if len(text) < SEAL_CHARS:
+        return 0, ""
+    best = 0
+    fence: str | None = None
+    fence_line = ""
+    fence_start = 0
+    offset = 0
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        match = _FENCE.match(line)
+        if fence is None and match:
+            fence, fence_line, fence_start = match.group(1), line, offset
+        elif fence is not None and line.strip().startswith(fence[0] * len(fence)):
+            fence = None
+        elif fence is None and not line.strip() and i + 1 < len(lines):
+            following = lines[i + 1]
+            if following.strip() and not following[0].isspace():
+                best = offset + len(line)
+        offset += len(line)
+    if fence is not None and offset - fence_start > SPLIT_FENCE_CHARS and "\n" in text:
+        end = text.rfind("\n") + 1
+        if end > fence_start + len(fence_line):
+            return -end, fence_line if fence_line.endswith("\n") else fence_line + "\n"
+    return best, ""
+
+
+class MarkdownBody(Vertical):
+    """A message's text: sealed pieces and one open tail, appended to as it streams."""
+
+    DEFAULT_CSS = "MarkdownBody { height: auto; }"
+
+    def __init__(self, source: str = "", *, classes: str | None = None) -> None:
+        super().__init__(classes=classes)
+        self.source = source  # the whole text, as given
+        self._tail = source  # the open tail as drawn (may start with a reopened fence)
+
+    def compose(self) -> Iterable[Widget]:
+        yield MarkdownPiece(self._tail, classes="tail")
+
+    @property
+    def tail(self) -> MarkdownPiece:
+        return self.query_one(".tail", MarkdownPiece)
+
+    @property
+    def pieces(self) -> int:
+        return len(self.children)
+
+    async def append(self, text: str) -> None:
+        """Add streamed text; seal what can no longer change."""
+        self.source += text
+        self._tail += text
+        cut, reopen = seal_point(self._tail)
+        if cut:
+            end = abs(cut)
+            sealed = self._tail[:end] + (_closing(reopen) if cut < 0 else "")
+            self._tail = reopen + self._tail[end:]
+            await self.mount(MarkdownPiece(sealed), before=self.tail)
+        self.tail.update(self._tail)
+
+    async def replace(self, source: str) -> None:
+        """Show `source` instead (a final text that differs from what was streamed)."""
+        for piece in list(self.children)[:-1]:
+            await piece.remove()
+        self.source = self._tail = source
+        self.tail.update(source)
+
+
+def _closing(opening: str) -> str:
+    """The line that closes a fence opened by `opening`."""
+    match = _FENCE.match(opening)
+    return (match.group(1) if match else "```") + "\n"
