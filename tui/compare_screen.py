@@ -28,6 +28,8 @@ from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.metrics import Metrics, compute
 
 REFRESH_HZ = 10
+#: While an engine on this machine's CPU generates, every UI CPU-second is taken from it.
+SHARED_HZ = 5
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
 
 
@@ -111,6 +113,8 @@ class CompareScreen(Screen[None]):
         self.owned = list(owned)
         self.run_it = run
         self.error = ""
+        self._texts = ["", ""]
+        self._titles = [side_title(n, side) for n, side in enumerate(comparison.sides)]
         self._bars: tuple[tuple[float | None, float | None], ...] | None = None
 
     def compose(self) -> ComposeResult:
@@ -135,7 +139,8 @@ class CompareScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.refresh_figures()
-        self.set_interval(1 / REFRESH_HZ, self.refresh_figures)
+        shared = any(side.backend.shares_cpu for side in self.comparison.sides)
+        self.set_interval(1 / (SHARED_HZ if shared else REFRESH_HZ), self.refresh_figures)
         if self.run_it:
             self.run_comparison()
 
@@ -156,7 +161,8 @@ class CompareScreen(Screen[None]):
                 self.refresh_figures()
 
     def refresh_figures(self) -> None:
-        """Move new text in and redraw the table and the bars (REFRESH_HZ)."""
+        """Move new text in and redraw the table and the bars (REFRESH_HZ, or SHARED_HZ
+        beside an engine on this CPU); a part that did not change is not redrawn."""
         c, now = self.comparison, time.perf_counter_ns()
         sides = []
         for n in (0, 1):
@@ -166,9 +172,14 @@ class CompareScreen(Screen[None]):
                 text += f"\n\n[error] {answer.trace.error.message}"
             elif answer is not None and not answer.done:
                 text += " ▍" if answer.started else "(waiting for the other side)"
-            self.query_one(f"#compare-text-{n}", Static).update(Content(visible_controls(text)))
-            # the model's name is known once its backend has loaded
-            self.query_one(f"#title-{n}", Static).update(side_title(n, c.sides[n]))
+            if text != self._texts[n]:
+                self._texts[n] = text
+                drawn = Content(visible_controls(text))
+                self.query_one(f"#compare-text-{n}", Static).update(drawn)
+            title = side_title(n, c.sides[n])  # the model is named once it has loaded
+            if title != self._titles[n]:
+                self._titles[n] = title
+                self.query_one(f"#title-{n}", Static).update(title)
             sides.append(figures(answer, now))
         a, b = sides
         rows = compare_metrics([a] if a else [], [b] if b else [])
