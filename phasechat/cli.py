@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phasechat import bench, chats
+from phasechat import bench, chats, compare
 from phasechat.backends.events import TextDelta
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config import ConfigError
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p = sub.add_parser("bench", help="replay a scripted chat: prefill and cache per turn")
     add_backend_options(bench_p, top=False)
     bench.add_options(bench_p)
+    compare.add_parser(sub)
     sub.add_parser("doctor", help="llama.cpp build, GPU offload and the default model")
     return parser
 
@@ -147,6 +148,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return chats.run(args)
     if args.command == "bench":
         return bench.run(args)
+    if args.command == "compare":
+        return compare.run(args)
     try:
         workspace = build_workspace(args)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:

@@ -1,4 +1,5 @@
-"""SVG snapshots of what a person sees: a saved chat in each theme, and the switch screen.
+"""SVG snapshots of what a person sees: a saved chat in each theme, the switch screen and
+the compare view.
 
 Rendered from a saved conversation with fixed metrics (live timings would differ on
 every run). Update after an intended change with `pytest --snapshot-update`.
@@ -11,13 +12,17 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from phasechat.backends.events import Message
 from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.compare import Answer, Comparison, Side, request_for
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.profiles import BackendSpec
 from phasechat.chat.settings import Settings
 from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.compare_screen import CompareScreen
 from tests.scripted import ScriptedBackend
 
 METRICS = {
@@ -91,3 +96,44 @@ def test_switch_screen_shows_the_cost(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=open_switcher)
+
+
+def fixed_comparison() -> Comparison:
+    """Local against a server, one finished answer each, with fixed metrics."""
+    c = Comparison(
+        Side("local", ScriptedBackend("local"), Settings()),
+        Side("server", ScriptedBackend("server"), Settings()),
+        (Message("user", "What is prefill?"),),
+    )
+    answers = (
+        ("Prefill reads the whole prompt in one pass: [bold red]not markup[/]", METRICS),
+        (
+            "It is the compute-bound pass that sets TTFT.\x1b[31m",
+            {
+                **METRICS,
+                "backend": "server",
+                "model": "remote-model",
+                "ttft_ms": 61.7,
+                "e2e_ms": 650.2,
+                "cached_tokens": None,  # a server that hides its cache: prefill n/a
+                "decode_tok_s": 120.5,
+                "prefill_tok_s": None,
+                "chars_per_s": 455.0,
+            },
+        ),
+    )
+    for side, (text, metrics) in enumerate(answers):
+        trace = Trace(backend=c.sides[side].name, model="m")
+        trace.text_parts.append(text)
+        request = request_for(Settings(), c.messages)
+        fixed = metrics_from_dict({**metrics, "chars_per_s": metrics.get("chars_per_s", 350.0)})
+        c.answers.append(Answer(side, 0, trace, request, fixed, started=True))
+    return c
+
+
+def test_compare_view_with_fixed_metrics(snap_compare: Any) -> None:
+    async def open_compare(pilot: Pilot[None]) -> None:
+        await pilot.app.push_screen(CompareScreen(fixed_comparison(), run=False))
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(110, 34), run_before=open_compare)

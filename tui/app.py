@@ -37,7 +37,7 @@ from phasechat.chat.settings import Settings
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import dialogs, verdict_view
+from phasechat.tui import dialogs, replay, verdict_view
 from phasechat.tui.chat_log import ChatLog, footer_of
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
@@ -72,6 +72,7 @@ class PhasechatApp(PlainTextApp):
         Binding("f2", "history", "History", id="history"),
         Binding("f3", "chats", "Chats", id="chats"),
         Binding("f4", "settings", "Settings", id="settings"),
+        Binding("f5", "compare", "Compare", id="compare"),
         Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
         Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
         Binding("ctrl+l", "focus_prompt", "Prompt", id="focus-prompt", show=False),
@@ -313,9 +314,8 @@ class PhasechatApp(PlainTextApp):
 
     def refresh_status(self) -> None:
         last = self.session.exchanges[-1].metrics if self.session.exchanges else None
-        self.query_one("#status", Static).update(
-            status_content(self.backend, self.generating, last)
-        )
+        status = status_content(self.backend, self.generating, last)
+        self.query_one("#status", Static).update(status)
 
     # -- actions ---------------------------------------------------------------------
     async def stop_and_wait(self) -> None:
@@ -348,6 +348,9 @@ class PhasechatApp(PlainTextApp):
     def action_switch_backend(self) -> None:
         """Pick a backend profile, seeing what the switch costs first."""
         dialogs.switch_backend(self)
+
+    def action_compare(self) -> None:  # replay the last prompt elsewhere: tui/replay.py
+        replay.replay_last(self)
 
     def action_chats(self) -> None:
         """Saved chats: open one (it replaces the chat on screen), search, manage."""

@@ -32,6 +32,11 @@ COMMANDS = (
     ("Stop answer", "Stop the answer being generated", "action_stop"),
     ("Retry", "Send the last message again", "action_retry"),
     ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
+    (
+        "Replay the last prompt on ...",
+        "The same conversation on another backend or settings, side by side (F5)",
+        "action_compare",
+    ),
     ("Request history", "Every answer's metrics; export JSONL/CSV", "action_history"),
     ("Chats", "Open, search, rename, delete, export", "action_chats"),
     ("New chat", "Start an empty chat", "action_new_chat"),

@@ -29,15 +29,23 @@ class SwitchScreen(ModalScreen[str | None]):
         Binding("escape", "dismiss_none", "Cancel", id="switch-cancel")
     ]
 
-    def __init__(self, profiles: list[tuple[BackendSpec, str]], current: str) -> None:
-        """`profiles`: each spec with a one-line cost note computed by the app."""
+    def __init__(
+        self,
+        profiles: list[tuple[BackendSpec, str]],
+        current: str,
+        title: tuple[str, str] = ("Switch backend", "  (the chat carries over)"),
+    ) -> None:
+        """`profiles`: each spec with a one-line cost note computed by the app; `title`:
+        the heading and a note after it (the replay picker has its own)."""
         super().__init__()
         self.profiles = profiles
         self.current = current
+        self.title_parts = title
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(Content.assemble(("Switch backend", "bold"), "  (the chat carries over)"))
+            heading, note = self.title_parts
+            yield Static(Content.assemble((heading, "bold"), note))
             options = []
             for spec, cost in self.profiles:
                 mark = "● " if spec.name == self.current else "  "

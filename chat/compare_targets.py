@@ -1,0 +1,106 @@
+"""What a comparison can be run against: a backend profile, or a profile with other
+settings (a derived profile: threads, n_ctx, flash attention, temperature...).
+
+On the command line a derived profile is written `NAME:key=value,key=value`
+(`local:threads=1`, `local:flash_attn=off`, `server:temperature=0`); the replay picker
+in the UI offers a few of them for the active backend. Engine keys (temperature,
+max_tokens, seed) apply to any backend and keep the same backend instance; load keys
+(threads, n_ctx, flash_attn, gpu_layers) apply to a local model and load another copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.settings import Settings
+
+#: keys that change a request, on any backend
+ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}
+#: keys that change how a local model is loaded (another instance of it)
+LOCAL_KEYS = {"threads": int, "n_ctx": int, "gpu_layers": int, "flash_attn": bool}
+
+_TRUE, _FALSE = {"on", "true", "1", "yes"}, {"off", "false", "0", "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A profile, maybe with overrides: what to build and what to send with."""
+
+    name: str  # shown: "local", "local(threads=1)"
+    spec: BackendSpec
+    settings: Settings
+    profile: str  # the profile it derives from
+    #: whether it needs a backend of its own (load keys), else the profile's is used
+    own_backend: bool = False
+
+
+def split_name(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME:key=value,...` -> (NAME, {key: value}); a plain name has no overrides.
+    Raises ValueError for an override that is not `key=value`."""
+    name, sep, rest = text.partition(":")
+    overrides: dict[str, str] = {}
+    if sep:
+        for part in rest.split(","):
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                raise ValueError(f"{text!r}: expected NAME:key=value[,key=value...]")
+            overrides[key.strip()] = value.strip()
+    return name.strip(), overrides
+
+
+def _value(key: str, text: str) -> object:
+    kind = ENGINE_KEYS.get(key) or LOCAL_KEYS[key]
+    if kind is bool:
+        low = text.lower()
+        if low not in _TRUE | _FALSE:
+            raise ValueError(f"{key}={text!r}: expected on or off")
+        return low in _TRUE
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{key}={text!r}: expected a number") from None
+
+
+def derive(
+    profile: str, spec: BackendSpec, settings: Settings, overrides: dict[str, str]
+) -> Target:
+    """Profile `profile` (its `spec` and `settings`) with `overrides`. Raises ValueError
+    for an unknown key, a load key on a remote backend, or a value out of bounds."""
+    if not overrides:
+        return Target(profile, spec, settings, profile)
+    engine: dict[str, object] = {}
+    local: dict[str, object] = {}
+    for key, text in overrides.items():
+        if key in ENGINE_KEYS:
+            engine[key] = _value(key, text)
+        elif key in LOCAL_KEYS:
+            if spec.kind != "local":
+                raise ValueError(f"{key} applies to a local model, not to {profile!r}")
+            local[key] = _value(key, text)
+        else:
+            known = ", ".join([*ENGINE_KEYS, *LOCAL_KEYS])
+            raise ValueError(f"unknown setting {key!r}: expected one of {known}")
+    settings = replace(settings, **engine)  # type: ignore[arg-type]
+    problems = settings.problems()
+    if problems:
+        raise ValueError(f"{problems[0][0]}: {problems[0][1]}")
+    name = f"{profile}({','.join(f'{k}={v}' for k, v in overrides.items())})"
+    if local:
+        renamed = {"n_gpu_layers": local.pop("gpu_layers")} if "gpu_layers" in local else {}
+        config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
+        if config.n_ctx < 64 or (config.threads is not None and config.threads < 1):
+            raise ValueError(f"{name}: n_ctx must be at least 64 and threads at least 1")
+        return Target(name, replace(spec, local=config, local_name=name), settings, profile, True)
+    return Target(name, spec, settings, profile)
+
+
+def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
+    """A few derived profiles of `spec` worth comparing against (the replay picker's)."""
+    out = [{"temperature": "0.8" if settings.temperature == 0 else "0"}]
+    if spec.kind == "local":
+        threads = spec.local.threads
+        out.append({"threads": "2" if threads == 1 else "1"})
+        out.append({"flash_attn": "off" if spec.local.flash_attn else "on"})
+        out.append({"n_ctx": str(max(512, spec.local.n_ctx // 2))})
+    return out

@@ -1,0 +1,273 @@
+"""`phasechat compare PROMPT --backend A --backend B`: the command line over chat/compare.py.
+
+N rounds (`--repeat`), interleaved A B A B ...; each metric's median and spread per side,
+the ratio B/A of the medians, and a warning where the spread is wider than the
+difference. Nothing is saved as a chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from phasechat.backends.base import Backend, PromptRefused
+from phasechat.backends.events import Message
+from phasechat.backends.models import ModelNotFound
+from phasechat.chat.compare import (
+    METRICS,
+    PERCENTILE_SPREAD_FROM,
+    Answer,
+    Comparison,
+    MetricRow,
+    Side,
+    fmt,
+    fmt_spread,
+    metric_value,
+)
+from phasechat.chat.compare_targets import Target, derive, split_name
+from phasechat.chat.config import ConfigError
+from phasechat.chat.export import dumps
+from phasechat.chat.profiles import make_backend
+from phasechat.chat.text import is_text, one_line, visible_controls
+from phasechat.options import add_backend_options, backend_spec, fail, read_config, settings_from
+
+
+def add_parser(sub: Any) -> None:
+    """Register `compare` on the subcommand parsers `sub`."""
+    p = sub.add_parser(
+        "compare",
+        help="the same prompt on two backends: medians, spread and B/A per metric",
+        conflict_handler="resolve",  # its own --backend (given twice) replaces the shared one
+    )
+    add_backend_options(p, top=False)
+    p.add_argument(
+        "--backend",
+        dest="sides",
+        action="append",
+        default=[],
+        metavar="NAME[:key=value,...]",
+        help="twice: A then B. local, openai, a config profile, or one with other settings: "
+        "local:threads=1, local:flash_attn=off, local:n_ctx=2048, openai:temperature=0",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="rounds of A then B (default 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="send the identical prompt every round, after one unmeasured round, so each "
+        "run finds it cached (default: a fresh first line each round, a cold prefill)",
+    )
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="remote backends: stream A and B of a round at once (default: one after the other)",
+    )
+    p.add_argument("prompt", help="the prompt ('-' reads stdin)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `phasechat compare`; returns the exit status."""
+    if len(args.sides) != 2:
+        return fail("compare needs --backend twice: --backend A --backend B")
+    if args.repeat < 1:
+        return fail("--repeat must be 1 or more")
+    try:
+        prompt = sys.stdin.buffer.read().decode() if args.prompt == "-" else args.prompt
+    except UnicodeDecodeError:
+        prompt = "\udcff"
+    if not is_text(prompt) or not prompt.strip():
+        return fail("the prompt is empty or not valid UTF-8: nothing compared")
+    try:
+        targets = _targets(args)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
+        return fail(str(exc))
+    return asyncio.run(_compare(args, prompt, targets))
+
+
+def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
+    config = read_config(args)
+    settings = settings_from(args, config)
+    out = []
+    for text in args.sides:
+        name, overrides = split_name(text)
+        spec = backend_spec(_with_backend(args, name), config)
+        out.append(derive(name, spec, settings, overrides))
+    a, b = out
+    if a.name == b.name:
+        raise ValueError(f"A and B are the same: {a.name!r}")
+    return a, b
+
+
+def _with_backend(args: argparse.Namespace, backend: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "backend": backend})
+
+
+async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target, Target]) -> int:
+    ta, tb = targets
+    a = make_backend(ta.spec)
+    b = a if tb.spec == ta.spec else make_backend(tb.spec)
+    try:
+        for backend in {id(a): a, id(b): b}.values():
+            await backend.start()
+            if backend.state == "failed":
+                return fail(f"{backend.name}: {backend.state_detail}")
+        system = ta.settings.system
+        messages = [Message("system", system)] if system else []
+        messages.append(Message("user", prompt))
+        comparison = Comparison(
+            Side(ta.name, a, ta.settings),
+            Side(tb.name, b, tb.settings),
+            messages,
+            together=args.together,
+            cold=not args.warm,
+        )
+        load_before = os.getloadavg()
+        if not args.json:
+            _header(comparison, args)
+        try:
+            await comparison.run(
+                args.repeat, warm_up=args.warm, on_round=None if args.json else _round_line
+            )
+        except PromptRefused as exc:
+            return fail(str(exc))
+        load_after = os.getloadavg()
+    finally:
+        await a.aclose()
+        if b is not a:
+            await b.aclose()
+    rows = comparison.rows()
+    if args.json:
+        print(dumps(_record(comparison, prompt, args, rows, load_before, load_after)))
+    else:
+        _table(comparison, rows, load_before, load_after)
+    # figures were printed; a failed run still fails the command, as `ask` does
+    return 0 if all(x.complete for x in comparison.answers) else 1
+
+
+def _backend_line(label: str, side: Side) -> str:
+    return f"{label} = {one_line(side.name)} · {one_line(side.backend.model)}"
+
+
+def _header(c: Comparison, args: argparse.Namespace) -> None:
+    order = "together" if c.together else "interleaved A B A B ..."
+    cache = "warm (identical prompt, after a warm-up round)" if args.warm else "cold each round"
+    print(f"compare: {args.repeat} run(s) each, {order}, prompt cache {cache}")
+    for label, side in zip("AB", c.sides, strict=True):
+        print(_backend_line(label, side))
+
+
+def _round_line(a: Answer, b: Answer) -> None:
+    parts = []
+    for label, x in (("A", a), ("B", b)):
+        m = x.metrics
+        assert m is not None
+        if x.trace.error is not None:
+            parts.append(f"{label}: error: {one_line(x.trace.error.message)}")
+            continue
+        parts.append(
+            f"{label}: TTFT {fmt(m.ttft_ms, 'ms')} ms, decode {fmt(m.decode_tok_s, '')} tok/s, "
+            f"{m.output_tokens} tokens"
+        )
+    print(f"run {a.round + 1}: " + " | ".join(parts), flush=True)
+
+
+def _table(
+    c: Comparison,
+    rows: list[MetricRow],
+    before: tuple[float, float, float],
+    after: tuple[float, float, float],
+) -> None:
+    kind = "p10-p90" if c.repeat >= PERCENTILE_SPREAD_FROM else "min-max"
+    head_a, head_b = f"A median [{kind}]", f"B median [{kind}]"
+    print(f"\n{'metric':<20}{head_a:>26}{head_b:>26}{'B/A':>8}")
+    for row in rows:
+        title = f"{row.title} ({row.unit})" if row.unit not in ("%", row.title) else row.title
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "n/a"
+        print(
+            f"{title:<20}{fmt_spread(row.a, row.unit):>26}"
+            f"{fmt_spread(row.b, row.unit):>26}{ratio:>8}"
+        )
+    for row in rows:
+        warning = row.warning()
+        if warning:
+            print(f"warning: {warning}")
+    for x in c.answers:
+        if x.trace.error is not None:
+            label = "AB"[x.side]
+            print(f"{label} run {x.round + 1} failed: {visible_controls(x.trace.error.message)}")
+    for label, side in zip("AB", (0, 1), strict=True):
+        first = c.latest(side)
+        if first is not None and first.text:
+            shown = one_line(first.text)
+            print(f"{label} said (last run): {shown[:100]}{'…' if len(shown) > 100 else ''}")
+    print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
+
+
+def _load(load: tuple[float, float, float]) -> str:
+    return " ".join(f"{x:.2f}" for x in load)
+
+
+def _record(
+    c: Comparison,
+    prompt: str,
+    args: argparse.Namespace,
+    rows: list[MetricRow],
+    before: tuple[float, float, float],
+    after: tuple[float, float, float],
+) -> dict[str, Any]:
+    sides = []
+    for n, side in enumerate(c.sides):
+        runs: list[dict[str, Any]] = []
+        for x in c.of(n):
+            m = x.metrics
+            assert m is not None
+            runs.append(
+                {
+                    "round": x.round + 1,
+                    "text": x.text,
+                    "error": x.trace.error.message if x.trace.error else None,
+                    **{key: metric_value(m, key) for key, _, _ in METRICS},
+                    "prompt_tokens": m.prompt_tokens,
+                    "cached_tokens": m.cached_tokens,
+                    "output_tokens": m.output_tokens,
+                    "finish": m.finish,
+                }
+            )
+        stats = {
+            row.key: {
+                "median": (s := (row.a, row.b)[n]).median,
+                "lo": s.lo,
+                "hi": s.hi,
+                "n": s.n,
+            }
+            for row in rows
+        }
+        sides.append(_side_record(side, runs, stats))
+    return {
+        "prompt": prompt,
+        "repeat": args.repeat,
+        "order": "together" if c.together else "interleaved",
+        "cache": "warm" if args.warm else "cold",
+        "spread": "p10-p90" if args.repeat >= PERCENTILE_SPREAD_FROM else "min-max",
+        "sides": sides,
+        "ratio": {row.key: row.ratio for row in rows},
+        "delta": {row.key: row.delta for row in rows},
+        "warnings": [w for row in rows if (w := row.warning())],
+        "loadavg_before": list(before),
+        "loadavg_after": list(after),
+    }
+
+
+def _side_record(side: Side, runs: list[dict[str, Any]], stats: dict[str, Any]) -> dict[str, Any]:
+    backend: Backend = side.backend
+    return {
+        "name": side.name,
+        "model": backend.model,
+        "temperature": side.settings.temperature,
+        "max_tokens": side.settings.max_tokens,
+        "runs": runs,
+        "stats": stats,
+    }

@@ -1,0 +1,116 @@
+"""Compare's pure logic: spreads, ratios, the noise warning, derived profiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.backends.events import Message
+from phasechat.chat.compare import (
+    MetricRow,
+    can_run_together,
+    cold_messages,
+    compare_metrics,
+    fmt,
+    fmt_spread,
+    metric_value,
+    spread_of,
+)
+from phasechat.chat.compare_targets import derive, split_name, variants
+from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.settings import Settings
+from phasechat.telemetry.metrics import metrics_from_dict
+from tests.scripted import ScriptedBackend
+
+
+def test_spread_is_min_max_below_ten_runs_and_p10_p90_from_ten() -> None:
+    few = spread_of([3.0, 1.0, None, 2.0])
+    assert (few.n, few.median, few.lo, few.hi, few.kind) == (3, 2.0, 1.0, 3.0, "min-max")
+    many = spread_of([float(x) for x in range(1, 12)])  # 1..11
+    assert many.kind == "p10-p90" and many.median == 6.0
+    assert (many.lo, many.hi) == (2.0, 10.0)  # an outlier at either end no longer sets it
+    none = spread_of([None, None])
+    assert none.n == 0 and none.median is None and fmt_spread(none, "ms") == "n/a"
+
+
+def row(a: list[float | None], b: list[float | None]) -> MetricRow:
+    return MetricRow("decode_tok_s", "decode", "tok/s", spread_of(a), spread_of(b))
+
+
+def test_ratio_is_b_over_a_of_the_medians_and_unknown_stays_unknown() -> None:
+    r = row([10.0, 20.0, 30.0], [40.0, 41.0, 42.0])
+    assert r.ratio == pytest.approx(41.0 / 20.0)
+    assert r.delta == pytest.approx(21.0)
+    assert row([None], [5.0]).ratio is None  # prefill hidden by a server: n/a, never 0
+    assert row([0.0], [5.0]).ratio is None
+    assert fmt(None, "tok/s") == "n/a"
+
+
+def test_warning_when_the_spread_is_wider_than_the_difference() -> None:
+    wide = row([10.0, 20.0, 30.0], [22.0, 23.0, 24.0])  # A spreads 20, the medians differ by 3
+    assert wide.noisy
+    warning = wide.warning()
+    assert warning is not None and "wider than the difference" in warning and "min-max" in warning
+    clear = row([10.0, 11.0, 12.0], [30.0, 31.0, 32.0])  # spreads 2, difference 20
+    assert not clear.noisy and clear.warning() is None
+    one_run = row([10.0], [11.0])  # no spread measured: nothing to warn about
+    assert not one_run.noisy
+
+
+def test_cache_reuse_is_cached_over_prompt_and_unknown_when_not_reported() -> None:
+    base = {"backend": "x", "model": "m", "prompt_tokens": 40}
+    assert metric_value(metrics_from_dict({**base, "cached_tokens": 30}), "cache_reuse") == 0.75
+    assert metric_value(metrics_from_dict(base), "cache_reuse") is None
+    rows = compare_metrics(
+        [metrics_from_dict({**base, "cached_tokens": 0, "ttft_ms": 100.0})],
+        [metrics_from_dict({**base, "ttft_ms": 50.0})],
+    )
+    by_key = {r.key: r for r in rows}
+    assert by_key["ttft_ms"].ratio == 0.5
+    assert by_key["cache_reuse"].b.median is None and by_key["cache_reuse"].ratio is None
+
+
+def test_cold_messages_change_only_the_first_line_of_the_first_message() -> None:
+    messages = (Message("system", "Be terse."), Message("user", "Hi"))
+    cold = cold_messages(messages, "ab12")
+    assert cold[0] == Message("system", "[ab12]\nBe terse.") and cold[1] == messages[1]
+    assert cold_messages((), "x") == ()
+
+
+def test_backends_stream_together_only_when_neither_is_serial_and_they_differ() -> None:
+    a, b = ScriptedBackend("a"), ScriptedBackend("b")
+    assert can_run_together(a, b)
+    assert not can_run_together(a, a)
+    b.serial = True
+    assert not can_run_together(a, b)
+
+
+def test_derived_profiles_from_the_command_line() -> None:
+    assert split_name("local") == ("local", {})
+    assert split_name("local:threads=1, flash_attn=off") == (
+        "local",
+        {"threads": "1", "flash_attn": "off"},
+    )
+    with pytest.raises(ValueError, match="key=value"):
+        split_name("local:threads")
+    spec, settings = BackendSpec(), Settings(temperature=0.7)
+    t = derive("local", spec, settings, {"threads": "1", "flash_attn": "off"})
+    assert t.name == "local(threads=1,flash_attn=off)" and t.own_backend
+    assert t.spec.local.threads == 1 and t.spec.local.flash_attn is False
+    assert t.spec.name == t.name  # its answers are labelled as the derived profile
+    temp = derive("local", spec, settings, {"temperature": "0"})
+    assert temp.settings.temperature == 0 and temp.spec == spec and not temp.own_backend
+    with pytest.raises(ValueError, match="unknown setting"):
+        derive("local", spec, settings, {"colour": "red"})
+    with pytest.raises(ValueError, match="local model"):
+        derive("openai", BackendSpec("openai"), settings, {"threads": "2"})
+    with pytest.raises(ValueError, match="temperature"):
+        derive("local", spec, settings, {"temperature": "99"})
+    with pytest.raises(ValueError, match="on or off"):
+        derive("local", spec, settings, {"flash_attn": "maybe"})
+
+
+def test_the_picker_offers_settings_that_differ_from_the_current_ones() -> None:
+    local = variants(BackendSpec(), Settings(temperature=0))
+    assert {"temperature": "0.8"} in local and {"flash_attn": "off"} in local
+    remote = variants(BackendSpec("openai"), Settings(temperature=0.7))
+    assert remote == [{"temperature": "0"}]  # load settings only exist for a local model

@@ -1,0 +1,135 @@
+"""`phasechat compare`: the bundled model through the local backend against a real
+llama-server on the same GGUF, and a derived profile of the local model."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from phasechat.chat.compare import METRICS
+from tests.test_cli import phasechat
+
+KEYS = [key for key, _, _ in METRICS]
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_local_against_llama_server_json(real_llama_server: str) -> None:
+    r = phasechat(
+        "compare",
+        "Name three colours.",
+        "--backend",
+        "local",
+        "--backend",
+        "openai",
+        "--base-url",
+        real_llama_server,
+        "--repeat",
+        "2",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "0",
+        "--json",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stdout.strip().splitlines()
+    out = json.loads(line)
+    assert out["repeat"] == 2 and out["order"] == "interleaved" and out["cache"] == "cold"
+    assert out["spread"] == "min-max"
+    a, b = out["sides"]
+    assert a["name"] == "local" and a["model"].endswith(".gguf")
+    assert b["name"] == "openai"
+    for side in (a, b):
+        assert len(side["runs"]) == 2
+        for run in side["runs"]:
+            assert run["error"] is None and run["text"]
+            assert 1 <= run["output_tokens"] <= 12
+            assert 0 < run["ttft_ms"] <= run["e2e_ms"]
+            # both engines report their cache: a cold run reuses at most the template's
+            # first tokens before the round's own first line
+            assert run["cache_reuse"] is not None and run["cache_reuse"] < 0.5
+        for key in KEYS:
+            stats, values = side["stats"][key], [x[key] for x in side["runs"]]
+            known = [v for v in values if v is not None]
+            assert stats["n"] == len(known)
+            if known:
+                assert stats["median"] == pytest.approx(statistics.median(known))
+                assert stats["lo"] == min(known) and stats["hi"] == max(known)
+    for key in KEYS:
+        ma, mb = a["stats"][key]["median"], b["stats"][key]["median"]
+        if ma and mb is not None:
+            assert out["ratio"][key] == pytest.approx(mb / ma)
+        else:
+            assert out["ratio"][key] is None
+    # the same prompt on the same GGUF: both engines read the same number of tokens
+    assert a["runs"][0]["prompt_tokens"] == b["runs"][0]["prompt_tokens"]
+    assert len(out["loadavg_before"]) == 3
+
+
+@pytest.mark.model
+def test_derived_profile_text_table() -> None:
+    r = phasechat(
+        "compare",
+        "Hi",
+        "--backend",
+        "local:temperature=0",
+        "--backend",
+        "local:temperature=0,max_tokens=4",
+        "--repeat",
+        "1",
+        "--max-tokens",
+        "8",
+        "--n-ctx",
+        "1024",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1] == "A = local(temperature=0) · SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert lines[2].startswith("B = local(temperature=0,max_tokens=4) · ")
+    assert "interleaved" in lines[0]  # one model instance: A then B, never together
+    table = {line.split("  ")[0]: line for line in lines if line.startswith(("TTFT", "e2e"))}
+    assert set(table) == {"TTFT (ms)", "e2e (ms)"}
+    assert "load average" in lines[-1]
+
+
+def test_compare_needs_two_backends() -> None:
+    r = phasechat("compare", "Hi", "--backend", "local")
+    assert r.returncode == 2 and "--backend twice" in r.stderr
+    r = phasechat("compare", "Hi", "--backend", "local", "--backend", "local:threads")
+    assert r.returncode == 2 and "key=value" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.model
+def test_warm_rounds_find_the_prompt_cached_and_cold_ones_do_not() -> None:
+    def reuse(*extra: str) -> list[float]:
+        r = phasechat(
+            "compare",
+            "Name three colours.",
+            "--backend",
+            "local:temperature=0",
+            "--backend",
+            "local:temperature=0,seed=1",
+            "--repeat",
+            "2",
+            "--max-tokens",
+            "4",
+            "--n-ctx",
+            "1024",
+            "--json",
+            *extra,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["cache"] == ("warm" if extra else "cold")
+        return [run["cache_reuse"] for side in out["sides"] for run in side["runs"]]
+
+    # one model instance, one cache: warm, every run finds its prompt there; cold, B does
+    # not find A's prompt either (each side has its own first line)
+    assert all(x > 0.9 for x in reuse("--warm"))
+    assert all(x < 0.5 for x in reuse())

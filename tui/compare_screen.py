@@ -1,0 +1,201 @@
+"""The compare view: the last prompt replayed on two backends, the answers side by side
+as they stream, a table of their figures with the deltas, and the figures as bars.
+
+It draws a `Comparison` (chat/compare.py) and, when asked, runs it; the chat behind it is
+never touched: the replay is a side trip, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual_plotext import PlotextPlot
+
+from phasechat.backends.base import Backend, PromptRefused
+from phasechat.chat.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
+from phasechat.chat.text import one_line, visible_controls
+from phasechat.telemetry.metrics import Metrics, compute
+
+REFRESH_HZ = 10
+#: While an engine on this machine's CPU generates, every UI CPU-second is taken from it.
+SHARED_HZ = 5
+SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
+
+
+def side_title(n: int, side: Side) -> Content:
+    """ "A · name · model", as plain text."""
+    return Content(f"{'AB'[n]} · {one_line(side.name)} · {one_line(side.backend.model)}")
+
+
+def figures(answer: Answer | None, now_ns: int) -> Metrics | None:
+    """An answer's final metrics, or its live ones while it streams."""
+    if answer is None:
+        return None
+    if answer.metrics is not None:
+        return answer.metrics
+    return compute(answer.trace, now_ns) if answer.started and answer.trace.t_sent else None
+
+
+def table(rows: Sequence[MetricRow]) -> Content:
+    """metric | A | B | B-A | B/A, one line each; unknown figures are "n/a"."""
+    head = f"{'':<16}{'A':>10}{'B':>10}{'B-A':>10}{'B/A':>7}"
+    lines: list[Content | str | tuple[str, str]] = [(head, "bold"), "\n"]
+    for row in rows:
+        unit = "" if row.unit in ("%", "chars/s") else f" {row.unit}"
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "n/a"
+        delta = row.delta
+        shown = "n/a" if delta is None else ("+" if delta > 0 else "") + fmt(delta, row.unit)
+        lines.append(
+            f"{row.title + unit:<16}{fmt(row.a.median, row.unit):>10}"
+            f"{fmt(row.b.median, row.unit):>10}{shown:>10}{ratio:>7}\n"
+        )
+    return Content.assemble(*lines)
+
+
+#: The bars' colours, A then B (plotext's names).
+BAR_COLORS = ("cyan", "orange")
+
+
+def draw_bars(plot: PlotextPlot, rows: Sequence[MetricRow]) -> None:
+    """Each metric's A and B as bars, the larger of the two = 100 (the table has the
+    values). A figure unknown on either side draws no bar and says "n/a" (never a 0).
+
+    One bar per text row: the chart needs 4 rows more than two per metric (title,
+    frame, axis); the y range is pinned to the bars so plotext puts each on its label's
+    row."""
+    plt = plot.plt
+    plt.clear_data()
+    plt.clear_figure()
+    plt.title("each metric: % of the larger side")
+    labels: list[str] = []
+    n = 2 * len(rows)
+    for i, r in enumerate(rows):
+        a, b = r.a.median, r.b.median
+        known = a is not None and b is not None
+        top = max(a or 0.0, b or 0.0) or 1.0
+        for side, value in enumerate((a, b)):
+            labels.append(f"{r.title} {'AB'[side]}{'' if known else ' n/a'}")
+            # the first metric on top: plotext counts y upwards
+            y = n - (2 * i + side)
+            pct = round(100 * value / top) if known and value is not None else 0
+            plt.bar([y], [pct], orientation="horizontal", width=0.6, color=BAR_COLORS[side])
+    plt.yticks(list(range(n, 0, -1)), labels)
+    plt.xlim(0, 100)
+    plt.ylim(1, max(n, 2))
+    plot.refresh()
+
+
+class CompareScreen(Screen[None]):
+    """The last prompt on A and B, side by side."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", id="compare-back"),
+    ]
+
+    def __init__(
+        self, comparison: Comparison, owned: Sequence[Backend] = (), *, run: bool = True
+    ) -> None:
+        """`owned`: backends built for this comparison only, closed when it is closed;
+        `run=False` only draws the comparison's answers (snapshots)."""
+        super().__init__()
+        self.comparison = comparison
+        self.owned = list(owned)
+        self.run_it = run
+        self.error = ""
+        self._texts = ["", ""]
+        self._titles = [side_title(n, side) for n, side in enumerate(comparison.sides)]
+        self._bars: tuple[tuple[float | None, float | None], ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        c = self.comparison
+        order = "streaming together" if c.together else "one after the other"
+        head = Content.assemble(
+            ("Replay of the last prompt", "bold"),
+            f" on two backends, {order}\n",
+            (SIDE_TRIP, "dim"),
+        )
+        yield Static(head, id="compare-head")
+        with Horizontal(id="compare-answers"):
+            for n, side in enumerate(c.sides):
+                with Vertical(classes="compare-side"):
+                    yield Static(side_title(n, side), classes="compare-title", id=f"title-{n}")
+                    with VerticalScroll():
+                        yield Static(Content(""), id=f"compare-text-{n}")
+        with Horizontal(id="compare-figures"):
+            yield Static(id="compare-table")
+            yield PlotextPlot(id="compare-bars")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_figures()
+        shared = any(side.backend.shares_cpu for side in self.comparison.sides)
+        self.set_interval(1 / (SHARED_HZ if shared else REFRESH_HZ), self.refresh_figures)
+        if self.run_it:
+            self.run_comparison()
+
+    @work(exclusive=True, group="compare")
+    async def run_comparison(self) -> None:
+        for backend in {id(s.backend): s.backend for s in self.comparison.sides}.values():
+            if backend.state in ("idle", "failed"):
+                await backend.start()
+            if backend.state != "ready":
+                self.error = f"{backend.name}: {backend.state_detail}"
+                return
+        try:
+            await self.comparison.run(1)
+        except PromptRefused as exc:
+            self.error = str(exc)
+        finally:
+            with contextlib.suppress(NoMatches):  # closed while it ran: nothing to draw
+                self.refresh_figures()
+
+    def refresh_figures(self) -> None:
+        """Move new text in and redraw the table and the bars (REFRESH_HZ, or SHARED_HZ
+        beside an engine on this CPU); a part that did not change is not redrawn."""
+        c, now = self.comparison, time.perf_counter_ns()
+        sides = []
+        for n in (0, 1):
+            answer = c.latest(n)
+            text = answer.text if answer is not None else ""
+            if answer is not None and answer.trace.error is not None:
+                text += f"\n\n[error] {answer.trace.error.message}"
+            elif answer is not None and not answer.done:
+                text += " ▍" if answer.started else "(waiting for the other side)"
+            if text != self._texts[n]:
+                self._texts[n] = text
+                drawn = Content(visible_controls(text))
+                self.query_one(f"#compare-text-{n}", Static).update(drawn)
+            title = side_title(n, c.sides[n])  # the model is named once it has loaded
+            if title != self._titles[n]:
+                self._titles[n] = title
+                self.query_one(f"#title-{n}", Static).update(title)
+            sides.append(figures(answer, now))
+        a, b = sides
+        rows = compare_metrics([a] if a else [], [b] if b else [])
+        body = table(rows)
+        if self.error:
+            body = Content.assemble(body, ("\n" + one_line(self.error), "bold"))
+        self.query_one("#compare-table", Static).update(body)
+        shown = tuple((r.a.median, r.b.median) for r in rows)
+        if shown != self._bars:  # plotext builds the whole chart: only when it changed
+            self._bars = shown
+            draw_bars(self.query_one(PlotextPlot), rows)
+
+    def action_back(self) -> None:
+        self.workers.cancel_group(self, "compare")
+        self.dismiss(None)
+
+    async def on_unmount(self) -> None:
+        for backend in self.owned:
+            await backend.aclose()

@@ -1,0 +1,86 @@
+""" "Replay the last prompt on ...": pick a backend (the switcher's list, with its
+re-prefill cost) or the active one with other settings, then open the compare view."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from phasechat.backends.base import Backend
+from phasechat.chat.compare import Comparison, Side
+from phasechat.chat.compare_targets import Target, derive, variants
+from phasechat.chat.costs import switch_cost
+from phasechat.chat.profiles import BackendSpec, make_backend
+from phasechat.tui.compare_screen import CompareScreen
+from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.telemetry_view import switch_line
+
+if TYPE_CHECKING:
+    from phasechat.chat.workspace import Workspace
+    from phasechat.tui.app import PhasechatApp
+
+TITLE = ("Replay the last prompt on ...", "  (side by side with the active backend)")
+
+
+def targets(ws: Workspace) -> list[tuple[Target, str]]:
+    """Every other profile, then the active one with other settings; each with the
+    cost line the switcher shows."""
+    session, active = ws.session, ws.backend
+    out = []
+    for name, spec in ws.profiles.items():
+        if name != active.name:
+            cost = switch_line(switch_cost(session, name, ws.built(name)))
+            out.append((Target(name, spec, session.settings, name), cost))
+    spec = ws.profiles[active.name]
+    for overrides in variants(spec, session.settings):
+        target = derive(active.name, spec, session.settings, overrides)
+        if target.own_backend:
+            cost = switch_line(switch_cost(session, target.name, None))
+            cost += " · loads a second copy of the model"
+        else:
+            size = switch_cost(session, active.name, active)
+            approx = "~" if size.estimated else ""
+            cost = f"history {approx}{size.tokens:,} tokens · same backend and cache"
+        out.append((target, cost))
+    return out
+
+
+def _shown(target: Target) -> BackendSpec:
+    """The spec as the picker lists it: under the target's own name."""
+    spec = target.spec
+    if spec.kind == "local":
+        return replace(spec, local_name=target.name)
+    return replace(spec, remote=replace(spec.remote, name=target.name))
+
+
+def replay_last(app: PhasechatApp) -> None:
+    """Pick where to replay the last prompt, then compare the two answers."""
+    if app.generating:
+        app.notify("still answering: press Esc to stop it first", severity="warning")
+        return
+    sent = [e for e in app.session.exchanges if e.request is not None and e.metrics is not None]
+    if not sent:
+        app.notify("nothing to replay yet: send a message first", severity="warning")
+        return
+    assert sent[-1].request is not None
+    messages = sent[-1].request.messages  # the conversation as the last prompt sent it
+    ws = app.workspace
+    rows = targets(ws)
+    by_name = {t.name: t for t, _ in rows}
+
+    def chosen(name: str | None) -> None:
+        target = by_name.get(name or "")
+        if target is None:
+            return
+        owned: list[Backend] = []
+        if target.own_backend:
+            backend = make_backend(target.spec)
+            owned.append(backend)
+        else:
+            backend = ws.backend_for(target.profile)
+        a = Side(ws.backend.name, ws.backend, ws.session.settings)
+        b = Side(target.name, backend, target.settings)
+        app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
+
+    shown = [(_shown(t), cost) for t, cost in rows]
+    app.push_screen(SwitchScreen(shown, ws.backend.name, TITLE), chosen)
