@@ -11,7 +11,7 @@ import pytest
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
-from phasechat.tui import app as app_module
+from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.markdown_view import MarkdownBody
 from phasechat.tui.widgets import MessageView
@@ -62,6 +62,6 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     # Drawn as it streamed (2 s at 150 tokens/s), but never faster than SHARED_HZ
     # (+1: the forced draw at the end).
     assert len(draws) >= 3
-    assert len(draws) <= seconds * app_module.SHARED_HZ + 2
+    assert len(draws) <= seconds * chat_log.SHARED_HZ + 2
     gaps = [b - a for a, b in itertools.pairwise(draws[:-1])]  # the last one is forced
-    assert min(gaps, default=1.0) >= 0.9 / app_module.SHARED_HZ
+    assert min(gaps, default=1.0) >= 0.9 / chat_log.SHARED_HZ

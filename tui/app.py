@@ -38,7 +38,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs, replay, verdict_view
-from phasechat.tui.chat_log import ChatLog, footer_of
+from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, footer_of
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
@@ -47,15 +47,10 @@ from phasechat.tui.telemetry_view import (
     forecast_line,
     panel_content,
     status_content,
-    thinking_title,
 )
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
-#: While an engine on this machine's CPU generates, every frame the UI draws takes about
-#: 5 ms of a core from it (bench/ui_cost.py): the answer and the panel are drawn at this
-#: rate instead (issue 13: the TUI must not slow the engine it measures).
-SHARED_HZ = 5
 YIELD_EVERY_NS = 4_000_000
 
 
@@ -98,7 +93,7 @@ class PhasechatApp(PlainTextApp):
         self._started = False
         self._pending_text = ""
         self._forecast = DraftForecast()
-        self._drawn_at = 0.0  # when refresh_live last drew, for SHARED_HZ
+        self._pace = Pace()  # SHARED_HZ while an engine on this machine's CPU generates
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
@@ -270,26 +265,16 @@ class PhasechatApp(PlainTextApp):
 
     # -- the refresh timer -----------------------------------------------------------
     async def refresh_live(self, force: bool = False) -> None:
-        """Move new text into the streaming message and redraw the panel (REFRESH_HZ;
-        SHARED_HZ while an engine on this machine's CPU generates)."""
+        """Move new text into the streaming answer, redraw the panel (chat_log.Pace)."""
         try:
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
-        if self._streaming is not None and self.backend.shares_cpu and not force:
-            now = time.monotonic()
-            if now - self._drawn_at < 1 / SHARED_HZ:
-                return
-            self._drawn_at = now
         if self._streaming is not None:
+            if self.backend.shares_cpu and not force and not self._pace.due():
+                return
             exchange, view = self._streaming
-            text = exchange.text
-            if len(text) > view.shown:
-                # Claimed before the await: the timer and the finishing worker both
-                # come here, and must not append the same text twice.
-                new, view.shown = text[view.shown :], len(text)
-                await view.append(new)
-            view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
+            await draw_answer(exchange, view)
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
         else:

@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.containers import VerticalScroll
 from textual.content import Content
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.session import Exchange
 from phasechat.chat.text import visible_controls
-from phasechat.tui.telemetry_view import answer_footer
+from phasechat.tui.telemetry_view import answer_footer, thinking_title
 from phasechat.tui.widgets import MessageView
+
+#: While an engine on this machine's CPU generates, every frame the UI draws takes about
+#: 5 ms of a core from it (bench/ui_cost.py): the answer and the panel are drawn at this
+#: rate instead of the app's REFRESH_HZ (issue 13: the TUI must not slow the engine it
+#: measures).
+SHARED_HZ = 5
+
+
+class Pace:
+    """At most SHARED_HZ draws a second."""
+
+    def __init__(self) -> None:
+        self._at = 0.0
+
+    def due(self) -> bool:
+        """Whether to draw now (and, if so, counted as drawn)."""
+        now = time.monotonic()
+        if now - self._at < 1 / SHARED_HZ:
+            return False
+        self._at = now
+        return True
+
+
+async def draw_answer(exchange: Exchange, view: MessageView) -> None:
+    """Move the streaming answer's new text (and thinking) into its view."""
+    text = exchange.text
+    if len(text) > view.shown:
+        # Claimed before the await: the timer and the finishing worker both come here,
+        # and must not append the same text twice.
+        new, view.shown = text[view.shown :], len(text)
+        await view.append(new)
+    view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
 
 
 def footer_of(message: ChatMessage, footer: Content) -> Content:
