@@ -99,6 +99,8 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         assert len(app.session.exchanges) == 1 and app.backend is local_backend
 
         # leaving while the local model streams the replay stops it: the chat goes on
+        app.send("Write a long story about a lighthouse keeper.")  # a long answer to replay
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
         app.session.update_settings(max_tokens=300)
         await pilot.press("f5")
         await pick(pilot, "local(temperature=0.8)")
@@ -112,5 +114,5 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         assert a is not None and a.trace.finish == "cancelled" and a.done
         app.session.update_settings(max_tokens=8)
         app.send("Another colour?")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
-        assert app.session.exchanges[1].answer.status == "complete"
+        await wait_for(pilot, lambda: len(app.session.exchanges) == 3 and not app.generating)
+        assert app.session.exchanges[2].answer.status == "complete"
