@@ -6,11 +6,12 @@ vLLM's `--max-concurrency` does). The level's duration is from its first send to
 last answer; `telemetry/sweep_stats.py` reduces the requests to throughput, latency
 percentiles, goodput and the knee.
 
-Prompts: every request's prompt starts with its own tag (level, stream, request) before
-the task, and no system prompt is sent, so the only prefix two requests share is the
-chat template's own opening (with any default system prompt it adds): an engine's
-prefix cache cannot make a level cheap by reusing another request's prompt. Before the
-first level one request warms the server (its first request pays for loading and graph
+Prompts: every request's prompt starts with its own tag (level, stream, request, then a
+random id of this sweep) before the task, and no system prompt is sent, so the only
+prefix two requests share is the chat template's own opening (with any default system
+prompt it adds): an engine's prefix cache cannot make a level cheap by reusing another
+request's prompt, nor one from an earlier sweep of the same server. Before the first
+level one request warms the server (its first request pays for loading and graph
 building), and is not counted.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,10 +47,12 @@ DEFAULT_PER_STREAM = 2
 DEFAULT_MAX_TOKENS = 64
 
 
-def prompt_for(concurrency: int, stream: int, index: int) -> str:
-    """The prompt of one request: its own tag first, then a task."""
+def prompt_for(run: str, concurrency: int, stream: int, index: int) -> str:
+    """The prompt of one request: its own tag first (`run` names the sweep), then a task."""
     task = TASKS[(stream + index * 3 + concurrency) % len(TASKS)]
-    return f"Request {concurrency}.{stream}.{index}. {task}"
+    # the run id after the request's own numbers, so two requests of one sweep share
+    # no more than "Request" and a digit or two
+    return f"Request {concurrency}.{stream}.{index} of sweep {run}. {task}"
 
 
 @dataclass
@@ -125,14 +129,22 @@ async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[S
 
 
 async def run_level(
-    backend: Backend, concurrency: int, settings: Settings, per_stream: int, slo: Slo
+    backend: Backend,
+    concurrency: int,
+    settings: Settings,
+    per_stream: int,
+    slo: Slo,
+    run: str = "",
 ) -> LevelRun:
-    """`concurrency` streams of `per_stream` requests each, at once."""
+    """`concurrency` streams of `per_stream` requests each, at once (`run` tags the
+    prompts: a new one per sweep)."""
+    run = run or secrets.token_hex(4)
     results: list[tuple[Sample, Metrics]] = []
 
     async def stream(index: int) -> None:
         for i in range(per_stream):
-            results.append(await _request(backend, settings, prompt_for(concurrency, index, i)))
+            prompt = prompt_for(run, concurrency, index, i)
+            results.append(await _request(backend, settings, prompt))
 
     t0 = time.perf_counter()
     await asyncio.gather(*(stream(i) for i in range(concurrency)))
@@ -159,10 +171,11 @@ async def sweep(
     settings = replace(settings, system="")
     result = SweepResult(backend.name, backend.model, slo or Slo(), per_stream, settings.max_tokens)
     start = load_average()
+    tag = secrets.token_hex(4)  # new each sweep: no prompt is in the server's cache
     if warm_up:
-        await _request(backend, settings, prompt_for(0, 0, 0))
+        await _request(backend, settings, prompt_for(tag, 0, 0, 0))
     for c in levels:
-        run = await run_level(backend, c, settings, per_stream, result.slo)
+        run = await run_level(backend, c, settings, per_stream, result.slo, tag)
         result.runs.append(run)
         if on_level is not None:
             on_level(run)

@@ -83,8 +83,15 @@ async def test_sweep_counts_are_the_servers(start_llama_server: Callable[..., st
     evaluated = after["prompt_tokens_total"] - before["prompt_tokens_total"]
     cached = after["prompt_tokens_cached_total"] - before["prompt_tokens_cached_total"]
     assert prompt_in == evaluated + cached
-    # distinct prompts: the cache serves at most the template's opening of each
-    assert evaluated > cached
+    # distinct prompts: a slot's cache serves at most the chat template's opening (with
+    # SmolLM2's default system prompt, about half of these short prompts); each request's
+    # own tag and task (37-41 tokens with the template's close) are always evaluated, even
+    # on a server that ran an earlier sweep (the other tests share this server)
+    for run in result.runs:
+        assert all((m.evaluated_prompt_tokens or 0) >= 30 for m in run.metrics), [
+            (m.prompt_tokens, m.cached_tokens) for m in run.metrics
+        ]
+    assert evaluated >= 30 * sum(lv.completed for lv in levels)
     # the aggregate rate at 2 and 4 concurrent streams is reported (not judged)
     assert all(lv.output_throughput > 0 for lv in levels[1:])
     assert levels[2].per_user_decode_tok_s is not None
