@@ -101,6 +101,10 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
     if spec.kind == "local":
         threads = spec.local.threads
         out.append({"threads": "2" if threads == 1 else "1"})
-        out.append({"flash_attn": "off" if spec.local.flash_attn else "on"})
+        flash = spec.local.flash_attn  # None: chosen by measurement at load (backends/flash.py)
+        if flash is None:
+            out += [{"flash_attn": "off"}, {"flash_attn": "on"}]
+        else:
+            out.append({"flash_attn": "off" if flash else "on"})
         out.append({"n_ctx": str(max(512, spec.local.n_ctx // 2))})
     return out
