@@ -14,8 +14,6 @@ import math
 import os
 from collections.abc import Sequence
 
-import plotext as plt
-
 from phasechat.chat.sweep import SweepResult
 from phasechat.telemetry.sweep_stats import KNEE_GROWTH, Level, growth_per_doubling
 
@@ -42,6 +40,8 @@ def sweep_chart(
     xs = [math.log2(lv.concurrency) for lv in ordered]
     labels = [str(lv.concurrency) for lv in ordered]
     aggregate = [lv.output_throughput for lv in ordered]
+    import plotext as plt  # here, not at start-up: the app's first frame does not need it
+
     plt.clear_figure()
     plt.plot_size(width, height)
     if not color:
@@ -77,6 +77,8 @@ def sweep_chart(
 
 def strip_ansi(text: str) -> str:
     """plotext's output without its colour codes, and without trailing spaces."""
+    import plotext as plt
+
     return "\n".join(line.rstrip() for line in plt.uncolorize(text).splitlines())
 
 

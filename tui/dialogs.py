@@ -17,9 +17,7 @@ from phasechat.chat.paths import themes_dir
 from phasechat.chat.settings import Settings, TrimConfig
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
-from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.confirm import ConfirmScreen
-from phasechat.tui.settings_screen import SettingsScreen
 from phasechat.tui.sweep_screen import commands as sweep_commands
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
@@ -95,6 +93,8 @@ def chats(app: PhasechatApp) -> None:
             app.workspace.open_chat(chat_id)
             await app.show_conversation(app.session.conversation)
 
+    from phasechat.tui.chats_screen import ChatsScreen  # loaded when first opened
+
     app.push_screen(ChatsScreen(store), chosen)
 
 
@@ -168,6 +168,8 @@ def settings(app: PhasechatApp) -> None:
             app.notify(error, severity="error", markup=False)
         else:
             app.notify("settings saved; they apply from the next message")
+
+    from phasechat.tui.settings_screen import SettingsScreen  # loaded when first opened
 
     app.push_screen(SettingsScreen(ws.session.settings, ws.config.trim, list(ws.profiles)), chosen)
 

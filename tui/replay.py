@@ -11,7 +11,6 @@ from phasechat.chat.compare import Comparison, Side
 from phasechat.chat.compare_targets import Target, derive, variants
 from phasechat.chat.costs import switch_cost
 from phasechat.chat.profiles import BackendSpec, make_backend
-from phasechat.tui.compare_screen import CompareScreen
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
 
@@ -80,6 +79,8 @@ def replay_last(app: PhasechatApp) -> None:
             backend = ws.backend_for(target.profile)
         a = Side(ws.backend.name, ws.backend, ws.session.settings)
         b = Side(target.name, backend, target.settings)
+        from phasechat.tui.compare_screen import CompareScreen  # plotext: not at start-up
+
         app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
 
     shown = [(_shown(t), cost) for t, cost in rows]
