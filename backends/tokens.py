@@ -35,6 +35,20 @@ def estimate_text(text: str) -> int:
     return len(enc.encode(text, disallowed_special=()))
 
 
+@functools.lru_cache(maxsize=512)
+def _history_text(text: str) -> int:
+    return estimate_text(text)
+
+
 def estimate_messages(messages: Iterable[Message]) -> int:
-    """Estimated prompt tokens of a chat, framing included."""
-    return _REPLY_PRIMER + sum(_PER_MESSAGE + estimate_text(m.content) for m in messages)
+    """Estimated prompt tokens of a chat, framing included.
+
+    Every request of a chat repeats the messages before it: those are counted once (an
+    LRU of their texts), so a send or a draft's forecast does not re-tokenize a long
+    history; the last message (the new prompt, or a draft being typed) is counted afresh.
+    """
+    listed = list(messages)
+    if not listed:
+        return _REPLY_PRIMER
+    earlier = sum(_PER_MESSAGE + _history_text(m.content) for m in listed[:-1])
+    return _REPLY_PRIMER + earlier + _PER_MESSAGE + estimate_text(listed[-1].content)
