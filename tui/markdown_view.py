@@ -29,6 +29,8 @@ from textual.widget import Widget
 
 #: A tail longer than this is sealed at its last safe block boundary.
 SEAL_CHARS = 1500
+#: A finished answer up to this long is redrawn as one piece (about 12 ms of Rich).
+MERGE_CHARS = 32_000
 #: A fenced code block longer than this is split into two fences (looks the same).
 SPLIT_FENCE_CHARS = 4000
 

@@ -12,7 +12,7 @@ from textual.widgets import Collapsible, Static, TextArea
 
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.tui.markdown_view import MarkdownBody
+from phasechat.tui.markdown_view import MERGE_CHARS, MarkdownBody
 
 
 class MessageView(Vertical):
@@ -121,9 +121,12 @@ class MessageView(Vertical):
         """Show the final text (only if the stream did not already show exactly it)."""
         final = visible_controls(self.message.content)
         # One piece for a finished message: every layout pass walks every widget of
-        # the chat, so a long chat's old answers should each be few.
-        if self.markdown.source != final or self.markdown.pieces > 1:
-            await self.markdown.replace(final)
+        # the chat, so a long chat's old answers should each be few. Not for a very long
+        # one: re-rendering 100 KB at once stalls the UI (keys wait) for ~100 ms.
+        body = self.markdown
+        merge = body.pieces > 1 and len(final) <= MERGE_CHARS
+        if body.source != final or merge:
+            await body.replace(final)
         self.query_one(".header", Static).update(self._header())
         self.set_footer(footer)
 
