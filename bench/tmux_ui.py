@@ -11,6 +11,8 @@ Rows (issue 13, items 4-6):
   0.1 s, 50 ms apart);
 - a chat of --turns answers of --turn-tokens tokens: Enter -> that answer's last token on
   screen, per turn (turn 1 against the last four), with the app's RSS and CPU seconds.
+  History trimming is off (its summaries are extra requests that the fault server
+  answers at full length); PHASECHAT_BENCH_TRIM=on keeps it.
 
 The screen is polled every 5 ms; a figure is good to about that. The load is printed
 first: on 2 cores, anything else running moves these figures.
@@ -92,9 +94,12 @@ def phasechat_in_tmux(server: FaultServer, model: str, max_tokens: int) -> Itera
         env = {
             "XDG_DATA_HOME": f"{tmp}/data",
             "XDG_CONFIG_HOME": f"{tmp}/config",
-            "PHASECHAT_CONFIG": f"{tmp}/none.toml",
+            "PHASECHAT_CONFIG": f"{tmp}/config.toml",
             "TERM": "xterm-256color",
         }
+        # History trimming off unless asked for: its summaries are requests of their own.
+        trim = os.environ.get("PHASECHAT_BENCH_TRIM", "off") == "on"
+        Path(f"{tmp}/config.toml").write_text(f"[trim]\nenabled = {str(trim).lower()}\n")
         if os.environ.get("PYTHONPATH"):  # to measure another tree with this venv
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         argv = [
