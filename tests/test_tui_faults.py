@@ -15,6 +15,7 @@ import html
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual import events
@@ -87,6 +88,14 @@ def notices(app: PhasechatApp) -> list[str]:
 async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBackend) -> None:
     paste = megabyte_paste()
     app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
+    said: list[str] = []  # every notification, even one that timed out before the check
+    notify = app.notify
+
+    def recorded(message: str, *args: Any, **kwargs: Any) -> None:
+        said.append(str(message))
+        notify(message, *args, **kwargs)
+
+    app.notify = recorded  # type: ignore[method-assign]
     async with app.run_test(size=(100, 40)) as pilot:
         app.post_message(events.Paste(paste))  # as the terminal driver delivers a paste
         await wait_for(lambda: app.query_one(PromptInput).text == paste)
@@ -100,7 +109,7 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
         assert error is not None and "\n" not in error
         assert "the context holds 2,048" in error
         assert "Trim the history" in error and "--n-ctx" in error  # the ways out
-        assert error in notices(app)
+        assert error in said
         user_view, answer_view = app.query(MessageView)
         assert user_view.message.content == paste  # on screen in full, not dropped
         assert error in str(answer_view.query_one(".footer").render())
