@@ -26,10 +26,9 @@ from phasechat.backends.base import Backend, PromptRefused
 from phasechat.chat.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
 
 REFRESH_HZ = 10
-#: While an engine on this machine's CPU generates, every UI CPU-second is taken from it.
-SHARED_HZ = 5
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
 
 
