@@ -49,6 +49,7 @@ class Pane:
     """One tmux server (its own socket) running one command in a 120x40 window."""
 
     socket: str
+    folder: Path  # the app's data and config, removed with the pane
     started_ns: int = 0
     pid: int = 0
 
@@ -109,7 +110,7 @@ def phasechat_in_tmux(server: FaultServer, model: str, max_tokens: int) -> Itera
         ]
         command = "exec env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         command += " " + shlex.join(argv)
-        pane = Pane(socket=f"phasechat-bench-{os.getpid()}-{next(_PANES)}")
+        pane = Pane(socket=f"phasechat-bench-{os.getpid()}-{next(_PANES)}", folder=Path(tmp))
         pane.started_ns = time.perf_counter_ns()
         subprocess.run(
             ["tmux", "-L", pane.socket, "-f", "/dev/null", "new-session", "-d", "-s", "bench",
@@ -143,7 +144,6 @@ def cold_starts(n: int) -> list[float]:
 
 @dataclass
 class Ingest:
-    first_frame_ms: float = 0.0
     last_token_after_ms: float = 0.0
     server_ms: float = 0.0
     key_ms: list[float] = field(default_factory=list)
@@ -156,8 +156,6 @@ def ingest(tokens: int) -> Ingest:
         fault_server_thread() as server,
         phasechat_in_tmux(server, f"fastend-{tokens}", tokens + 10) as pane,
     ):
-        first = pane.wait_for(lambda s: bool(s.strip()))
-        result.first_frame_ms = (first - pane.started_ns) / 1e6
         pane.wait_for(ready)
         time.sleep(1.0)  # let start-up work settle, as a user reads the screen first
         last = f"end{server.fast_requests + 1}"
@@ -168,7 +166,7 @@ def ingest(tokens: int) -> Ingest:
         # A key is on screen when the app writes it to the terminal: read from the
         # terminal's output (pipe-pane), polled every 1 ms at the cost of a file read,
         # not a `capture-pane` process per poll (which took a core of its own).
-        out = Path(tempfile.mkdtemp(prefix="phasechat-tmux-out-")) / "out"
+        out = pane.folder / "terminal-output"
         out.touch()
         pane.output_to(out)
         time.sleep(0.05)
