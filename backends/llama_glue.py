@@ -1,11 +1,12 @@
 """llama-cpp-python glue for the local backend: chat templates, token pieces, the
-decode loop and warm-up. Everything here runs on the backend's llama thread."""
+decode loop and warm-up. Everything here runs on the llama thread (`llama_thread`)."""
 
 from __future__ import annotations
 
 import codecs
 import os
 from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,21 @@ from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
 FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
 #: Formats whose template has no system role: the system prompt joins the first user turn.
 NO_SYSTEM_ROLE = {"gemma"}
+
+
+_LLAMA_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")  # no thread yet
+
+
+def llama_thread() -> ThreadPoolExecutor:
+    """The one thread that runs llama.cpp in this process, for every local backend.
+
+    With an OpenMP build, ggml's workers belong to the thread that starts them, and every
+    op ends at an OpenMP barrier. A second thread that ever decodes brings a second team;
+    libgomp then manages more threads than there are cores and its barriers sleep instead
+    of spinning: decode measured 57-75 instead of 130-140 tok/s on 2 cores (bench/README,
+    "One llama thread per process"). Local requests are serial anyway.
+    """
+    return _LLAMA_THREAD
 
 
 def fold_system(msgs: list[dict[str, str]]) -> list[dict[str, str]]:

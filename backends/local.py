@@ -1,8 +1,9 @@
 """The local backend: a GGUF model through llama-cpp-python, off the event loop.
 
-All llama.cpp calls run on one dedicated thread (a single-worker executor), so the model
-loads in the background, generation never blocks the UI, and requests are serialised
-without a lock. The thread talks to the event loop only through `call_soon_threadsafe`.
+All llama.cpp calls run on one dedicated thread, shared by every local backend of the
+process (`llama_glue.llama_thread`), so a model loads in the background, generation
+never blocks the UI, and requests are serialised without a lock. The thread talks to
+the event loop only through `call_soon_threadsafe`.
 
 We drive our own decode loop (`llama_glue.token_loop`) rather than
 `create_chat_completion`, and do chat templating, detokenisation and stop strings here:
@@ -16,7 +17,6 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from phasechat.backends.llama_glue import (
     eog_check,
     held_prefix,
     kv_stats,
+    llama_thread,
     load_error,
     one_line,
     overflow_error,
@@ -88,7 +89,7 @@ class LocalBackend:
     def __init__(self, config: LocalConfig | None = None, name: str = "local") -> None:
         self.config = config or LocalConfig()
         self._name = name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._executor = llama_thread()
         self._llm: Any = None
         self._prompts: Prompts | None = None
         self._format_name = ""
@@ -99,6 +100,10 @@ class LocalBackend:
         self.gpu_layers = 0
         self.threads = 0
         self._threads: DecodeThreads | None = None
+        # How busy other processes keep the cores from here to the first answer: begun
+        # before the load, so even a quick load spans enough /proc/stat ticks to tell
+        # (otherwise the first answer spends a window probing one thread fewer).
+        self._cpu = CpuShare()
         self.flash_note = ""
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
@@ -163,7 +168,6 @@ class LocalBackend:
     def _load_inner(self) -> None:
         import llama_cpp
 
-        cpu = CpuShare()  # how busy the other processes keep the cores during the load
         path = self._path or default_model_path()
         self._path = path
         self.geometry = geometry(path)  # rejects missing / truncated / not-GGUF files
@@ -198,7 +202,7 @@ class LocalBackend:
         self._piece = piece_function(llm)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         adaptive = self.config.threads is None
-        self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, cpu)
+        self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, self._cpu)
         if self.config.warmup:
             warm_up(llm)
         self._llm = llm
@@ -214,7 +218,6 @@ class LocalBackend:
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, llm.close)
-        self._executor.shutdown(wait=False)
         self._state, self._detail = "idle", "closed"
 
     # -- prompts -------------------------------------------------------------------

@@ -109,3 +109,33 @@ async def test_the_default_is_adaptive_and_says_so(local_backend: LocalBackend) 
     threads = local_backend._threads
     assert threads is not None and threads.adaptive == (local_backend.threads > 1)
     assert sum(isinstance(e, TextDelta) for e in events) == 48
+
+
+async def test_every_local_backend_decodes_on_one_thread(
+    one_thread: LocalBackend, local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an OpenMP build a second thread that decodes brings a second worker team,
+    and libgomp's barriers then sleep instead of spinning (decode about halved here):
+    two backends' prefills and decodes must all run on the one llama thread."""
+    import threading
+
+    import llama_cpp.llama_cpp as lib
+
+    callers: set[tuple[str, int]] = set()
+    decode, evaluate = lib.llama_decode, llama_cpp.Llama.eval
+
+    def traced_decode(*args: object) -> int:
+        callers.add((threading.current_thread().name, threading.get_ident()))
+        return int(decode(*args))
+
+    def traced_eval(self: llama_cpp.Llama, tokens: object) -> None:
+        callers.add((threading.current_thread().name, threading.get_ident()))
+        evaluate(self, tokens)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lib, "llama_decode", traced_decode)
+    monkeypatch.setattr(llama_cpp.Llama, "eval", traced_eval)
+    assert one_thread._executor is local_backend._executor
+    for backend in (one_thread, local_backend, one_thread):
+        text, trace, _ = await answer(backend)
+        assert trace.tokens == 48 and text
+    assert len(callers) == 1 and callers.pop()[0].startswith("llama")
