@@ -10,6 +10,13 @@ prints best and median tok/s of each, the ratios to llama-bench's faster flash-a
 setting, llama-bench off vs on, the flash attention phasechat chose (backends/flash.py)
 and the load average beside each round. `ask`'s rate is its telemetry's
 `decode_tok_s`: (tokens - 1) / first-to-last token, 128 tokens after the first.
+
+`ask` decodes after its prompt (32 tokens with the chat template), llama-bench's tg128
+from an empty cache; on this small model attention is a visible share of a token
+(depth 256 decodes ~25% slower than depth 0), so llama-bench also runs at ask's prompt
+depth (`-d`) and the goal compares like with like (the depth-0 ratio is printed too).
+This VM's rate drifts 10-30% from minute to minute, so besides the ratio of medians it
+prints the median of each round's own ratio (ask / llama-bench in the same round).
 """
 
 from __future__ import annotations
@@ -36,18 +43,21 @@ def load() -> str:
     return f"load {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
-def llama_bench(binary: Path, model: Path, threads: int, reps: int) -> dict[bool, list[float]]:
-    """tg128 samples, tok/s, by flash attention."""
+def llama_bench(
+    binary: Path, model: Path, threads: int, reps: int, depth: int
+) -> dict[tuple[bool, int], list[float]]:
+    """tg128 samples, tok/s, by (flash attention, depth): at depth 0 and at `depth`."""
     restore_symlinks(binary)
     cmd = [
         str(binary),
-        *("-m", str(model), "-t", str(threads), "-r", str(reps)),
+        *("-m", str(model), "-t", str(threads), "-r", str(reps), "-d", f"0,{depth}"),
         *("-p", "0", "-n", str(TOKENS), "-fa", "0,1", "-o", "json"),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    rows: dict[bool, list[float]] = {False: [], True: []}
+    rows: dict[tuple[bool, int], list[float]] = {}
     for row in json.loads(out):
-        rows[bool(row["flash_attn"])] += row.get("samples_ts") or [row["avg_ts"]]
+        key = bool(row["flash_attn"]), int(row.get("n_depth", 0))
+        rows.setdefault(key, []).extend(row.get("samples_ts") or [row["avg_ts"]])
     return rows
 
 
@@ -83,34 +93,56 @@ def main(argv: list[str] | None = None) -> int:
     if binary is None or not binary.is_file():
         print("llama-bench not found: scripts/llama_tool.sh llama-bench (bench/README.md)")
         return 1
-    print(f"{model.name} · {threads} threads · {args.rounds} rounds x {args.reps} reps · {load()}")
-    ref: dict[bool, list[float]] = {False: [], True: []}
+    depth = int(ask([])["prompt_tokens"])  # type: ignore[call-overload]
+    print(
+        f"{model.name} · {threads} threads · {args.rounds} rounds x {args.reps} reps · "
+        f"ask's prompt: {depth} tokens · {load()}"
+    )
+    ref: dict[tuple[bool, int], list[float]] = {}
+    rounds: list[tuple[dict[tuple[bool, int], list[float]], list[float]]] = []
     ours: dict[str, list[float]] = {"default": [], "fixed": []}
     threads_seen: list[str] = []
     for r in range(args.rounds):
         print(f"round {r + 1}: {load()}", flush=True)
-        for fa, samples in llama_bench(binary, model, threads, args.reps).items():
-            ref[fa] += samples
+        tg = llama_bench(binary, model, threads, args.reps, depth)
+        for key, samples in tg.items():
+            ref.setdefault(key, []).extend(samples)
+        rounds.append((tg, []))
         for _ in range(args.reps):
-            for key, extra in (("default", []), ("fixed", ["--threads", str(threads)])):
+            for name, extra in (("default", []), ("fixed", ["--threads", str(threads)])):
                 m = ask(extra)
-                ours[key].append(float(m["decode_tok_s"]))  # type: ignore[arg-type]
-                if key == "default":
+                ours[name].append(float(m["decode_tok_s"]))  # type: ignore[arg-type]
+                if name == "default":
+                    rounds[-1][1].append(ours[name][-1])
                     threads_seen.append(f"{m['threads']} ({m['threads_reason']})")
-    fa_best = statistics.median(ref[True]) >= statistics.median(ref[False])
-    best = max(ref[fa_best])
+
+    def fastest(d: int) -> bool:
+        return statistics.median(ref[True, d]) >= statistics.median(ref[False, d])
+
+    fa_best = fastest(depth)
+    best = max(ref[fa_best, depth])
     choice = cached(model, threads)
     head = f"decode tok/s, tg{TOKENS}"
     print(f"\n{head:<34}{'best':>8}{'median':>8}{'best/llama-bench best':>24}")
-    print(row("llama-bench fa off", ref[False], best))
-    print(row("llama-bench fa on", ref[True], best))
+    for d in (0, depth):
+        for fa in (False, True):
+            print(row(f"llama-bench fa {'on' if fa else 'off'}, depth {d}", ref[fa, d], best))
     print(row("phasechat ask (default)", ours["default"], best))
     print(row(f"phasechat ask --threads {threads}", ours["fixed"], best))
-    off_on = statistics.median(ref[False]) / statistics.median(ref[True])
+    off_on = statistics.median(ref[False, depth]) / statistics.median(ref[True, depth])
     better = "on" if fa_best else "off"
-    print(f"\nllama-bench fa off / on (medians): {off_on:.3f}; its best here: fa {better}")
-    med = statistics.median(ours["default"]) / statistics.median(ref[fa_best])
-    print(f"ask (default) / llama-bench best, medians: {med:.3f} (goal >= 0.95)")
+    print(f"\nllama-bench fa off / on (medians, depth {depth}): {off_on:.3f}; faster: fa {better}")
+    shallow = statistics.median(ref[fa_best, depth]) / statistics.median(ref[fa_best, 0])
+    print(f"llama-bench depth {depth} / depth 0 (medians): {shallow:.3f} (attention's cost)")
+    ask_med = statistics.median(ours["default"])
+    med = ask_med / statistics.median(ref[fa_best, depth])
+    print(f"ask (default) / llama-bench best at depth {depth}, medians: {med:.3f} (goal >= 0.95)")
+    paired = statistics.median(
+        statistics.median(mine) / statistics.median(tg[fa_best, depth]) for tg, mine in rounds
+    )
+    print(f"  the same, median of each round's own ratio: {paired:.3f}")
+    zero = ask_med / statistics.median(ref[fastest(0), 0])
+    print(f"ask (default) / llama-bench best at depth 0, medians: {zero:.3f}")
     print(f"phasechat: {choice.summary if choice else 'flash attention not measured yet'}")
     print(f"ask (default) ended on threads: {sorted(set(threads_seen))}")
     print(f"{load()} at the end")
