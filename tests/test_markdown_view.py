@@ -106,3 +106,32 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
             assert body.pieces == 1
             assert "end1" in (await screen_text(pilot))
         await backend.aclose()
+
+
+async def test_a_streaming_tail_grows_a_few_lines_at_a_time_and_settles_exact() -> None:
+    """While an answer streams, its tail is a multiple of STREAM_STEP lines tall (a new
+    line inside that reserve is a repaint, not a layout of the whole chat); once it
+    settles, it is exactly as tall as its text."""
+    from textual.app import App, ComposeResult
+
+    from phasechat.tui.markdown_view import STREAM_STEP
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody()
+
+    app = One()
+    seen: list[tuple[int, int]] = []  # (laid-out height, text lines)
+    async with app.run_test(size=(40, 30)) as pilot:
+        body = app.query_one(MarkdownBody)
+        for i in range(66):
+            await body.append(f"word{i} ")
+            await pilot.pause()
+            seen.append((body.tail.size.height, len(body.tail._drawn)))
+        text_lines = seen[-1][1]
+        assert text_lines > 2 * STREAM_STEP and text_lines % STREAM_STEP
+        assert all(h % STREAM_STEP == 0 and h >= lines for h, lines in seen)
+        assert len({h for h, _ in seen}) <= text_lines // STREAM_STEP + 1
+        body.settle()
+        await pilot.pause()
+        assert body.tail.size.height == text_lines

@@ -33,6 +33,11 @@ SEAL_CHARS = 1500
 MERGE_CHARS = 32_000
 #: A fenced code block longer than this is split into two fences (looks the same).
 SPLIT_FENCE_CHARS = 4000
+#: A streaming answer's open tail grows this many lines at a time (blank lines below
+#: the text until it fills them): a new line then costs a repaint of the tail alone,
+#: and only every STREAM_STEP lines a layout pass and a redraw of everything the chat
+#: shows (the log scrolls to keep the end in view). bench/ui_cost.py measures it.
+STREAM_STEP = 4
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
@@ -67,8 +72,11 @@ class _Drawn:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         new_line = Segment.line()
-        for line in self.piece.draw(console, options):
+        lines = self.piece.draw(console, options)
+        for line in lines:
             yield from line
+            yield new_line
+        for _ in range(self.piece.padded(len(lines)) - len(lines)):
             yield new_line
 
 
@@ -82,6 +90,19 @@ class MarkdownPiece(Widget):
         self.source = source
         self._drawn_key: tuple[str, int, bool] | None = None
         self._drawn: list[list[Segment]] = []
+        #: height granularity: STREAM_STEP while an answer streams into this piece
+        self.step = 1
+
+    def padded(self, lines: int) -> int:
+        """The height drawn for `lines` lines: rounded up to a multiple of `step`."""
+        return -(-lines // self.step) * self.step
+
+    def set_step(self, step: int) -> None:
+        """Grow in steps of `step` lines (1: exactly as tall as the text)."""
+        if step != self.step:
+            self.step = step
+            self.clear_cached_dimensions()
+            self.refresh(layout=True)
 
     def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
         """The lines of the source at this width (rendered once per source and width)."""
@@ -103,10 +124,10 @@ class MarkdownPiece(Widget):
             return
         self.source = source
         if self._drawn_key is not None:
-            height = len(self._drawn)
+            height = self.padded(len(self._drawn))
             console = self.app.console
             self.draw(console, console.options.update_width(self._drawn_key[1]))
-            if len(self._drawn) == height:
+            if self.padded(len(self._drawn)) == height:
                 self.refresh()
                 return
         self.clear_cached_dimensions()
@@ -173,7 +194,9 @@ class MarkdownBody(Vertical):
         return len(self.children)
 
     async def append(self, text: str) -> None:
-        """Add streamed text; seal what can no longer change."""
+        """Add streamed text; seal what can no longer change. While it streams, the
+        tail grows STREAM_STEP lines at a time (`settle` ends that)."""
+        self.tail.set_step(STREAM_STEP)
         self.source += text
         self._tail += text
         cut, reopen = seal_point(self._tail)
@@ -183,6 +206,10 @@ class MarkdownBody(Vertical):
             self._tail = reopen + self._tail[end:]
             await self.mount(MarkdownPiece(sealed), before=self.tail)
         self.tail.update(self._tail)
+
+    def settle(self) -> None:
+        """The stream ended: the tail is exactly as tall as its text again."""
+        self.tail.set_step(1)
 
     async def replace(self, source: str) -> None:
         """Show `source` instead (a final text that differs from what was streamed)."""

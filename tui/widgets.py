@@ -124,6 +124,7 @@ class MessageView(Vertical):
         # the chat, so a long chat's old answers should each be few. Not for a very long
         # one: re-rendering 100 KB at once stalls the UI (keys wait) for ~100 ms.
         body = self.markdown
+        body.settle()
         merge = body.pieces > 1 and len(final) <= MERGE_CHARS
         if body.source != final or merge:
             await body.replace(final)
