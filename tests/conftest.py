@@ -38,6 +38,16 @@ def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_home:
     monkeypatch.delenv("PHASECHAT_CONFIG", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _thawed() -> Iterator[None]:
+    """An app that finished an answer froze the heap (chat_log.settle_heap): thaw it
+    after each test, so finished tests' apps can be freed."""
+    yield
+    import gc
+
+    gc.unfreeze()
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The recordings are part of the repository: a missing one is an error, not a skip."""

@@ -65,3 +65,29 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     assert len(draws) <= seconds * chat_log.SHARED_HZ + 2
     gaps = [b - a for a, b in itertools.pairwise(draws[:-1])]  # the last one is forced
     assert min(gaps, default=1.0) >= 0.9 / chat_log.SHARED_HZ
+
+
+async def test_a_finished_answer_is_frozen_out_of_the_collectors_scans() -> None:
+    """Python's full collections walk every object: once an answer is final, what is
+    alive moves to the permanent generation (so the pauses do not grow with the chat),
+    and a new chat unfreezes it (so the old chat's widgets can be freed)."""
+    import gc
+    import weakref
+
+    gc.unfreeze()
+    with fault_server_thread() as server:
+        backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="fastend-300"))
+        app = PhasechatApp(settings=Settings(max_tokens=310), backend=backend)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(lambda: backend.state == "ready")
+            assert gc.get_freeze_count() == 0
+            app.send("go")
+            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
+            await wait_for(lambda: gc.get_freeze_count() > 1000)
+            view = weakref.ref(list(app.query(MessageView))[-1])
+            await app.show_conversation(app.workspace.new_chat())
+            assert gc.get_freeze_count() == 0
+            await pilot.pause(0.2)  # removal finishes after the call returns
+            gc.collect()
+            assert view() is None  # the old chat's answer was freed
+        await backend.aclose()

@@ -38,7 +38,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs, replay, verdict_view
-from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, footer_of
+from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, footer_of, settle_heap
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
@@ -255,6 +255,7 @@ class PhasechatApp(PlainTextApp):
                     )
                 await view.finish(footer_of(exchange.answer, footer))
                 await verdict_view.add_verdict(view, exchange)
+                self.call_after_refresh(settle_heap, len(self.screen_stack) > 1)
         except NoMatches:
             pass  # the app is shutting down: the answer itself was saved by the session
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from textual.containers import VerticalScroll
@@ -46,6 +47,21 @@ async def draw_answer(exchange: Exchange, view: MessageView) -> None:
     view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
 
 
+def settle_heap(modal_open: bool) -> None:
+    """Once an answer is final: collect what this turn left, and move everything alive
+    to the permanent generation, where Python's cyclic collector no longer scans it.
+
+    A full collection walks every tracked object, so without this a long chat's
+    widgets and segments made every few turns pay a pause that grew with the chat
+    (bench.tmux_ui: turns of 110-150 ms with some at 260-330 ms by turn 16). Each call
+    scans only what was made since the last one. Not while a modal screen is open (its
+    widgets go away soon); `ChatLog.show` unfreezes before it drops a whole chat.
+    """
+    if not modal_open:
+        gc.collect()
+        gc.freeze()
+
+
 def footer_of(message: ChatMessage, footer: Content) -> Content:
     """An answer's footer, with its error (if it failed) on a line of its own."""
     if message.error:
@@ -63,6 +79,7 @@ class ChatLog(VerticalScroll):
 
     async def show(self, conversation: Conversation) -> None:
         """Replace what is shown with `conversation` (a saved chat, or a new one)."""
+        gc.unfreeze()  # the old chat's widgets may be frozen (settle_heap): let them go
         await self.remove_children()
         views = [MessageView(m) for m in conversation.messages]
         await self.mount_all(views)
