@@ -103,8 +103,6 @@ def phasechat_in_tmux(server: FaultServer, model: str, max_tokens: int) -> Itera
         Path(f"{tmp}/config.toml").write_text(f"[trim]\nenabled = {str(trim).lower()}\n")
         if os.environ.get("PYTHONPATH"):  # to measure another tree with this venv
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-        if os.environ.get("PC_GC"):
-            env["PC_GC"] = os.environ["PC_GC"]
         argv = [
             str(ROOT / ".venv/bin/phasechat"),
             *("--backend", "openai", "--base-url", server.base_url, "--model", model),
