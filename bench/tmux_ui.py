@@ -10,7 +10,11 @@ Rows (issue 13, items 4-6):
   screen, and keys typed during the stream -> the key written to the terminal (from
   0.1 s, 50 ms apart);
 - a chat of --turns answers of --turn-tokens tokens: Enter -> that answer's last token on
-  screen, per turn (turn 1 against the last four), with the app's RSS and CPU seconds.
+  screen, per turn (turn 1 against the last four), with the app's RSS and CPU seconds;
+  then the goal's figure measured side by side: two apps at once, turns 1-4 of a new
+  chat alternated with the last four of a long one (this VM's speed drifts by tens of
+  percent between minutes: a first-four against last-four within one chat moved between
+  0.74x and 1.63x from run to run).
   History trimming is off (its summaries are extra requests that the fault server
   answers at full length); PHASECHAT_BENCH_TRIM=on keeps it.
 
@@ -201,6 +205,20 @@ class Turn:
     cpu_s: float
 
 
+def take_turn(pane: Pane, seen: int) -> tuple[Turn, int]:
+    """Send one prompt in `pane`: Enter -> that answer's last token on screen."""
+    pane.keys("go")
+    time.sleep(0.3)  # typing, then Enter (the draft's forecast has run)
+    cpu0 = pane.cpu_s()
+    t0 = time.perf_counter_ns()
+    pane.keys("Enter", literal=False)
+    # The app may also ask the server for a history summary: any newer answer.
+    shown = pane.wait_for(lambda s: last_answer(s) > seen)
+    turn = Turn((shown - t0) / 1e6, pane.rss_mb(), pane.cpu_s() - cpu0)
+    time.sleep(0.5)  # the footer, the save
+    return turn, last_answer(pane.screen())
+
+
 def chat(turns: int, turn_tokens: int) -> list[Turn]:
     """A chat of `turns` answers of `turn_tokens` tokens: Enter -> last token on screen."""
     out: list[Turn] = []
@@ -212,17 +230,32 @@ def chat(turns: int, turn_tokens: int) -> list[Turn]:
         time.sleep(1.0)
         seen = 0
         for _ in range(turns):
-            pane.keys("go")
-            time.sleep(0.3)  # typing, then Enter (the draft's forecast has run)
-            cpu0 = pane.cpu_s()
-            t0 = time.perf_counter_ns()
-            pane.keys("Enter", literal=False)
-            # The app may also ask the server for a history summary: any newer answer.
-            shown = pane.wait_for(lambda s, seen=seen: last_answer(s) > seen)
-            seen = last_answer(pane.screen())
-            out.append(Turn((shown - t0) / 1e6, pane.rss_mb(), pane.cpu_s() - cpu0))
-            time.sleep(0.5)  # the footer, the save
+            turn, seen = take_turn(pane, seen)
+            out.append(turn)
     return out
+
+
+def chat_side_by_side(turns: int, turn_tokens: int) -> tuple[list[Turn], list[Turn]]:
+    """Turns 1-4 of a new chat and turns `turns`-3..`turns` of a long one, alternated in
+    two apps at once, so both sides see the same minutes of this VM's drifting speed."""
+    short: list[Turn] = []
+    long: list[Turn] = []
+    with (
+        fault_server_thread() as server,
+        phasechat_in_tmux(server, f"fastend-{turn_tokens}", turn_tokens + 10) as a,
+        phasechat_in_tmux(server, f"fastend-{turn_tokens}", turn_tokens + 10) as b,
+    ):
+        a.wait_for(ready)
+        b.wait_for(ready)
+        seen_b = 0
+        for _ in range(turns - 4):  # the long chat's history, not measured
+            _, seen_b = take_turn(b, seen_b)
+        for _ in range(4):  # answers are numbered across both apps: the newest is the highest
+            turn, seen = take_turn(a, seen_b)
+            short.append(turn)
+            turn, seen_b = take_turn(b, seen)
+            long.append(turn)
+    return short, long
 
 
 def main() -> None:
@@ -263,6 +296,15 @@ def main() -> None:
         f"last {len(tail)} turns vs turn 1: {tail[-1].ms / turns[0].ms:.2f}x; mean of the last "
         f"{len(tail)} vs the first {len(head)}: {ms:.2f}x wall, {cpu:.2f}x app CPU "
         f"(goal <= 1.2); RSS {turns[0].rss_mb:.0f} -> {turns[-1].rss_mb:.0f} MB"
+    )
+    short, long = chat_side_by_side(args.turns, args.turn_tokens)
+    ms = statistics.mean(t.ms for t in long) / statistics.mean(t.ms for t in short)
+    cpu = statistics.mean(t.cpu_s for t in long) / statistics.mean(t.cpu_s for t in short)
+    print(
+        f"side by side, alternated in two apps: turns 1-4 of a new chat "
+        f"{', '.join(f'{t.ms:.0f}' for t in short)} ms; turns {args.turns - 3}-{args.turns} "
+        f"of a long one {', '.join(f'{t.ms:.0f}' for t in long)} ms: {ms:.2f}x wall, "
+        f"{cpu:.2f}x app CPU (goal <= 1.2)"
     )
     sys.stdout.flush()
 
