@@ -248,11 +248,9 @@ class PhasechatApp(PlainTextApp):
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
                 footer = answer_footer(exchange.metrics, predicted, exchange.trim_note)
-                if exchange.answer.error:
-                    self.last_error = exchange.answer.error
-                    self.notify(
-                        exchange.answer.error, title="answer failed", severity="error", markup=False
-                    )
+                if error := exchange.answer.error:
+                    self.last_error = error
+                    self.notify(error, title="answer failed", severity="error", markup=False)
                 await view.finish(footer_of(exchange.answer, footer))
                 await verdict_view.add_verdict(view, exchange)
                 self.call_after_refresh(settle_heap, len(self.screen_stack) > 1)
