@@ -29,12 +29,16 @@ class Handoff:
         self._ready = asyncio.Event()
         self._woken_at = 0
         self._scheduled = False
+        self._ordinary = False  # an ordinary event was put: the first one wakes at once
 
     def put(self, event: Event, urgent: bool = False) -> None:
         """From the llama thread. An event that is not `urgent` may wait for the next
-        one (at most one token interval, or `wake_s`) before the loop sees it."""
+        one (at most one token interval, or `wake_s`) before the loop sees it; the
+        first such event (the first token) does not wait."""
         with self._lock:
             self._items.append(event)
+            if not urgent and not self._ordinary:
+                urgent = self._ordinary = True
             now = time.perf_counter_ns()
             if self._scheduled or (not urgent and now - self._woken_at < self._wake_ns):
                 return
