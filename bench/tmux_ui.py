@@ -260,6 +260,12 @@ def chat_side_by_side(turns: int, turn_tokens: int) -> tuple[list[Turn], list[Tu
     return short, long
 
 
+def growth(early: list[Turn], late: list[Turn]) -> tuple[float, float]:
+    """Mean wall time and app CPU of the `late` turns over the `early` ones."""
+    ms = statistics.mean(t.ms for t in late) / statistics.mean(t.ms for t in early)
+    return ms, statistics.mean(t.cpu_s for t in late) / statistics.mean(t.cpu_s for t in early)
+
+
 def main() -> None:
     # The app hanging up on a summary request it no longer needs is not news here.
     logging.getLogger("asyncio").setLevel(logging.ERROR)
@@ -292,16 +298,14 @@ def main() -> None:
     for i, t in enumerate(turns, 1):
         print(f"{i:>4}  {t.ms:>22.0f}  {t.cpu_s:>11.2f}  {t.rss_mb:>8.0f}")
     head, tail = turns[:4], turns[-4:]
-    ms = statistics.mean(t.ms for t in tail) / statistics.mean(t.ms for t in head)
-    cpu = statistics.mean(t.cpu_s for t in tail) / statistics.mean(t.cpu_s for t in head)
+    ms, cpu = growth(head, tail)
     print(
         f"last {len(tail)} turns vs turn 1: {tail[-1].ms / turns[0].ms:.2f}x; mean of the last "
         f"{len(tail)} vs the first {len(head)}: {ms:.2f}x wall, {cpu:.2f}x app CPU "
         f"(goal <= 1.2); RSS {turns[0].rss_mb:.0f} -> {turns[-1].rss_mb:.0f} MB"
     )
     short, long = chat_side_by_side(args.turns, args.turn_tokens)
-    ms = statistics.mean(t.ms for t in long) / statistics.mean(t.ms for t in short)
-    cpu = statistics.mean(t.cpu_s for t in long) / statistics.mean(t.cpu_s for t in short)
+    ms, cpu = growth(short, long)
     print(
         f"side by side, alternated in two apps: turns 1-4 of a new chat "
         f"{', '.join(f'{t.ms:.0f}' for t in short)} ms; turns {args.turns - 3}-{args.turns} "
