@@ -36,7 +36,7 @@ from phasechat.backends.events import (
 )
 from phasechat.backends.flash import decide
 from phasechat.backends.gguf import Geometry, GGUFError, geometry
-from phasechat.backends.handoff import Handoff
+from phasechat.backends.handoff import WAKE_S, Handoff
 from phasechat.backends.llama_glue import (
     chat_formatter,
     engine_timings,
@@ -282,7 +282,7 @@ class LocalBackend:
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
         loop = asyncio.get_running_loop()
-        handoff = Handoff(loop)
+        handoff = Handoff(loop, request.batch_s or WAKE_S)
         cancel = threading.Event()
 
         def emit(event: Event) -> None:

@@ -113,6 +113,8 @@ class ChatSession:
         self.current: Exchange | None = None
         self.listeners: list[SessionListener] = []
         self.trimmer = Trimmer()
+        #: `GenerationRequest.batch_s` of the next sends (the TUI sets its draw interval)
+        self.batch_s: float | None = None
 
     def _added(self, message: ChatMessage) -> ChatMessage:
         self.conversation.add(message)
@@ -139,6 +141,7 @@ class ChatSession:
             temperature=s.temperature,
             stop=s.stop,
             seed=s.seed,
+            batch_s=self.batch_s,
         )
 
     def begin(self, prompt: str) -> Exchange:

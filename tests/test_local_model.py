@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from phasechat.backends.events import (
+    Event,
     Finished,
     GenerationRequest,
     KVStats,
@@ -143,3 +145,35 @@ async def test_truncated_real_model_fails_cleanly(tmp_path: Path, model_path: Pa
     await backend.start()
     assert backend.state == "failed" and "\n" not in backend.state_detail
     await backend.aclose()
+
+
+async def test_tokens_are_handed_over_in_batches_of_the_requests_batch_s(
+    local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phasechat.backends import local
+
+    batches: list[int] = []  # TextDeltas per wake-up of the event loop
+
+    class Counted(local.Handoff):
+        async def take(self) -> list[Event]:
+            items = await super().take()
+            batches.append(sum(isinstance(e, TextDelta) for e in items))
+            return items
+
+    monkeypatch.setattr(local, "Handoff", Counted)
+    base = req("Write a long story about a dragon.", max_tokens=32)
+    for batch_s in (None, 10.0):
+        batches.clear()
+        stamps = [
+            e.t_ns
+            async for e in local_backend.stream(replace(base, batch_s=batch_s))
+            if isinstance(e, TextDelta)
+        ]
+        assert len(stamps) >= 20
+        woken = [n for n in batches if n]
+        if batch_s is None:  # 25 ms: a 32-token answer wakes the loop several times
+            assert len(woken) > 2
+        else:  # the first token at once; the rest wait for the end of the answer
+            assert len(woken) == 2 and woken[0] == 1
+        # Batching delays delivery, never the timestamps: each token keeps its own.
+        assert len(set(stamps)) == len(stamps)

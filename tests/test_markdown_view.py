@@ -83,9 +83,9 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
     most = 0
     append = MarkdownBody.append
 
-    async def counted(self: MarkdownBody, text: str) -> None:
+    async def counted(self: MarkdownBody, text: str, step: int) -> None:
         nonlocal most
-        await append(self, text)
+        await append(self, text, step)
         most = max(most, self.pieces)
 
     monkeypatch.setattr(MarkdownBody, "append", counted)
@@ -118,12 +118,14 @@ async def test_a_streaming_tail_grows_a_few_lines_at_a_time_and_settles_exact() 
 
     class One(App[None]):
         def compose(self) -> ComposeResult:
-            yield MarkdownBody()
+            yield MarkdownBody(step=STREAM_STEP)  # an answer about to stream
 
     app = One()
     seen: list[tuple[int, int]] = []  # (laid-out height, text lines)
     async with app.run_test(size=(40, 30)) as pilot:
         body = app.query_one(MarkdownBody)
+        # Empty, it already holds one step: its first line is no layout pass either.
+        assert body.tail.size.height == STREAM_STEP
         for i in range(66):
             await body.append(f"word{i} ")
             await pilot.pause()

@@ -13,8 +13,8 @@ from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
 from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.markdown_view import MarkdownBody
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
+from phasechat.tui.widgets import MessageView, PromptInput
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import wait_for
 
@@ -37,11 +37,13 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     draws: list[float] = []
+    how: set[tuple[int, bool]] = set()  # (tail step, cursor blinks) at each draw
     append = MarkdownBody.append
 
-    async def counted(self: MarkdownBody, text: str) -> None:
+    async def counted(self: MarkdownBody, text: str, step: int) -> None:
         draws.append(time.monotonic())
-        await append(self, text)
+        how.add((step, self.app.query_one(PromptInput).cursor_blink))
+        await append(self, text, step)
 
     monkeypatch.setattr(MarkdownBody, "append", counted)
     with fault_server_thread() as server:  # on 127.0.0.1: shares the CPU
@@ -58,13 +60,44 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
             body = list(app.query(MessageView))[-1].markdown
             assert body.source == answer.content  # the last draw is forced: nothing lost
             assert answer.content.count("word") == 300
+            # The engine was asked to hand tokens over once per draw, and the cursor
+            # blinks again once the answer is final.
+            request = app.session.exchanges[-1].request
+            assert request is not None and request.batch_s == 1 / chat_log.SHARED_HZ
+            assert app.query_one(PromptInput).cursor_blink
         await backend.aclose()
+    assert how == {(SHARED_STEP, False)}  # bigger steps, no blinking cursor meanwhile
     # Drawn as it streamed (2 s at 150 tokens/s), but never faster than SHARED_HZ
     # (+1: the forced draw at the end).
     assert len(draws) >= 3
     assert len(draws) <= seconds * chat_log.SHARED_HZ + 2
     gaps = [b - a for a, b in itertools.pairwise(draws[:-1])]  # the last one is forced
     assert min(gaps, default=1.0) >= 0.9 / chat_log.SHARED_HZ
+
+
+async def test_an_answer_from_elsewhere_is_drawn_at_every_refresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    how: set[tuple[int, bool]] = set()
+    append = MarkdownBody.append
+
+    async def seen(self: MarkdownBody, text: str, step: int) -> None:
+        how.add((step, self.app.query_one(PromptInput).cursor_blink))
+        await append(self, text, step)
+
+    monkeypatch.setattr(MarkdownBody, "append", seen)
+    monkeypatch.setattr(RemoteBackend, "shares_cpu", property(lambda _: False))
+    with fault_server_thread() as server:
+        backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="paced-60-150"))
+        app = PhasechatApp(settings=Settings(max_tokens=70), backend=backend)
+        async with app.run_test(size=(100, 30)):
+            await wait_for(lambda: backend.state == "ready")
+            app.send("go")
+            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
+            request = app.session.exchanges[-1].request
+            assert request is not None and request.batch_s is None
+        await backend.aclose()
+    assert how == {(STREAM_STEP, True)}
 
 
 async def test_a_finished_answer_is_frozen_out_of_the_collectors_scans() -> None:

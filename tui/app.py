@@ -3,9 +3,9 @@ workers; the state itself (backends, session, store, config) lives there.
 
 Data flows one way: the app drives the workspace's `ChatSession`, which wraps a
 backend's event stream in the telemetry recorder. The generation worker only consumes
-events; a timer at REFRESH_HZ moves new text into the chat and redraws the telemetry
-panel from the exchange's live figures, so the UI's cost per second is fixed whatever
-the token rate.
+events; a timer (REFRESH_HZ, slower beside a local engine: chat_log.Pace) moves new
+text into the chat and redraws the telemetry panel from the exchange's live figures, so
+the UI's cost per second is fixed whatever the token rate.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class PhasechatApp(PlainTextApp):
         self._started = False
         self._pending_text = ""
         self._forecast = DraftForecast()
-        self._pace = Pace()  # SHARED_HZ while an engine on this machine's CPU generates
+        self._pace = Pace()  # how the streaming answer is drawn
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
@@ -130,7 +130,7 @@ class PhasechatApp(PlainTextApp):
         self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
-        self.set_interval(1 / REFRESH_HZ, self.refresh_live)
+        self._pace.drive(self, self.refresh_live, REFRESH_HZ)
         self.load_backend()
         self.refresh_status()
 
@@ -209,9 +209,12 @@ class PhasechatApp(PlainTextApp):
         """Consume the session's event stream; the refresh timer does the drawing."""
         self._started = True
         predicted = self._forecast.of(prompt)
+        self._pace.begin(self.backend.shares_cpu)
+        self.session.batch_s = self._pace.batch_s
         try:
             exchange = self.session.begin(prompt)
         except InputError as exc:
+            self._pace.end()
             self.notify(str(exc), severity="warning", markup=False)
             self._sending = False
             return
@@ -219,8 +222,11 @@ class PhasechatApp(PlainTextApp):
             self._predicted[exchange.answer.id] = predicted
         stream = self.session.run(exchange)
         try:
-            self._streaming = (exchange, await self.query_one(ChatLog).add_exchange(exchange))
+            log = self.query_one(ChatLog)
+            self._streaming = (exchange, await log.add_exchange(exchange, self._pace.step))
             self.refresh_status()
+            # A blinking cursor is two frames a second of its own (bench.ui_cost).
+            self.query_one(PromptInput).cursor_blink = not self._pace.shared
             # A fast stream can deliver thousands of buffered events without the loop
             # ever suspending; give the UI a turn every few milliseconds.
             clock = time.perf_counter_ns
@@ -236,7 +242,9 @@ class PhasechatApp(PlainTextApp):
                 await self._finish_exchange()
             finally:
                 self._sending = False
+                self._pace.end()
                 with contextlib.suppress(NoMatches):
+                    self.query_one(PromptInput).cursor_blink = True
                     self.refresh_status()
 
     async def _finish_exchange(self) -> None:
@@ -270,10 +278,10 @@ class PhasechatApp(PlainTextApp):
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
         if self._streaming is not None:
-            if self.backend.shares_cpu and not force and not self._pace.due():
+            if not self._pace.due(force):
                 return
             exchange, view = self._streaming
-            await draw_answer(exchange, view)
+            await draw_answer(exchange, view, self._pace.step)
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
         else:

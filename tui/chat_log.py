@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from textual.app import App
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.timer import Timer
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.session import Exchange
 from phasechat.chat.text import visible_controls
+from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP
 from phasechat.tui.telemetry_view import answer_footer, thinking_title
 from phasechat.tui.widgets import MessageView
 
@@ -22,28 +27,65 @@ SHARED_HZ = 5
 
 
 class Pace:
-    """At most SHARED_HZ draws a second."""
+    """How a streaming answer is drawn. While an engine on this machine's CPU generates
+    (`Backend.shares_cpu`), all the UI does takes a core from it, so: the refresh timer
+    wakes SHARED_HZ times a second instead of the app's REFRESH_HZ, the answer's tail
+    grows SHARED_STEP lines at a time, and the engine hands tokens over once per draw
+    (`GenerationRequest.batch_s`). Otherwise every refresh draws, STREAM_STEP lines at a
+    time, tokens as they come."""
 
     def __init__(self) -> None:
         self._at = 0.0
+        self.shared = False
+        self._timers: tuple[Timer, Timer] | None = None  # (REFRESH_HZ, SHARED_HZ)
 
-    def due(self) -> bool:
-        """Whether to draw now (and, if so, counted as drawn)."""
+    def drive(self, app: App[Any], refresh: Callable[[], Awaitable[None]], hz: int) -> None:
+        """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`."""
+        self._timers = (
+            app.set_interval(1 / hz, refresh),
+            app.set_interval(1 / SHARED_HZ, refresh, pause=True),
+        )
+
+    def begin(self, shared: bool) -> None:
+        """An answer starts (`shared`: on an engine on this machine's CPU); `end` ends it."""
+        self.shared = shared
+        if self._timers is not None:
+            every, slow = self._timers
+            (every.pause if shared else every.resume)()
+            (slow.resume if shared else slow.pause)()
+
+    def end(self) -> None:
+        self.begin(False)
+
+    @property
+    def step(self) -> int:
+        return SHARED_STEP if self.shared else STREAM_STEP
+
+    @property
+    def batch_s(self) -> float | None:
+        return 1 / SHARED_HZ if self.shared else None
+
+    def due(self, force: bool = False) -> bool:
+        """Whether to draw now (at most SHARED_HZ a second while shared; if so,
+        counted as drawn)."""
+        if not self.shared or force:
+            return True
         now = time.monotonic()
-        if now - self._at < 1 / SHARED_HZ:
+        if now - self._at < 0.9 / SHARED_HZ:
             return False
         self._at = now
         return True
 
 
-async def draw_answer(exchange: Exchange, view: MessageView) -> None:
-    """Move the streaming answer's new text (and thinking) into its view."""
+async def draw_answer(exchange: Exchange, view: MessageView, step: int) -> None:
+    """Move the streaming answer's new text (and thinking) into its view, whose tail
+    grows `step` lines at a time (markdown_view.STREAM_STEP)."""
     text = exchange.text
     if len(text) > view.shown:
         # Claimed before the await: the timer and the finishing worker both come here,
         # and must not append the same text twice.
         new, view.shown = text[view.shown :], len(text)
-        await view.append(new)
+        await view.append(new, step)
     view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
 
 
@@ -97,9 +139,10 @@ class ChatLog(VerticalScroll):
         self._marked = 0
         self.anchor()
 
-    async def add_exchange(self, exchange: Exchange) -> MessageView:
-        """Show a new user turn and its (empty, streaming) answer; returns the answer."""
-        answer = MessageView(exchange.answer)
+    async def add_exchange(self, exchange: Exchange, step: int) -> MessageView:
+        """Show a new user turn and its (empty) answer, to stream `step` lines at a
+        time; returns the answer."""
+        answer = MessageView(exchange.answer, step)
         await self.mount_all([MessageView(exchange.user), answer])
         return answer
 

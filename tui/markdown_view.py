@@ -38,6 +38,10 @@ SPLIT_FENCE_CHARS = 4000
 #: and only every STREAM_STEP lines a layout pass and a redraw of everything the chat
 #: shows (the log scrolls to keep the end in view). bench/ui_cost.py measures it.
 STREAM_STEP = 4
+#: The same while an engine on this machine's CPU generates (the app draws at
+#: chat_log.SHARED_HZ): a layout pass and a redraw of the screen every 8 lines instead
+#: of 4 (the UI's CPU during a local answer: -8 ms per second, bench/README.md).
+SHARED_STEP = 8
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
@@ -94,8 +98,9 @@ class MarkdownPiece(Widget):
         self.step = 1
 
     def padded(self, lines: int) -> int:
-        """The height drawn for `lines` lines: rounded up to a multiple of `step`."""
-        return -(-lines // self.step) * self.step
+        """The height drawn for `lines` lines: rounded up to a multiple of `step` (at
+        least one step while streaming: the first line needs no layout pass)."""
+        return max(-(-lines // self.step), self.step > 1) * self.step
 
     def set_step(self, step: int) -> None:
         """Grow in steps of `step` lines (1: exactly as tall as the text)."""
@@ -117,11 +122,12 @@ class MarkdownPiece(Widget):
             )
         return self._drawn
 
-    def update(self, source: str) -> None:
+    def update(self, source: str) -> bool:
         """Show `source`: a repaint when it still fills as many lines (a streamed word
-        that lands on the last line), a layout pass only when its height changed."""
+        that lands on the last line), a layout pass only when its height changed (then
+        True)."""
         if source == self.source:
-            return
+            return False
         self.source = source
         if self._drawn_key is not None:
             height = self.padded(len(self._drawn))
@@ -129,9 +135,10 @@ class MarkdownPiece(Widget):
             self.draw(console, console.options.update_width(self._drawn_key[1]))
             if self.padded(len(self._drawn)) == height:
                 self.refresh()
-                return
+                return False
         self.clear_cached_dimensions()
         self.refresh(layout=True)
+        return True
 
     def render(self) -> _Drawn:
         return _Drawn(self)
@@ -177,13 +184,18 @@ class MarkdownBody(Vertical):
 
     DEFAULT_CSS = "MarkdownBody { height: auto; }"
 
-    def __init__(self, source: str = "", *, classes: str | None = None) -> None:
+    def __init__(self, source: str = "", *, step: int = 1, classes: str | None = None) -> None:
+        """`step`: the tail's steps from the start (an answer about to stream: its first
+        line then needs no layout pass of its own)."""
         super().__init__(classes=classes)
         self.source = source  # the whole text, as given
         self._tail = source  # the open tail as drawn (may start with a reopened fence)
+        self._step = step
 
     def compose(self) -> Iterable[Widget]:
-        yield MarkdownPiece(self._tail, classes="tail")
+        tail = MarkdownPiece(self._tail, classes="tail")
+        tail.step = self._step
+        yield tail
 
     @property
     def tail(self) -> MarkdownPiece:
@@ -193,19 +205,23 @@ class MarkdownBody(Vertical):
     def pieces(self) -> int:
         return len(self.children)
 
-    async def append(self, text: str) -> None:
+    async def append(self, text: str, step: int = STREAM_STEP) -> None:
         """Add streamed text; seal what can no longer change. While it streams, the
-        tail grows STREAM_STEP lines at a time (`settle` ends that)."""
-        self.tail.set_step(STREAM_STEP)
+        tail grows `step` lines at a time (`settle` ends that)."""
+        self.tail.set_step(step)
         self.source += text
         self._tail += text
+        if not self.tail.update(self._tail) and len(self._tail) < 4 * SEAL_CHARS:
+            return
+        # The tail grew a step: a layout pass is due anyway, so seal now, in the same
+        # pass (mounting a sealed piece is a layout pass of its own at any other time).
         cut, reopen = seal_point(self._tail)
         if cut:
             end = abs(cut)
             sealed = self._tail[:end] + (_closing(reopen) if cut < 0 else "")
             self._tail = reopen + self._tail[end:]
             await self.mount(MarkdownPiece(sealed), before=self.tail)
-        self.tail.update(self._tail)
+            self.tail.update(self._tail)
 
     def settle(self) -> None:
         """The stream ended: the tail is exactly as tall as its text again."""

@@ -37,9 +37,11 @@ class MessageView(Vertical):
     MessageView > .thinking > Contents { padding: 0 0 0 2; }
     """
 
-    def __init__(self, message: ChatMessage) -> None:
+    def __init__(self, message: ChatMessage, step: int = 1) -> None:
+        """`step`: an answer about to stream grows this many lines at a time."""
         super().__init__(classes=f"-{message.role}")
         self.message = message
+        self._step = step
         self.shown = 0  # characters of the answer already written to the stream
         self._reasoning = message.reasoning
         self._reasoning_shown = -1  # characters of the thinking in its (unfolded) block
@@ -50,7 +52,7 @@ class MessageView(Vertical):
         with Collapsible(title="thinking", classes="thinking"):
             yield Static("", classes="thinking-text")
         # Links are opened by the app, after a check of their scheme (dialogs.open_link).
-        yield MarkdownBody(visible_controls(self.message.content))
+        yield MarkdownBody(visible_controls(self.message.content), step=self._step)
         yield Static("", classes="footer")
 
     def on_mount(self) -> None:
@@ -112,10 +114,11 @@ class MessageView(Vertical):
     def markdown(self) -> MarkdownBody:
         return self.query_one(MarkdownBody)
 
-    async def append(self, text: str) -> None:
-        """Add streamed text (already decoded; made safe here)."""
+    async def append(self, text: str, step: int) -> None:
+        """Add streamed text (already decoded; made safe here); the text grows `step`
+        lines at a time until `finish`."""
         if text:
-            await self.markdown.append(visible_controls(text))
+            await self.markdown.append(visible_controls(text), step)
 
     async def finish(self, footer: Content) -> None:
         """Show the final text (only if the stream did not already show exactly it)."""
