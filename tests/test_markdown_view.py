@@ -4,8 +4,9 @@ inside the whole text (tui/markdown_view.py)."""
 from __future__ import annotations
 
 import pytest
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
 from rich.markdown import Markdown
+from rich.segment import Segment
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
@@ -137,3 +138,38 @@ async def test_a_streaming_tail_grows_a_few_lines_at_a_time_and_settles_exact() 
         body.settle()
         await pilot.pause()
         assert body.tail.size.height == text_lines
+
+
+async def test_a_catch_up_is_sealed_before_it_is_drawn() -> None:
+    """20 KB in one append (a stream faster than the UI draws) is cut at its last block
+    boundary first: the tail is never drawn with all of it (50 ms of Rich, twice)."""
+    from textual.app import App, ComposeResult
+
+    from phasechat.tui.markdown_view import STREAM_STEP, MarkdownPiece
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody(step=STREAM_STEP)
+
+    drawn: list[tuple[bool, int]] = []  # (the tail?, characters) of each render
+    draw = MarkdownPiece.draw
+
+    def spy(self: MarkdownPiece, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
+        if self._drawn_key != (self.source, options.max_width, self.app.current_theme.dark):
+            drawn.append((self.has_class("tail"), len(self.source)))
+        return draw(self, console, options)
+
+    text = "".join(f"Paragraph {i}: " + "word " * 60 + "\n\n" for i in range(60))
+    app = One()
+    async with app.run_test(size=(80, 30)) as pilot:
+        MarkdownPiece.draw = spy  # type: ignore[method-assign]
+        try:
+            body = app.query_one(MarkdownBody)
+            await body.append("Start.\n\n")
+            await body.append(text)
+            await pilot.pause()
+        finally:
+            MarkdownPiece.draw = draw  # type: ignore[method-assign]
+        assert body.source == "Start.\n\n" + text and body.pieces == 2
+        assert max(n for tail, n in drawn if not tail) > 15_000  # the sealed piece
+        assert max(n for tail, n in drawn if tail) < 2 * SEAL_CHARS

@@ -211,17 +211,18 @@ class MarkdownBody(Vertical):
         self.tail.set_step(step)
         self.source += text
         self._tail += text
-        if not self.tail.update(self._tail) and len(self._tail) < 4 * SEAL_CHARS:
+        # Sealing mounts a piece: a layout pass. Done when the tail grew a step (a
+        # layout pass then is due anyway), or at once when a lot came in one go (not
+        # drawn whole first: a catch-up of 20 KB is 50 ms of Rich).
+        if len(self._tail) < 2 * SEAL_CHARS and not self.tail.update(self._tail):
             return
-        # The tail grew a step: a layout pass is due anyway, so seal now, in the same
-        # pass (mounting a sealed piece is a layout pass of its own at any other time).
         cut, reopen = seal_point(self._tail)
         if cut:
             end = abs(cut)
             sealed = self._tail[:end] + (_closing(reopen) if cut < 0 else "")
             self._tail = reopen + self._tail[end:]
             await self.mount(MarkdownPiece(sealed), before=self.tail)
-            self.tail.update(self._tail)
+        self.tail.update(self._tail)
 
     def settle(self) -> None:
         """The stream ended: the tail is exactly as tall as its text again."""
