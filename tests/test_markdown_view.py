@@ -11,7 +11,14 @@ from rich.segment import Segment
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.markdown_view import SEAL_CHARS, SPLIT_FENCE_CHARS, MarkdownBody, seal_point
+from phasechat.tui.markdown_view import (
+    RICH_THEME,
+    SEAL_CHARS,
+    SPLIT_FENCE_CHARS,
+    MarkdownBody,
+    MarkdownPiece,
+    seal_point,
+)
 from phasechat.tui.widgets import MessageView
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import screen_text, wait_for
@@ -173,3 +180,49 @@ async def test_a_catch_up_is_sealed_before_it_is_drawn() -> None:
         assert body.source == "Start.\n\n" + text and body.pieces == 2
         assert max(n for tail, n in drawn if not tail) > 15_000  # the sealed piece
         assert max(n for tail, n in drawn if tail) < 2 * SEAL_CHARS
+
+
+async def test_streamed_pieces_draw_what_the_whole_text_draws() -> None:
+    """Sealed pieces stacked (each with the blank line Rich puts between two blocks,
+    none after a rule) show the same lines as the whole text drawn at once."""
+    from textual.app import App, ComposeResult
+
+    blocks = [
+        "# A heading",
+        "Some prose " * 30,
+        "- one\n- two\n  continued\n- three",
+        "```python\n" + "x = 1\n" * 20 + "```",
+        "---",
+        "More prose " * 40,
+        "> a quote " * 10,
+        "1. first\n2. second",
+        "The end " * 25,
+    ]
+    text = "\n\n".join(blocks * 4) + "\n"
+    # a first piece sealed just after a rule (no blank line below it), in one append
+    first = "Prose " * 300 + "\n\n---\n\n"
+    width = 70
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody()
+
+    app = One()
+    async with app.run_test(size=(width, 40)) as pilot:
+        body = app.query_one(MarkdownBody)
+        await body.append(first + "Next.\n", 1)
+        assert body.query(MarkdownPiece).first().source.endswith("---\n\n")
+        text = first + "Next.\n" + text
+        for i in range(len(first) + 6, len(text), 97):
+            await body.append(text[i : i + 97], 1)
+        await pilot.pause()
+        assert body.pieces >= 3
+        shown: list[str] = []
+        for piece in body.query(MarkdownPiece):
+            lines = ["".join(s.text for s in line).rstrip() for line in piece._drawn]
+            shown += lines + [""] * (piece.padded(len(lines)) - len(lines))
+        drawn_at = body.tail._drawn_key
+        assert drawn_at is not None
+        console = Console(width=drawn_at[1], theme=RICH_THEME)
+        whole = console.render_lines(Markdown(text), console.options, pad=False)
+        assert shown == ["".join(s.text for s in line).rstrip() for line in whole]

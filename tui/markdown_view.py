@@ -44,6 +44,8 @@ STREAM_STEP = 4
 SHARED_STEP = 8
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+#: A thematic break (`---`): the one block Rich draws no blank line after.
+_RULE = re.compile(r"^ {0,3}([-*_])( *\1){2,} *$")
 
 
 #: Rich's default inline code is "bold cyan on black": a black box on a light theme.
@@ -89,18 +91,21 @@ class MarkdownPiece(Widget):
 
     DEFAULT_CSS = "MarkdownPiece { height: auto; }"
 
-    def __init__(self, source: str = "", *, classes: str | None = None) -> None:
+    def __init__(self, source: str = "", *, gap: bool = False, classes: str | None = None) -> None:
+        """`gap`: a blank line below (a piece sealed between two blocks: drawn whole,
+        Rich would put one there)."""
         super().__init__(classes=classes)
         self.source = source
         self._drawn_key: tuple[str, int, bool] | None = None
         self._drawn: list[list[Segment]] = []
         #: height granularity: STREAM_STEP while an answer streams into this piece
         self.step = 1
+        self.gap = gap
 
     def padded(self, lines: int) -> int:
         """The height drawn for `lines` lines: rounded up to a multiple of `step` (at
         least one step while streaming: the first line needs no layout pass)."""
-        return max(-(-lines // self.step), self.step > 1) * self.step
+        return max(-(-lines // self.step), self.step > 1) * self.step + self.gap
 
     def set_step(self, step: int) -> None:
         """Grow in steps of `step` lines (1: exactly as tall as the text)."""
@@ -221,7 +226,8 @@ class MarkdownBody(Vertical):
             end = abs(cut)
             sealed = self._tail[:end] + (_closing(reopen) if cut < 0 else "")
             self._tail = reopen + self._tail[end:]
-            await self.mount(MarkdownPiece(sealed), before=self.tail)
+            gap = cut > 0 and not _RULE.match(sealed.rstrip().rsplit("\n", 1)[-1])
+            await self.mount(MarkdownPiece(sealed, gap=gap), before=self.tail)
         self.tail.update(self._tail)
 
     def settle(self) -> None:
