@@ -91,21 +91,25 @@ class MarkdownPiece(Widget):
 
     DEFAULT_CSS = "MarkdownPiece { height: auto; }"
 
-    def __init__(self, source: str = "", *, gap: bool = False, classes: str | None = None) -> None:
-        """`gap`: a blank line below (a piece sealed between two blocks: drawn whole,
-        Rich would put one there)."""
+    def __init__(self, source: str = "", *, lead: bool = False, classes: str | None = None) -> None:
+        """`lead`: the piece before this one ends with a block that Rich follows with a
+        blank line (`separated`): drawn first, unless Rich's own drawing of this piece
+        starts with one (a list, a quote or a table does)."""
         super().__init__(classes=classes)
         self.source = source
         self._drawn_key: tuple[str, int, bool] | None = None
         self._drawn: list[list[Segment]] = []
+        self._lead_drawn = lead
+        self._head_key: tuple[str, int, bool] | None = None  # while streaming (`draw`)
+        self._head: list[list[Segment]] = []
         #: height granularity: STREAM_STEP while an answer streams into this piece
         self.step = 1
-        self.gap = gap
+        self.lead = lead
 
     def padded(self, lines: int) -> int:
         """The height drawn for `lines` lines: rounded up to a multiple of `step` (at
         least one step while streaming: the first line needs no layout pass)."""
-        return max(-(-lines // self.step), self.step > 1) * self.step + self.gap
+        return max(-(-lines // self.step), self.step > 1) * self.step
 
     def set_step(self, step: int) -> None:
         """Grow in steps of `step` lines (1: exactly as tall as the text)."""
@@ -115,16 +119,25 @@ class MarkdownPiece(Widget):
             self.refresh(layout=True)
 
     def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
-        """The lines of the source at this width (rendered once per source and width)."""
+        """The lines of the source at this width (rendered once per source and width).
+        While an answer streams into it, the blocks before its last one are drawn once
+        (then cached): a new word re-renders the last block, not the whole tail."""
         dark = self.app.current_theme.dark
         key = (self.source, options.max_width, dark)
-        if self._drawn_key != key:
-            theme = "monokai" if dark else "friendly"
-            markdown = RichMarkdown(self.source, code_theme=theme, hyperlinks=True)
+        if self._drawn_key != key or self._lead_drawn != self.lead:
+            self._lead_drawn = self.lead
             self._drawn_key = key
-            self._drawn = console.render_lines(
-                _ClickableLinks(markdown), options.update(height=None), pad=False
-            )
+            options = options.update(height=None)
+            head = seal_point(self.source, 0, split_fences=False)[0] if self.step > 1 else 0
+            if head:
+                text = self.source[:head]
+                if self._head_key != (text, options.max_width, dark):
+                    self._head_key = (text, options.max_width, dark)
+                    self._head = _render(console, options, text, dark, self.lead)
+                rest = _render(console, options, self.source[head:], dark, separated(text))
+                self._drawn = self._head + rest
+            else:
+                self._drawn = _render(console, options, self.source, dark, self.lead)
         return self._drawn
 
     def update(self, source: str) -> bool:
@@ -149,7 +162,28 @@ class MarkdownPiece(Widget):
         return _Drawn(self)
 
 
-def seal_point(text: str) -> tuple[int, str]:
+def _render(
+    console: Console, options: ConsoleOptions, text: str, dark: bool, lead: bool = False
+) -> list[list[Segment]]:
+    """`text`'s lines; `lead`: after a block Rich separates from the next by a blank
+    line (drawn whole, the text would have one there)."""
+    theme = "monokai" if dark else "friendly"
+    markdown = RichMarkdown(text, code_theme=theme, hyperlinks=True)
+    lines = console.render_lines(_ClickableLinks(markdown), options, pad=False)
+    # Rich starts a text that opens with a list, a quote or a table with an empty line
+    # of its own: that one is the separator then.
+    return [[], *lines] if lead and lines and lines[0] else lines
+
+
+def separated(text: str) -> bool:
+    """Whether Rich draws a blank line between `text`'s last block and a block after it
+    (after every block but a rule, which draws its own)."""
+    return not _RULE.match(text.rstrip().rsplit("\n", 1)[-1])
+
+
+def seal_point(
+    text: str, min_chars: int = SEAL_CHARS, *, split_fences: bool = True
+) -> tuple[int, str]:
     """Where `text` (an answer's open tail) can be cut so that the part before renders
     the same on its own: (offset, prefix for what follows), or (0, "") for nowhere yet.
 
@@ -158,7 +192,7 @@ def seal_point(text: str) -> tuple[int, str]:
     SPLIT_FENCE_CHARS is cut at a line end: the sealed part gets a closing fence and
     the rest `prefix`, a reopening one.
     """
-    if len(text) < SEAL_CHARS:
+    if len(text) < min_chars:
         return 0, ""
     best = 0
     fence: str | None = None
@@ -177,7 +211,8 @@ def seal_point(text: str) -> tuple[int, str]:
             if following.strip() and not following[0].isspace():
                 best = offset + len(line)
         offset += len(line)
-    if fence is not None and offset - fence_start > SPLIT_FENCE_CHARS and "\n" in text:
+    long_fence = fence is not None and offset - fence_start > SPLIT_FENCE_CHARS
+    if split_fences and long_fence and "\n" in text:
         end = text.rfind("\n") + 1
         if end > fence_start + len(fence_line):
             return -end, fence_line if fence_line.endswith("\n") else fence_line + "\n"
@@ -226,8 +261,8 @@ class MarkdownBody(Vertical):
             end = abs(cut)
             sealed = self._tail[:end] + (_closing(reopen) if cut < 0 else "")
             self._tail = reopen + self._tail[end:]
-            gap = cut > 0 and not _RULE.match(sealed.rstrip().rsplit("\n", 1)[-1])
-            await self.mount(MarkdownPiece(sealed, gap=gap), before=self.tail)
+            await self.mount(MarkdownPiece(sealed, lead=self.tail.lead), before=self.tail)
+            self.tail.lead = cut > 0 and separated(sealed)  # a split fence: none
         self.tail.update(self._tail)
 
     def settle(self) -> None:
@@ -239,6 +274,7 @@ class MarkdownBody(Vertical):
         for piece in list(self.children)[:-1]:
             await piece.remove()
         self.source = self._tail = source
+        self.tail.lead = False
         self.tail.update(source)
 
 
