@@ -17,6 +17,7 @@ from phasechat.tui.markdown_view import (
     SPLIT_FENCE_CHARS,
     MarkdownBody,
     MarkdownPiece,
+    _markdown,
     seal_point,
 )
 from phasechat.tui.widgets import MessageView
@@ -56,6 +57,20 @@ def test_paragraphs_are_sealed_at_blank_lines_and_render_the_same() -> None:
     assert all(p.endswith("\n\n") for p in pieces[:-1])
     assert all(len(p) < SEAL_CHARS + 400 for p in pieces)  # the tail never grows long
     assert "".join(rendered(p) for p in pieces).split() == rendered(text).split()
+
+
+def test_prose_with_single_newlines_is_cut_at_a_line_end() -> None:
+    """A small model's paragraphs, one newline apart: one block to CommonMark, cut at a
+    line end (each line is drawn on its own line here), never inside an open span."""
+    text = "".join(f"Line {i}: " + "word " * 12 + "\n" for i in range(60))
+    cut, reopen = seal_point(text)
+    assert reopen == "" and text[:cut].endswith("\n") and text[cut:].startswith("Line 59")
+    # Not between a line that opens an emphasis and the one that closes it, not
+    # inside a list item or a quote, not before a setext underline.
+    for opened in ("*a span " + "word " * 400 + "\nstill the span*\n", "> q " * 400 + "\nlazy\n"):
+        assert seal_point(opened)[0] == 0
+    assert seal_point("Title " * 300 + "\n===\n")[0] == 0
+    assert seal_point("- item " * 300 + "\nlazy continuation\n")[0] == 0
 
 
 def test_an_indented_continuation_is_not_cut_from_its_list_item() -> None:
@@ -200,6 +215,7 @@ async def test_streamed_pieces_draw_what_the_whole_text_draws(step: int) -> None
         "> a quote " * 10,
         "1. first\n2. second",
         "The end " * 25,
+        "\n".join(f"Line {k} of prose, as a small model writes it." for k in range(30)),
     ]
     text = "\n\n".join(blocks * 4) + "\n"
     # a first piece sealed just after a rule (no blank line below it), in one append
@@ -227,8 +243,30 @@ async def test_streamed_pieces_draw_what_the_whole_text_draws(step: int) -> None
         drawn_at = body.tail._drawn_key
         assert drawn_at is not None
         console = Console(width=drawn_at[1], theme=RICH_THEME)
-        whole = console.render_lines(Markdown(text), console.options, pad=False)
+        whole = console.render_lines(
+            _markdown(text, app.current_theme.dark), console.options, pad=False
+        )
         expected = ["".join(s.text for s in line).rstrip() for line in whole]
         while shown[-1] == "":  # the tail's reserve below the text (step > 1)
             shown.pop()
         assert shown == expected
+
+
+@pytest.mark.parametrize("dark", [True, False])
+def test_our_markdown_draws_what_richs_own_draws(dark: bool) -> None:
+    """One parser for every render (not one per `Markdown(...)`), and one change: a
+    single newline breaks the line (Rich joins the lines with a space)."""
+    text = (
+        "# Title\n\nSome *em* and **strong** and ~~struck~~ and `code`, a [link](https://x.org)."
+        "\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('hi')\n```"
+        "\n\n> quote\n\n- x\n- y\n"
+    )
+    console = Console(width=60, theme=RICH_THEME)
+    theme = "monokai" if dark else "friendly"
+    ours = console.render_lines(_markdown(text, dark), console.options, pad=False)
+    richs = console.render_lines(
+        Markdown(text, code_theme=theme, hyperlinks=True), console.options, pad=False
+    )
+    assert ours == richs and len(ours) > 12
+    lines = console.render_lines(_markdown("One.\nTwo.", dark), console.options, pad=False)
+    assert ["".join(s.text for s in line).rstrip() for line in lines] == ["One.", "Two."]

@@ -16,9 +16,11 @@ parameter (never parsed from the text), which checks and confirms it first.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable
 
+from markdown_it import MarkdownIt
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import Markdown as RichMarkdown
 from rich.segment import Segment
@@ -167,18 +169,61 @@ def _render(
 ) -> list[list[Segment]]:
     """`text`'s lines; `lead`: after a block Rich separates from the next by a blank
     line (drawn whole, the text would have one there)."""
-    theme = "monokai" if dark else "friendly"
-    markdown = RichMarkdown(text, code_theme=theme, hyperlinks=True)
-    lines = console.render_lines(_ClickableLinks(markdown), options, pad=False)
+    lines = console.render_lines(_ClickableLinks(_markdown(text, dark)), options, pad=False)
     # Rich starts a text that opens with a list, a quote or a table with an empty line
     # of its own: that one is the separator then.
     return [[], *lines] if lead and lines and lines[0] else lines
 
 
+#: Rich's parser, made once (`Markdown(text)` builds a new one every time), with Rich's
+#: extensions and one change: a single newline breaks the line, as the model wrote it
+#: (small models put one between paragraphs; CommonMark would run them together).
+_PARSER = MarkdownIt().enable("strikethrough").enable("table")
+_BLANK: dict[bool, RichMarkdown] = {}
+
+
+def _markdown(text: str, dark: bool) -> RichMarkdown:
+    """`RichMarkdown(text, ...)` with our parser: a copy of one made for "" (so every
+    setting Rich keeps comes along) with `text` parsed in."""
+    if dark not in _BLANK:
+        theme = "monokai" if dark else "friendly"
+        _BLANK[dark] = RichMarkdown("", code_theme=theme, hyperlinks=True)
+    markdown = copy.copy(_BLANK[dark])
+    markdown.markup, markdown.parsed = text, _PARSER.parse(text)
+    for token in markdown.parsed:
+        for child in token.children or ():
+            if child.type == "softbreak":  # Rich draws it as a space
+                child.type = "hardbreak"
+    return markdown
+
+
 def separated(text: str) -> bool:
-    """Whether Rich draws a blank line between `text`'s last block and a block after it
-    (after every block but a rule, which draws its own)."""
+    """Whether Rich draws a blank line between `text` (cut by `seal_point`) and what
+    follows it: after a blank line, unless the block before it is a rule (which draws
+    its own); none after a line break inside a paragraph or a fence."""
+    lines = text.splitlines()
+    if not lines or lines[-1].strip():
+        return False
     return not _RULE.match(text.rstrip().rsplit("\n", 1)[-1])
+
+
+_BLOCK_START = re.compile(r"([-*+]|\d{1,9}[.)])(\s|$)|[#>< \t]|=+\s*$")
+
+
+def _plain(line: str) -> bool:
+    """A line of prose that neither starts a block (heading, quote, list item, table,
+    HTML, rule, setext underline) nor leaves an inline span open: a paragraph of such
+    lines draws the same cut at any line end."""
+    return bool(
+        line.strip()
+        and not _BLOCK_START.match(line)
+        and not _RULE.match(line)
+        and not _FENCE.match(line)
+        and "|" not in line
+        and line.count("`") % 2 == 0
+        and line.count("*") % 2 == 0
+        and line.count("[") == line.count("]")
+    )
 
 
 def seal_point(
@@ -188,7 +233,8 @@ def seal_point(
     the same on its own: (offset, prefix for what follows), or (0, "") for nowhere yet.
 
     A cut goes at a blank line outside a code fence that is followed by an unindented
-    line (an indented one may continue a list item). A fence longer than
+    line (an indented one may continue a list item), or between two lines of a paragraph
+    of plain prose (`_plain`: a single newline is a line break here). A fence longer than
     SPLIT_FENCE_CHARS is cut at a line end: the sealed part gets a closing fence and
     the rest `prefix`, a reopening one.
     """
@@ -199,17 +245,24 @@ def seal_point(
     fence_line = ""
     fence_start = 0
     offset = 0
+    para: bool | None = None  # the paragraph so far is plain lines only (None: none open)
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
+        following = lines[i + 1] if i + 1 < len(lines) else None
         match = _FENCE.match(line)
-        if fence is None and match:
-            fence, fence_line, fence_start = match.group(1), line, offset
-        elif fence is not None and line.strip().startswith(fence[0] * len(fence)):
-            fence = None
-        elif fence is None and not line.strip() and i + 1 < len(lines):
-            following = lines[i + 1]
-            if following.strip() and not following[0].isspace():
+        if fence is not None:
+            if line.strip().startswith(fence[0] * len(fence)):
+                fence = None
+        elif match:
+            fence, fence_line, fence_start, para = match.group(1), line, offset, None
+        elif not line.strip():
+            para = None
+            if following is not None and following.strip() and not following[0].isspace():
                 best = offset + len(line)
+        else:
+            para = _plain(line) and para is not False
+            if para and following is not None and _plain(following):
+                best = offset + len(line)  # a line break inside a paragraph of prose
         offset += len(line)
     long_fence = fence is not None and offset - fence_start > SPLIT_FENCE_CHARS
     if split_fences and long_fence and "\n" in text:
