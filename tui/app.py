@@ -222,11 +222,11 @@ class PhasechatApp(PlainTextApp):
             self._predicted[exchange.answer.id] = predicted
         stream = self.session.run(exchange)
         try:
-            log = self.query_one(ChatLog)
-            self._streaming = (exchange, await log.add_exchange(exchange, self._pace.step))
-            self.refresh_status()
             # A blinking cursor is two frames a second of its own (bench.ui_cost).
             self.query_one(PromptInput).cursor_blink = not self._pace.shared
+            self.refresh_status()
+            log = self.query_one(ChatLog)
+            self._streaming = (exchange, await log.add_exchange(exchange, self._pace))
             # A fast stream can deliver thousands of buffered events without the loop
             # ever suspending; give the UI a turn every few milliseconds.
             clock = time.perf_counter_ns

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import time
 from collections.abc import Awaitable, Callable
@@ -139,11 +141,17 @@ class ChatLog(VerticalScroll):
         self._marked = 0
         self.anchor()
 
-    async def add_exchange(self, exchange: Exchange, step: int) -> MessageView:
-        """Show a new user turn and its (empty) answer, to stream `step` lines at a
-        time; returns the answer."""
-        answer = MessageView(exchange.answer, step)
+    async def add_exchange(self, exchange: Exchange, pace: Pace) -> MessageView:
+        """Show a new user turn and its (empty) answer, to stream as `pace` says;
+        returns the answer. Beside an engine on this CPU, once they are laid out and
+        drawn: that work then does not compete with the prompt's prefill."""
+        answer = MessageView(exchange.answer, pace.step)
         await self.mount_all([MessageView(exchange.user), answer])
+        for _ in range(2 if pace.shared else 0):  # Textual lays out twice when sizes change
+            drawn = asyncio.Event()
+            self.call_after_refresh(drawn.set)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(drawn.wait(), 0.25)
         return answer
 
     def toggle_thinking(self) -> bool:
