@@ -270,3 +270,40 @@ def test_our_markdown_draws_what_richs_own_draws(dark: bool) -> None:
     assert ours == richs and len(ours) > 12
     lines = console.render_lines(_markdown("One.\nTwo.", dark), console.options, pad=False)
     assert ["".join(s.text for s in line).rstrip() for line in lines] == ["One.", "Two."]
+
+
+async def test_a_growth_step_is_one_layout_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual follows a pass that resized a widget with another one (its virtual size
+    changed); the message's widgets take their size from the pass alone."""
+    from textual.app import App, ComposeResult
+    from textual.screen import Screen
+
+    from phasechat.tui.markdown_view import STREAM_STEP
+    from phasechat.tui.widgets import MessageView
+
+    passes = 0
+    layout = Screen._refresh_layout
+
+    def counted(self: Screen[object], *args: object, **kwargs: object) -> None:
+        nonlocal passes
+        passes += 1
+        layout(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            from phasechat.chat.conversation import ChatMessage
+
+            yield MessageView(ChatMessage("assistant", ""), STREAM_STEP)
+
+    app = One()
+    async with app.run_test(size=(40, 30)) as pilot:
+        body = app.query_one(MarkdownBody)
+        await pilot.pause(0.1)
+        monkeypatch.setattr(Screen, "_refresh_layout", counted)
+        heights = set()
+        for i in range(3 * STREAM_STEP):  # a line each: from one step to three
+            await body.append(f"line {i}\n", STREAM_STEP)
+            await pilot.pause(0.05)
+            heights.add(body.tail.size.height)
+        assert heights == {STREAM_STEP, 2 * STREAM_STEP, 3 * STREAM_STEP}
+        assert passes == 2  # one per growth step

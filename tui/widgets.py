@@ -12,7 +12,7 @@ from textual.widgets import Collapsible, Static, TextArea
 
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.tui.markdown_view import MERGE_CHARS, MarkdownBody
+from phasechat.tui.markdown_view import MERGE_CHARS, MarkdownBody, sized_in_layout
 
 
 class MessageView(Vertical):
@@ -22,6 +22,7 @@ class MessageView(Vertical):
     re-renders only the open tail, however long the answer and the chat.
     """
 
+    virtual_size = sized_in_layout()
     DEFAULT_CSS = """
     MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
     MessageView > .header { color: $text-muted; }
