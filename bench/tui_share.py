@@ -18,7 +18,10 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import ClassVar
 
+from phasechat.backends import handoff, local
+from phasechat.backends.events import Event, TextDelta
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
 from phasechat.chat.session import ChatSession
@@ -61,6 +64,19 @@ async def headless(backend: LocalBackend, settings: Settings) -> tuple[Metrics, 
     return m, delta(before, thread_cpu(), time.perf_counter() - t0)
 
 
+class Stamped(handoff.Handoff):
+    """The local backend's hand-over, stamping this (the UI) thread's CPU time each
+    time it delivers tokens: the UI's CPU during the decode window alone."""
+
+    stamps: ClassVar[list[tuple[float, float]]] = []  # (wall s, UI thread CPU s)
+
+    async def take(self) -> list[Event]:
+        items = await super().take()
+        if any(isinstance(e, TextDelta) for e in items):
+            self.stamps.append((time.perf_counter(), time.thread_time()))
+        return items
+
+
 async def tui(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
     from phasechat.tui.app import PhasechatApp
 
@@ -68,6 +84,7 @@ async def tui(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.5)  # the first layout and start-up work
         before, t0 = thread_cpu(), time.perf_counter()
+        Stamped.stamps.clear()
         assert app.send(PROMPT)
         # Waited for, not polled: a poll is a wake-up of this thread the app would not have.
         for worker in [w for w in app.workers if w.group == "generate"]:
@@ -75,10 +92,12 @@ async def tui(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
         used = delta(before, thread_cpu(), time.perf_counter() - t0)
         m = app.session.exchanges[-1].metrics
     assert m is not None
-    return m, used
+    (w0, c0), (w1, c1) = Stamped.stamps[0], Stamped.stamps[-1]
+    return m, f"{used}; ui while decoding {(c1 - c0) / (w1 - w0) * 1000:.0f} ms/s"
 
 
 async def main(args: argparse.Namespace) -> None:
+    local.Handoff = Stamped  # type: ignore[misc]
     load = os.getloadavg()
     print(f"# bench.tui_share · load {load[0]:.2f} {load[1]:.2f} on {os.cpu_count()} CPUs")
     backend = LocalBackend(LocalConfig(model_path=default_model_path(), threads=args.threads))
