@@ -29,6 +29,7 @@ from rich.theme import Theme
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.reactive import Reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 #: A tail longer than this is sealed at its last safe block boundary.
@@ -173,6 +174,33 @@ class MarkdownPiece(Widget):
 
     def render(self) -> _Drawn:
         return _Drawn(self)
+
+    # Textual's line API: a paint turns only the lines on screen into strips (a sealed
+    # piece of 20 KB is 300+ lines: all of them at every paint took 5-33 ms), and the
+    # height is the cached lines' count (not a second pass over their segments).
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        console = self.app.console
+        return self.padded(len(self.draw(console, console.options.update_width(width))))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        console = self.app.console
+        lines = self.draw(console, console.options.update_width(width))
+        base = self.visual_style.rich_style
+        if y >= len(lines):
+            return Strip.blank(width, base)
+        strip = Strip(lines[y]).apply_style(base)
+        if not self.auto_links:
+            return strip
+        # As Textual styles the links of a rendered widget (`_Styled`): ours carry a
+        # click action (`_ClickableLinks`).
+        link = self.link_style
+        return Strip(
+            Segment(
+                text, style + link if style and style.link_id and "@click" in style.meta else style
+            )
+            for text, style, _ in strip
+        )
 
 
 def _render(
