@@ -11,6 +11,7 @@ from rich.segment import Segment
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.chat_log import FRAME_CHARS
 from phasechat.tui.markdown_view import (
     RICH_THEME,
     SEAL_CHARS,
@@ -104,12 +105,14 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
     last token on screen, in a bounded number of widgets (not one per paragraph) while
     it streams, and in one once it is finished."""
     most = 0
+    biggest = 0  # the most new text drawn at once
     append = MarkdownBody.append
 
     async def counted(self: MarkdownBody, text: str, step: int) -> None:
-        nonlocal most
+        nonlocal most, biggest
         await append(self, text, step)
         most = max(most, self.pieces)
+        biggest = max(biggest, len(text))
 
     monkeypatch.setattr(MarkdownBody, "append", counted)
     with fault_server_thread() as server:
@@ -128,6 +131,8 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
             assert 2 <= most <= len(answer.content) // (SEAL_CHARS // 2)  # sealed as it came
             assert body.pieces == 1
             assert "end1" in (await screen_text(pilot))
+            # Caught up a frame's worth at a time (a key typed meanwhile waits less).
+            assert FRAME_CHARS // 2 < biggest <= FRAME_CHARS
         await backend.aclose()
 
 

@@ -38,7 +38,14 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import dialogs, replay, verdict_view
-from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, footer_of, settle_heap
+from phasechat.tui.chat_log import (
+    ChatLog,
+    Pace,
+    draw_answer,
+    footer_of,
+    next_frame,
+    settle_heap,
+)
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
@@ -252,6 +259,8 @@ class PhasechatApp(PlainTextApp):
             return
         exchange, view = self._streaming
         try:
+            while await draw_answer(exchange, view, self._pace.step):
+                await next_frame(self)  # a long backlog, a frame's worth at a time
             await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
@@ -272,7 +281,8 @@ class PhasechatApp(PlainTextApp):
 
     # -- the refresh timer -----------------------------------------------------------
     async def refresh_live(self, force: bool = False) -> None:
-        """Move new text into the streaming answer, redraw the panel (chat_log.Pace)."""
+        """Move new text into the streaming answer, redraw the panel (chat_log.Pace);
+        a backlog is drawn a frame's worth at a time, frame after frame."""
         try:
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
@@ -281,7 +291,8 @@ class PhasechatApp(PlainTextApp):
             if not self._pace.due(force):
                 return
             exchange, view = self._streaming
-            await draw_answer(exchange, view, self._pace.step)
+            if await draw_answer(exchange, view, self._pace.step):
+                self.call_after_refresh(self.refresh_live, True)
         elif self.session.exchanges:
             exchange = self.session.exchanges[-1]
         else:

@@ -79,16 +79,33 @@ class Pace:
         return True
 
 
-async def draw_answer(exchange: Exchange, view: MessageView, step: int) -> None:
-    """Move the streaming answer's new text (and thinking) into its view, whose tail
-    grows `step` lines at a time (markdown_view.STREAM_STEP)."""
+#: At most this much new text is drawn per frame: a stream faster than the UI draws (a
+#: server on this machine at full speed) is caught up over several frames, each short
+#: enough for a key typed meanwhile (Rich takes ~1 ms per KB).
+FRAME_CHARS = 8000
+
+
+async def draw_answer(exchange: Exchange, view: MessageView, step: int) -> bool:
+    """Move up to FRAME_CHARS of the streaming answer's new text (and its thinking) into
+    its view, whose tail grows `step` lines at a time (markdown_view.STREAM_STEP);
+    True while more is waiting."""
     text = exchange.text
     if len(text) > view.shown:
         # Claimed before the await: the timer and the finishing worker both come here,
         # and must not append the same text twice.
-        new, view.shown = text[view.shown :], len(text)
+        end = min(len(text), view.shown + FRAME_CHARS)
+        new, view.shown = text[view.shown : end], end
         await view.append(new, step)
     view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
+    return len(text) > view.shown
+
+
+async def next_frame(app: App[Any]) -> None:
+    """Return once the screen has been drawn (or after 0.25 s)."""
+    drawn = asyncio.Event()
+    app.call_after_refresh(drawn.set)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(drawn.wait(), 0.25)
 
 
 def settle_heap(modal_open: bool) -> None:
@@ -148,10 +165,7 @@ class ChatLog(VerticalScroll):
         answer = MessageView(exchange.answer, pace.step)
         await self.mount_all([MessageView(exchange.user), answer])
         for _ in range(2 if pace.shared else 0):  # Textual lays out twice when sizes change
-            drawn = asyncio.Event()
-            self.call_after_refresh(drawn.set)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(drawn.wait(), 0.25)
+            await next_frame(self.app)
         return answer
 
     def toggle_thinking(self) -> bool:
