@@ -164,7 +164,7 @@ class ChatLog(VerticalScroll):
         drawn: that work then does not compete with the prompt's prefill."""
         answer = MessageView(exchange.answer, pace.step)
         await self.mount_all([MessageView(exchange.user), answer])
-        for _ in range(2 if pace.shared else 0):  # Textual lays out twice when sizes change
+        if pace.shared:  # one frame: the layout of the new turn (the bulk of it)
             await next_frame(self.app)
         return answer
 
