@@ -37,24 +37,12 @@ from phasechat.chat.settings import Settings
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import dialogs, replay, verdict_view
-from phasechat.tui.chat_log import (
-    ChatLog,
-    Pace,
-    draw_answer,
-    footer_of,
-    next_frame,
-    settle_heap,
-)
+from phasechat.tui import chat_log, dialogs, replay, verdict_view
+from phasechat.tui.chat_log import ChatLog, Pace, draw_answer
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.plain import PlainTextApp
-from phasechat.tui.telemetry_view import (
-    answer_footer,
-    forecast_line,
-    panel_content,
-    status_content,
-)
+from phasechat.tui.telemetry_view import answer_footer, forecast_line, panel_content, status_content
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
@@ -260,7 +248,7 @@ class PhasechatApp(PlainTextApp):
         exchange, view = self._streaming
         try:
             while await draw_answer(exchange, view, self._pace.step):
-                await next_frame(self)  # a long backlog, a frame's worth at a time
+                await chat_log.next_frame(self)  # a long backlog, a frame's worth at a time
             await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
@@ -268,9 +256,9 @@ class PhasechatApp(PlainTextApp):
                 if error := exchange.answer.error:
                     self.last_error = error
                     self.notify(error, title="answer failed", severity="error", markup=False)
-                await view.finish(footer_of(exchange.answer, footer))
+                await view.finish(chat_log.footer_of(exchange.answer, footer))
                 await verdict_view.add_verdict(view, exchange)
-                self.call_after_refresh(settle_heap, len(self.screen_stack) > 1)
+                self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
         except NoMatches:
             pass  # the app is shutting down: the answer itself was saved by the session
         finally:
