@@ -125,7 +125,7 @@ class PhasechatApp(PlainTextApp):
         self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
-        self._pace.drive(self, self.refresh_live, REFRESH_HZ)
+        self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))
         self.load_backend()
         self.refresh_status()
 
@@ -217,13 +217,10 @@ class PhasechatApp(PlainTextApp):
             self._predicted[exchange.answer.id] = predicted
         stream = self.session.run(exchange)
         try:
-            # A blinking cursor is two frames a second of its own (bench.ui_cost).
-            self.query_one(PromptInput).cursor_blink = not self._pace.shared
             self.refresh_status()
             log = self.query_one(ChatLog)
             self._streaming = (exchange, await log.add_exchange(exchange, self._pace))
-            # A fast stream can deliver thousands of buffered events without the loop
-            # ever suspending; give the UI a turn every few milliseconds.
+            # A fast stream may never suspend the loop: the UI gets a turn every few ms.
             clock = time.perf_counter_ns
             turn = clock() + YIELD_EVERY_NS
             async for _event in stream:
@@ -239,7 +236,6 @@ class PhasechatApp(PlainTextApp):
                 self._sending = False
                 self._pace.end()
                 with contextlib.suppress(NoMatches):
-                    self.query_one(PromptInput).cursor_blink = True
                     self.refresh_status()
 
     async def _finish_exchange(self) -> None:
@@ -247,8 +243,7 @@ class PhasechatApp(PlainTextApp):
             return
         exchange, view = self._streaming
         try:
-            while await draw_answer(exchange, view, self._pace.step):
-                await chat_log.next_frame(self)  # a long backlog, a frame's worth at a time
+            await chat_log.draw_rest(self, exchange, view, self._pace.step)
             await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)

@@ -13,6 +13,7 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.timer import Timer
+from textual.widgets import TextArea
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.session import Exchange
@@ -32,21 +33,27 @@ class Pace:
     """How a streaming answer is drawn. While an engine on this machine's CPU generates
     (`Backend.shares_cpu`), all the UI does takes a core from it, so: the refresh timer
     wakes SHARED_HZ times a second instead of the app's REFRESH_HZ, the answer's tail
-    grows SHARED_STEP lines at a time, and the engine hands tokens over once per draw
-    (`GenerationRequest.batch_s`). Otherwise every refresh draws, STREAM_STEP lines at a
-    time, tokens as they come."""
+    grows SHARED_STEP lines at a time, the engine hands tokens over once per draw
+    (`GenerationRequest.batch_s`), and the prompt's cursor does not blink (two frames a
+    second of its own). Otherwise every refresh draws, STREAM_STEP lines at a time,
+    tokens as they come."""
 
     def __init__(self) -> None:
         self._at = 0.0
         self.shared = False
         self._timers: tuple[Timer, Timer] | None = None  # (REFRESH_HZ, SHARED_HZ)
+        self._cursor: TextArea | None = None
 
-    def drive(self, app: App[Any], refresh: Callable[[], Awaitable[None]], hz: int) -> None:
-        """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`."""
+    def drive(
+        self, app: App[Any], refresh: Callable[[], Awaitable[None]], hz: int, cursor: TextArea
+    ) -> None:
+        """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`; `cursor`
+        blinks unless `shared`."""
         self._timers = (
             app.set_interval(1 / hz, refresh),
             app.set_interval(1 / SHARED_HZ, refresh, pause=True),
         )
+        self._cursor = cursor
 
     def begin(self, shared: bool) -> None:
         """An answer starts (`shared`: on an engine on this machine's CPU); `end` ends it."""
@@ -55,6 +62,8 @@ class Pace:
             every, slow = self._timers
             (every.pause if shared else every.resume)()
             (slow.resume if shared else slow.pause)()
+        if self._cursor is not None:
+            self._cursor.cursor_blink = not shared
 
     def end(self) -> None:
         self.begin(False)
@@ -98,6 +107,13 @@ async def draw_answer(exchange: Exchange, view: MessageView, step: int) -> bool:
         await view.append(new, step)
     view.set_reasoning(exchange.reasoning, thinking_title(exchange.live()))
     return len(text) > view.shown
+
+
+async def draw_rest(app: App[Any], exchange: Exchange, view: MessageView, step: int) -> None:
+    """Draw a finished stream's backlog a frame's worth at a time (keys typed meanwhile
+    get their frames between)."""
+    while await draw_answer(exchange, view, step):
+        await next_frame(app)
 
 
 async def next_frame(app: App[Any]) -> None:

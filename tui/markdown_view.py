@@ -111,9 +111,8 @@ class MarkdownPiece(Widget):
         starts with one (a list, a quote or a table does)."""
         super().__init__(classes=classes)
         self.source = source
-        self._drawn_key: tuple[str, int, bool] | None = None
+        self._drawn_key: tuple[str, int, bool, bool] | None = None  # source, width, dark, lead
         self._drawn: list[list[Segment]] = []
-        self._lead_drawn = lead
         self._head_key: tuple[str, int, bool] | None = None  # while streaming (`draw`)
         self._head: list[list[Segment]] = []
         #: height granularity: STREAM_STEP while an answer streams into this piece
@@ -137,9 +136,8 @@ class MarkdownPiece(Widget):
         While an answer streams into it, the blocks before its last one are drawn once
         (then cached): a new word re-renders the last block, not the whole tail."""
         dark = self.app.current_theme.dark
-        key = (self.source, options.max_width, dark)
-        if self._drawn_key != key or self._lead_drawn != self.lead:
-            self._lead_drawn = self.lead
+        key = (self.source, options.max_width, dark, self.lead)
+        if self._drawn_key != key:
             self._drawn_key = key
             options = options.update(height=None)
             head = seal_point(self.source, 0, split_fences=False)[0] if self.step > 1 else 0
@@ -214,9 +212,10 @@ def _render(
     return [[], *lines] if lead and lines and lines[0] else lines
 
 
-#: Rich's parser, made once (`Markdown(text)` builds a new one every time), with Rich's
-#: extensions and one change: a single newline breaks the line, as the model wrote it
-#: (small models put one between paragraphs; CommonMark would run them together).
+#: Rich's parser with Rich's extensions, made once (`Markdown(text)` builds a new one
+#: every time). `_markdown` makes one change to what it parses: a single newline breaks
+#: the line, as the model wrote it (small models put one between paragraphs;
+#: CommonMark would run them together).
 _PARSER = MarkdownIt().enable("strikethrough").enable("table")
 _BLANK: dict[bool, RichMarkdown] = {}
 
