@@ -48,15 +48,22 @@ async def test_links_open_only_http_and_only_after_the_url_is_shown() -> None:
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await send(app, pilot, "links please")
-        view = list(app.query(MessageView))[-1]
-        region = view.region
-        links: dict[str, tuple[int, int]] = {}  # URL -> a cell that opens it on click
-        for y in range(region.y, region.bottom):
-            for x in range(region.x, region.right):
-                action = app.screen.get_style_at(x, y).meta.get("@click")
-                if action is not None:
-                    assert action[0] == "app.follow_link", action  # nothing else reachable
-                    links.setdefault(action[1][0], (x, y))
+
+        def clickable() -> dict[str, tuple[int, int]]:
+            """URL -> a cell of the answer on screen that opens it on click."""
+            region = list(app.query(MessageView))[-1].region
+            links: dict[str, tuple[int, int]] = {}
+            for y in range(region.y, region.bottom):
+                for x in range(region.x, region.right):
+                    action = app.screen.get_style_at(x, y).meta.get("@click")
+                    if action is not None:
+                        assert action[0] == "app.follow_link", action  # nothing else reachable
+                        links.setdefault(action[1][0], (x, y))
+            return links
+
+        # The answer is final before its last frame is painted: probe once it is.
+        await wait_for(pilot, lambda: bool(clickable()))
+        links = clickable()
         # markdown-it does not even make a file: link; only the https one is clickable
         assert set(links) == {"https://example.com/a"}
         for href in ("file:///etc/passwd", "javascript:alert(1)", "https://x\x1b]0;t\x07"):
