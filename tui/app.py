@@ -281,6 +281,8 @@ class PhasechatApp(PlainTextApp):
         else:
             panel.show(Content.assemble(("no answers yet   ", "dim"), self._forecast_content()))
             return
+        if self.generating and not self._pace.panel_due():
+            return
         trimmer = self.session.trimmer
         trim = self.session.trim_stats() if trimmer.summaries or trimmer.pending else None
         if self.generating:

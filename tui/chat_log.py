@@ -27,6 +27,9 @@ from phasechat.tui.widgets import MessageView
 #: rate instead of the app's REFRESH_HZ (issue 13: the TUI must not slow the engine it
 #: measures).
 SHARED_HZ = 5
+#: ... and the panel's figures at this rate (a panel drawn with every frame was a fifth
+#: of the UI's CPU during a local decode; figures are not read 5 times a second).
+SHARED_PANEL_HZ = 2
 
 
 class Pace:
@@ -35,11 +38,12 @@ class Pace:
     wakes SHARED_HZ times a second instead of the app's REFRESH_HZ, the answer's tail
     grows SHARED_STEP lines at a time, the engine hands tokens over once per draw
     (`GenerationRequest.batch_s`), and the prompt's cursor does not blink (two frames a
-    second of its own). Otherwise every refresh draws, STREAM_STEP lines at a time,
-    tokens as they come."""
+    second of its own), the panel is redrawn SHARED_PANEL_HZ times a second. Otherwise
+    every refresh draws, STREAM_STEP lines at a time, tokens as they come."""
 
     def __init__(self) -> None:
         self._at = 0.0
+        self._panel_at = 0.0
         self.shared = False
         self._timers: tuple[Timer, Timer] | None = None  # (REFRESH_HZ, SHARED_HZ)
         self._cursor: TextArea | None = None
@@ -85,6 +89,17 @@ class Pace:
         if now - self._at < 0.9 / SHARED_HZ:
             return False
         self._at = now
+        return True
+
+    def panel_due(self) -> bool:
+        """Whether to redraw the panel now (at most SHARED_PANEL_HZ a second while
+        shared; if so, counted as drawn)."""
+        if not self.shared:
+            return True
+        now = time.monotonic()
+        if now - self._panel_at < 0.9 / SHARED_PANEL_HZ:
+            return False
+        self._panel_at = now
         return True
 
 

@@ -27,7 +27,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.theme import Theme
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import Reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -160,15 +160,24 @@ class MarkdownPiece(Widget):
             return False
         self.source = source
         if self._drawn_key is not None:
-            height = self.padded(len(self._drawn))
+            before = self._drawn
             console = self.app.console
             self.draw(console, console.options.update_width(self._drawn_key[1]))
-            if self.padded(len(self._drawn)) == height:
-                self.refresh()
+            if self.padded(len(self._drawn)) == self.padded(len(before)):
+                self._repaint_changed(before, self._drawn)
                 return False
         self.clear_cached_dimensions()
         self.refresh(layout=True)
         return True
+
+    def _repaint_changed(self, before: list[list[Segment]], after: list[list[Segment]]) -> None:
+        """Repaint the lines that differ (a streamed word changes the last line or two:
+        the rest of the piece, and what the screen has around it, are not drawn again)."""
+        pairs = enumerate(zip(before, after, strict=False))
+        first = next((y for y, (a, b) in pairs if a != b), min(len(before), len(after)))
+        end = max(len(before), len(after))
+        if end > first:
+            self.refresh(Region(0, first, self.size.width, end - first))
 
     def render(self) -> _Drawn:
         return _Drawn(self)
