@@ -312,3 +312,52 @@ async def test_a_growth_step_is_one_layout_pass(monkeypatch: pytest.MonkeyPatch)
             heights.add(body.tail.size.height)
         assert heights == {STREAM_STEP, 2 * STREAM_STEP, 3 * STREAM_STEP}
         assert passes == 2  # one per growth step
+
+
+async def test_a_streamed_word_repaints_only_the_lines_it_changed() -> None:
+    """A word that lands inside the tail's reserve repaints from the first line that
+    differs (not the whole piece: what the screen has around it is not drawn again),
+    and the screen then shows what the whole text, drawn at once, shows."""
+    from textual.app import App, ComposeResult
+    from textual.geometry import Region
+
+    from phasechat.tui.markdown_view import SHARED_STEP
+
+    class One(App[None]):
+        def __init__(self, text: str = "") -> None:
+            super().__init__()
+            self.text = text
+
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody(self.text, step=SHARED_STEP)
+
+    words = [f"word{i}" for i in range(60)]
+    repainted: list[tuple[Region, ...]] = []
+    app = One()
+    async with app.run_test(size=(40, 30)) as pilot:
+        body = app.query_one(MarkdownBody)
+        tail = body.tail
+        refresh = tail.refresh
+
+        def spy(*regions: Region, **kwargs: bool) -> MarkdownPiece:
+            if not kwargs.get("layout"):
+                repainted.append(regions)
+            return refresh(*regions, **kwargs)
+
+        await body.append("A first paragraph.\n\n", SHARED_STEP)
+        await pilot.pause()
+        tail.refresh = spy  # type: ignore[method-assign]
+        for word in words:
+            await body.append(word + " ", SHARED_STEP)
+            await pilot.pause()
+        streamed = await screen_text(pilot)
+    # A word repaints one region, from the line it changed: never line 0 (the first
+    # paragraph), and a word that stays on its line repaints that line only. The whole
+    # piece is repainted only by Textual, when a growth step resizes it.
+    partial = [r[0] for r in repainted if r]
+    assert len(partial) > 50 and len(repainted) - len(partial) <= 2
+    assert all(r.y >= 1 for r in partial)
+    assert sum(r.height == 1 for r in partial) > len(partial) * 0.9
+    whole = One("A first paragraph.\n\n" + " ".join(words) + " ")
+    async with whole.run_test(size=(40, 30)) as pilot:
+        assert await screen_text(pilot) == streamed

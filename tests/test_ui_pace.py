@@ -8,13 +8,14 @@ import itertools
 import time
 
 import pytest
+from textual.content import Content
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.settings import Settings
 from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import wait_for
 
@@ -46,6 +47,14 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
         await append(self, text, step)
 
     monkeypatch.setattr(MarkdownBody, "append", counted)
+    panels: list[tuple[float, bool]] = []  # (when, generating) of each panel drawn
+    show = LivePanel.show
+
+    def shown(self: LivePanel, content: Content) -> None:
+        panels.append((time.monotonic(), self.app.generating))  # type: ignore[attr-defined]
+        show(self, content)
+
+    monkeypatch.setattr(LivePanel, "show", shown)
     with fault_server_thread() as server:  # on 127.0.0.1: shares the CPU
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="paced-300-150"))
         app = PhasechatApp(settings=Settings(max_tokens=310), backend=backend)
@@ -73,6 +82,12 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     assert len(draws) <= seconds * chat_log.SHARED_HZ + 2
     gaps = [b - a for a, b in itertools.pairwise(draws[:-1])]  # the last one is forced
     assert min(gaps, default=1.0) >= 0.9 / chat_log.SHARED_HZ
+    # The panel's figures: redrawn as it streamed, at the panel's own slower rate, and
+    # once the answer is final.
+    live = [t for t, generating in panels if generating]
+    assert len(live) >= 2 and len(live) <= seconds * chat_log.SHARED_PANEL_HZ + 1
+    assert min(b - a for a, b in itertools.pairwise(live)) >= 0.9 / chat_log.SHARED_PANEL_HZ
+    assert not panels[-1][1]
 
 
 async def test_an_answer_from_elsewhere_is_drawn_at_every_refresh(
