@@ -33,6 +33,7 @@ async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) 
         assert app.query_one(PromptInput).text == ""
         footer = str(views[1].query_one(".footer").render())
         assert "TTFT" in footer and "tok/s" in footer
+        assert not views[1].query(".thinking")  # a model that does not think: no block
 
 
 async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -> None:

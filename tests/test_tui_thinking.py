@@ -38,7 +38,10 @@ async def test_thinking_phase_live_then_a_folded_block() -> None:
             view = app.query(MessageView).last()
             block = view.thinking
             # Folded, titled with its figures, and its text not even rendered yet.
-            assert block.has_class("-shown") and block.collapsed
+            assert block.is_mounted and block.display and block.collapsed
+            # The question has neither a thinking block nor a footer (widgets that every
+            # layout pass would walk, for nothing).
+            assert not app.query(MessageView).first().query(".thinking, .footer")
             assert "thinking" in block.title and "tokens" in block.title
             text = view.query_one(".thinking-text", Static)
             assert "think0" not in str(text.render())

@@ -6,6 +6,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, Static, TextArea
@@ -30,11 +31,9 @@ class MessageView(Vertical):
     MessageView.-assistant { border-left: outer $secondary; }
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
-    MessageView.-user > .footer { display: none; }
     MessageView.-summarized > MarkdownBody { color: $text-muted; }
-    MessageView > .thinking { display: none; border: none; padding: 0; margin: 0;
+    MessageView > .thinking { border: none; padding: 0; margin: 0;
                               background: transparent; color: $text-muted; }
-    MessageView > .thinking.-shown { display: block; }
     MessageView > .thinking > Contents { padding: 0 0 0 2; }
     """
 
@@ -48,13 +47,14 @@ class MessageView(Vertical):
         self._reasoning_shown = -1  # characters of the thinking in its (unfolded) block
 
     def compose(self) -> ComposeResult:
+        # Only the widgets this message shows: every layout pass walks every widget of
+        # the chat (a thinking block is mounted when there is thinking; a question has
+        # no footer).
         yield Static(self._header(), classes="header")
-        # A thinking model's chain of thought: folded; a click or the app's key opens it.
-        with Collapsible(title="thinking", classes="thinking"):
-            yield Static("", classes="thinking-text")
         # Links are opened by the app, after a check of their scheme (dialogs.open_link).
         yield MarkdownBody(visible_controls(self.message.content), step=self._step)
-        yield Static("", classes="footer")
+        if self.message.role != "user":
+            yield Static("", classes="footer")
 
     def on_mount(self) -> None:
         m = self.message
@@ -67,7 +67,14 @@ class MessageView(Vertical):
 
     @property
     def thinking(self) -> Collapsible:
-        return self.query_one(".thinking", Collapsible)
+        """The folded chain of thought of a thinking model (a click or the app's key
+        opens it); made by the first `set_reasoning` with text."""
+        try:
+            return self.query_one(".thinking", Collapsible)
+        except NoMatches:
+            block = Collapsible(Static("", classes="thinking-text"), classes="thinking")
+            self.mount(block, after=self.query_one(".header"))
+            return block
 
     def set_reasoning(self, text: str, title: str) -> None:
         """Show the thinking so far: the title always, the text only while unfolded (so
@@ -76,7 +83,6 @@ class MessageView(Vertical):
         if not text:
             return
         block = self.thinking
-        block.add_class("-shown")
         block.title = title
         if not block.collapsed and len(text) != self._reasoning_shown:
             self._reasoning_shown = len(text)
