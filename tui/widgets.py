@@ -67,14 +67,9 @@ class MessageView(Vertical):
 
     @property
     def thinking(self) -> Collapsible:
-        """The folded chain of thought of a thinking model (a click or the app's key
-        opens it); made by the first `set_reasoning` with text."""
-        try:
-            return self.query_one(".thinking", Collapsible)
-        except NoMatches:
-            block = Collapsible(Static("", classes="thinking-text"), classes="thinking")
-            self.mount(block, after=self.query_one(".header"))
-            return block
+        """A thinking model's chain of thought, folded (a click or the app's key opens
+        it): there once `set_reasoning` had text."""
+        return self.query_one(".thinking", Collapsible)
 
     def set_reasoning(self, text: str, title: str) -> None:
         """Show the thinking so far: the title always, the text only while unfolded (so
@@ -82,7 +77,11 @@ class MessageView(Vertical):
         self._reasoning = text
         if not text:
             return
-        block = self.thinking
+        try:
+            block = self.thinking
+        except NoMatches:  # the first of it (most messages have none)
+            block = Collapsible(Static("", classes="thinking-text"), classes="thinking")
+            self.mount(block, after=self.query_one(".header"))
         block.title = title
         if not block.collapsed and len(text) != self._reasoning_shown:
             self._reasoning_shown = len(text)
