@@ -103,9 +103,12 @@ class Pace:
         return True
 
 
-#: At most this much new text is drawn per frame: a stream faster than the UI draws (a
+#: At most this much new text is drawn per draw: a stream faster than the UI draws (a
 #: server on this machine at full speed) is caught up over several frames, each short
-#: enough for a key typed meanwhile (Rich takes ~1 ms per KB).
+#: enough for a key typed meanwhile (Rich takes ~1 ms per KB). Once the stream has
+#: ended, the refresh timer's chain and the finishing worker both draw, so a frame may
+#: carry twice this: one draw per frame made the last token 0.6-0.95 s late instead of
+#: 0.43-0.58 s, for keys no better (bench/README.md, stop 21).
 FRAME_CHARS = 8000
 
 
