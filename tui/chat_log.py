@@ -42,8 +42,7 @@ class Pace:
     every refresh draws, STREAM_STEP lines at a time, tokens as they come."""
 
     def __init__(self) -> None:
-        self._at = 0.0
-        self._panel_at = 0.0
+        self._draws, self._panel = _Every(SHARED_HZ), _Every(SHARED_PANEL_HZ)
         self.shared = False
         self._timers: tuple[Timer, Timer] | None = None  # (REFRESH_HZ, SHARED_HZ)
         self._cursor: TextArea | None = None
@@ -83,23 +82,27 @@ class Pace:
     def due(self, force: bool = False) -> bool:
         """Whether to draw now (at most SHARED_HZ a second while shared; if so,
         counted as drawn)."""
-        if not self.shared or force:
-            return True
-        now = time.monotonic()
-        if now - self._at < 0.9 / SHARED_HZ:
-            return False
-        self._at = now
-        return True
+        return not self.shared or force or self._draws.now()
 
     def panel_due(self) -> bool:
         """Whether to redraw the panel now (at most SHARED_PANEL_HZ a second while
         shared; if so, counted as drawn)."""
-        if not self.shared:
-            return True
+        return not self.shared or self._panel.now()
+
+
+class _Every:
+    """At most `hz` times a second (a tenth early counts: timers jitter)."""
+
+    def __init__(self, hz: float) -> None:
+        self.hz = hz
+        self._at = 0.0
+
+    def now(self) -> bool:
+        """Whether it is time (if so, counted as done)."""
         now = time.monotonic()
-        if now - self._panel_at < 0.9 / SHARED_PANEL_HZ:
+        if now - self._at < 0.9 / self.hz:
             return False
-        self._panel_at = now
+        self._at = now
         return True
 
 
