@@ -37,8 +37,8 @@ class Pace:
     (`Backend.shares_cpu`), all the UI does takes a core from it, so: the refresh timer
     wakes SHARED_HZ times a second instead of the app's REFRESH_HZ, the answer's tail
     grows SHARED_STEP lines at a time, the engine hands tokens over once per draw
-    (`GenerationRequest.batch_s`), and the prompt's cursor does not blink (two frames a
-    second of its own), the panel is redrawn SHARED_PANEL_HZ times a second. Otherwise
+    (`GenerationRequest.batch_s`), the panel is redrawn SHARED_PANEL_HZ times a second,
+    and the prompt's cursor does not blink (two frames a second of its own). Otherwise
     every refresh draws, STREAM_STEP lines at a time, tokens as they come."""
 
     def __init__(self) -> None:

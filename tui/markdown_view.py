@@ -75,8 +75,9 @@ class _ClickableLinks:
 
 
 class _Drawn:
-    """A piece's lines, rendered once per width and theme (Textual asks twice per
-    layout: once for the height, once to paint)."""
+    """A piece's lines as one Rich renderable (its `draw`, cached per width and theme),
+    for what Textual asks of `render()`: painting and the height go through the line
+    API (`render_line`, `get_content_height`) and never come here."""
 
     def __init__(self, piece: MarkdownPiece) -> None:
         self.piece = piece
