@@ -75,8 +75,15 @@ class Backend(Protocol):
         those set `state` to "failed" and `state_detail` to the reason."""
         ...
 
-    def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        """Generate one answer. See the module docstring for the protocol."""
+    def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        """Generate one answer. See the module docstring for the protocol.
+
+        `every_s`: the consumer reads the stream about this often (a UI that draws 5
+        times a second). A backend that hands tokens across threads may hold them that
+        long to deliver them together (each keeps the timestamp taken where it was made);
+        None: its own default. A remote stream delivers what the network brings."""
         ...
 
     @property

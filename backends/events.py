@@ -51,11 +51,6 @@ class GenerationRequest:
     temperature: float = 0.8
     stop: tuple[str, ...] = ()
     seed: int | None = None
-    #: How long a token may wait to be delivered with the next ones (its timestamp is
-    #: taken where it is made either way): a consumer that draws 5 times a second needs
-    #: no more than 5 wake-ups a second. None: the backend's default (the local
-    #: backend's `handoff.WAKE_S`; a remote stream delivers what the network brings).
-    batch_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,7 +273,9 @@ class LocalBackend:
         return TokenCount(len(tokens), estimated=False)
 
     # -- generation ------------------------------------------------------------------
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
         """Stream one answer; closing the iterator stops generation at the next token."""
         if self._state != "ready":
             if self._load_task is not None and self._state == "loading":
@@ -282,7 +284,7 @@ class LocalBackend:
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
         loop = asyncio.get_running_loop()
-        handoff = Handoff(loop, request.batch_s or WAKE_S)
+        handoff = Handoff(loop, every_s or WAKE_S)
         cancel = threading.Event()
 
         def emit(event: Event) -> None:

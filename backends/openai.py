@@ -241,7 +241,9 @@ class RemoteBackend:
         body.update(self.config.extra_body)
         return body
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
         """Stream one answer; closing the iterator closes the HTTP response."""
         if not self.config.verify_tls:
             yield Notice(TLS_OFF)

@@ -28,8 +28,8 @@ from phasechat.backends.base import Backend
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics
 
 PROMPTS = [
@@ -62,7 +62,7 @@ def row(label: str, m: Metrics) -> str:
 
 
 async def turns(backend: Backend, name: str) -> list[str]:
-    session = ChatSession(backend, SETTINGS)
+    session = TurnController(backend, SETTINGS)
     out = []
     for label, prompt in zip(("cold", "warm"), PROMPTS, strict=True):
         async for _ in session.send(prompt):
@@ -99,15 +99,15 @@ async def tui_vs_headless(backend: LocalBackend) -> list[str]:
 
     prompt = "Write a short story about a lighthouse keeper."
     settings = Settings(max_tokens=200, temperature=0)
-    headless = ChatSession(backend, settings)
+    headless = TurnController(backend, settings)
     async for _ in headless.send(prompt):
         pass
     app = PhasechatApp(settings=settings, backend=backend)
     async with app.run_test() as pilot:
         assert app.send(prompt)
-        while not app.session.exchanges or app.generating:
+        while not app.turns.exchanges or app.generating:
             await pilot.pause(0.05)
-        tui = app.session.exchanges[-1].metrics
+        tui = app.turns.exchanges[-1].metrics
     head = headless.exchanges[-1].metrics
     assert tui is not None and head is not None
     return [

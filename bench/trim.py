@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from phasechat.backends.local import LocalBackend, LocalConfig  # noqa: E402
 from phasechat.backends.models import default_model_path  # noqa: E402
-from phasechat.chat.replay import BenchResult, TurnRow, load_script, replay  # noqa: E402
-from phasechat.chat.settings import Settings  # noqa: E402
+from phasechat.chat.config.settings import Settings  # noqa: E402
+from phasechat.chat.trips.replay import BenchResult, TurnRow, load_script, replay  # noqa: E402
 
 
 def _ratio(a: float, b: float) -> str:

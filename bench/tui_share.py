@@ -24,8 +24,8 @@ from phasechat.backends import handoff, local
 from phasechat.backends.events import Event, TextDelta
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."
@@ -55,7 +55,7 @@ def delta(before: dict[str, float], after: dict[str, float], seconds: float) -> 
 
 
 async def headless(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
-    session = ChatSession(backend, settings)
+    session = TurnController(backend, settings)
     before, t0 = thread_cpu(), time.perf_counter()
     async for _ in session.send(PROMPT):
         pass
@@ -93,7 +93,7 @@ async def tui(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
         for worker in [w for w in app.workers if w.group == "generate"]:
             await worker.wait()
         used = delta(before, thread_cpu(), time.perf_counter() - t0)
-        m = app.session.exchanges[-1].metrics
+        m = app.turns.exchanges[-1].metrics
     assert m is not None
     (w0, c0), (w1, c1) = Stamped.stamps[0], Stamped.stamps[-1]
     UI_MS.append((c1 - c0) / (w1 - w0) * 1000)

@@ -19,9 +19,9 @@ import time
 
 from bench.tui_share import delta, thread_cpu
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.config import Config
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.settings import Settings, TrimConfig
 from phasechat.tui.app import PhasechatApp
 from tests.fault_server import fault_server_thread
 
@@ -56,7 +56,7 @@ async def run(tokens: int, rate: float, answers: int) -> None:
             idle = delta(idle0, thread_cpu(), time.perf_counter() - t_idle)
             before, t0 = thread_cpu(), time.perf_counter()
             assert app.send("go")
-            while not app.session.exchanges or app.generating:  # noqa: ASYNC110 (polling)
+            while not app.turns.exchanges or app.generating:  # noqa: ASYNC110 (polling)
                 await asyncio.sleep(0.05)
             wall = time.perf_counter() - t0
             print(f"idle, per s:       {idle or 'nothing'}")

@@ -22,7 +22,7 @@ import time
 from textual import events
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets import MessageView, PromptInput
 from tests.fault_server import fault_server_thread
@@ -43,7 +43,7 @@ async def run(tokens: int) -> dict[str, float]:
             app.send("go")
             await pilot.pause()
             typed = 0
-            while app.generating or not app.session.exchanges:
+            while app.generating or not app.turns.exchanges:
                 # A key press, timed until the prompt box holds the character. (Posted
                 # directly: Pilot.press waits for the app to go idle, which a stream delays.)
                 t0 = time.perf_counter_ns()
@@ -60,7 +60,7 @@ async def run(tokens: int) -> dict[str, float]:
             t_shown = time.perf_counter_ns()
             assert expected in view.markdown.source, "last token missing from the screen"
         await backend.aclose()
-        trace = app.session.exchanges[-1].trace
+        trace = app.turns.exchanges[-1].trace
         return {
             "tokens": float(trace.deltas),
             "server_send_s": (server.last_byte_ns - t_send) / 1e9,

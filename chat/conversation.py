@@ -1,8 +1,19 @@
-"""The conversation: what was said, by whom, and which backend and model answered."""
+"""The conversation: every message of a chat, as a tree, and the branch being shown.
+
+A chat is a tree because tuning a prompt is editing it: an edited question, or a retried
+answer, is a new *sibling* of the message it replaces, and the old one stays with its
+answers and their metrics. The root is the system prompt (a `system` message, empty when
+there is none); editing the system prompt makes a new root, whose branch starts with
+copies of the messages kept. What a backend is sent is one path: from the root to the
+current *leaf*.
+
+Only `chat.turns.TurnController` changes a conversation; everything else reads it.
+"""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +39,8 @@ class ChatMessage:
     #: (the models' own chat templates drop it from earlier turns too)
     reasoning: str = ""
     id: int = field(default_factory=lambda: next(_ids))
+    #: the message before this one on its branch (None: a root, the system prompt)
+    parent: int | None = None
 
     @property
     def in_prompt(self) -> bool:
@@ -41,13 +54,106 @@ class ChatMessage:
             return self.status != "error"  # e.g. a prompt that did not fit the context
         return bool(self.content)
 
+    def copy(self, parent: int | None) -> ChatMessage:
+        """The same message under another parent (a branch that keeps it), with its own id."""
+        return ChatMessage(
+            self.role,
+            self.content,
+            self.backend,
+            self.model,
+            self.status,
+            self.error,
+            self.metrics,
+            self.reasoning,
+            parent=parent,
+        )
 
-@dataclass
+
 class Conversation:
-    """The system prompt plus the messages, oldest first."""
+    """The tree of a chat's messages, and the branch shown (root to `leaf`)."""
 
-    system: str = ""
-    messages: list[ChatMessage] = field(default_factory=list)
+    def __init__(self, system: str = "", messages: Iterable[ChatMessage] = ()) -> None:
+        """A chat whose root is `system`, with `messages` one after another under it."""
+        self._nodes: dict[int, ChatMessage] = {}
+        self._children: dict[int | None, list[int]] = {}
+        #: the child each message last led to on the branch shown (a sibling switch
+        #: higher up comes back to the branch that was shown below it)
+        self._chosen: dict[int | None, int] = {}
+        self.leaf: int | None = None
+        self.add(ChatMessage("system", system))
+        for message in messages:
+            self.add(message)
+
+    @classmethod
+    def from_tree(cls, messages: Iterable[ChatMessage], leaf: int | None) -> Conversation:
+        """A conversation of `messages` (parents before children), showing the branch
+        that ends at `leaf` (None or unknown: the newest message's)."""
+        conversation = cls.__new__(cls)
+        conversation._nodes, conversation._children, conversation._chosen = {}, {}, {}
+        conversation.leaf = None
+        for message in messages:
+            conversation._attach(message)
+        if not conversation._nodes:
+            conversation.add(ChatMessage("system", ""))
+        conversation.select(leaf if leaf in conversation._nodes else max(conversation._nodes))
+        return conversation
+
+    # -- reading -----------------------------------------------------------------------
+    def node(self, message_id: int) -> ChatMessage:
+        """The message with this id (KeyError if none)."""
+        return self._nodes[message_id]
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._nodes
+
+    def path(self, leaf: int | None = None) -> list[ChatMessage]:
+        """The branch from the root to `leaf` (default: the leaf shown), oldest first."""
+        out: list[ChatMessage] = []
+        at = self.leaf if leaf is None else leaf
+        while at is not None:
+            message = self._nodes[at]
+            out.append(message)
+            at = message.parent
+        out.reverse()
+        return out
+
+    @property
+    def root(self) -> ChatMessage:
+        """The branch's root: its system prompt."""
+        return self.path()[0]
+
+    @property
+    def system(self) -> str:
+        """The system prompt of the branch shown ('' for none)."""
+        root = self.root
+        return root.content if root.role == "system" else ""
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        """The branch shown, after its system prompt: what the chat shows, oldest first."""
+        path = self.path()
+        return path[1:] if path and path[0].role == "system" else path
+
+    def questions(self) -> list[ChatMessage]:
+        """The user messages of the branch shown (`--edit N` counts them from 1)."""
+        return [m for m in self.messages if m.role == "user"]
+
+    def every(self) -> Iterator[ChatMessage]:
+        """Every message of every branch, in the order they were added."""
+        return iter(self._nodes.values())
+
+    def children(self, message_id: int | None) -> list[ChatMessage]:
+        """The messages that follow `message_id` on some branch (None: the roots)."""
+        return [self._nodes[i] for i in self._children.get(message_id, [])]
+
+    def siblings(self, message: ChatMessage) -> list[ChatMessage]:
+        """`message` and the other messages with its parent, oldest first."""
+        return self.children(message.parent)
+
+    def branch_of(self, message: ChatMessage) -> tuple[int, int]:
+        """(`message`'s 1-based position among its siblings, how many there are)."""
+        ids = self._children.get(message.parent, [])
+        return ids.index(message.id) + 1, len(ids)
 
     def prompt_messages(self) -> tuple[Message, ...]:
         """What a backend gets: the system prompt first, then every message sent as
@@ -73,6 +179,37 @@ class Conversation:
             out.append(m)
         return out
 
+    # -- changing (chat.turns.TurnController only) ---------------------------------------
     def add(self, message: ChatMessage) -> ChatMessage:
-        self.messages.append(message)
+        """Add `message` after the leaf (a root when the chat is empty); it is the leaf now."""
+        message.parent = self.leaf
+        self._attach(message)
+        self.select(message.id)
         return message
+
+    def _attach(self, message: ChatMessage) -> None:
+        if message.parent is not None and message.parent not in self._nodes:
+            raise KeyError(f"message {message.id}'s parent {message.parent} is not in the chat")
+        self._nodes[message.id] = message
+        self._children.setdefault(message.parent, []).append(message.id)
+
+    def rewind(self, message_id: int | None) -> None:
+        """Make `message_id` the leaf, so the next `add` branches off after it (None:
+        before the root: the next `add` is a new root)."""
+        if message_id is not None and message_id not in self._nodes:
+            raise KeyError(message_id)
+        self.leaf = message_id
+
+    def select(self, message_id: int) -> None:
+        """Show the branch through `message_id`: down from it, the child chosen last
+        time at each step (else the newest), to a leaf."""
+        at = message_id
+        while True:
+            kids = self._children.get(at)
+            if not kids:
+                break
+            chosen = self._chosen.get(at)
+            at = chosen if chosen in kids else kids[-1]
+        self.leaf = at
+        for m in self.path(at):  # remember the way down, for a later switch above it
+            self._chosen[m.parent] = m.id

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import Message
 from phasechat.backends.tokens import estimate_messages
-from phasechat.chat.session import ChatSession
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast, Rates, forecast, measured_rates
 from phasechat.telemetry.metrics import Metrics
 
 
-def history_metrics(session: ChatSession) -> list[Metrics]:
+def history_metrics(session: TurnController) -> list[Metrics]:
     """The metrics of every finished answer of the session, oldest first."""
     return [e.metrics for e in session.exchanges if e.metrics is not None]
 
@@ -45,7 +45,7 @@ class DraftForecast:
         self._history: tuple[object, int, int | None] = (None, 0, None)
         self._empty: tuple[str, int] = ("", 0)  # (backend, tokens of an empty user turn)
 
-    def update(self, session: ChatSession, draft: str) -> Forecast | None:
+    def update(self, session: TurnController, draft: str) -> Forecast | None:
         """The forecast for `draft` (the last one computed, while a newer one runs)."""
         job = self._job
         if job is not None and job.done():
@@ -61,7 +61,7 @@ class DraftForecast:
         """The forecast made for exactly `draft`, if it is the last one computed."""
         return self._forecast if draft == self._draft else None
 
-    def _start(self, session: ChatSession, draft: str) -> None:
+    def _start(self, session: TurnController, draft: str) -> None:
         backend = session.backend
         if backend.state != "ready" or not draft.strip():
             self._draft, self._forecast = draft, None
@@ -98,7 +98,7 @@ class DraftForecast:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _remote_cached_guess(session: ChatSession, backend: Backend) -> int:
+def _remote_cached_guess(session: TurnController, backend: Backend) -> int:
     """A server with a prefix cache holds the last request's prompt and answer."""
     for exchange in reversed(session.exchanges):
         m = exchange.metrics
@@ -128,7 +128,7 @@ class SwitchCost:
         return self.rates.overhead_ms / 1000 + self.tokens / self.rates.prefill_tok_s
 
 
-def switch_cost(session: ChatSession, name: str, instance: Backend | None) -> SwitchCost:
+def switch_cost(session: TurnController, name: str, instance: Backend | None) -> SwitchCost:
     """What switching to profile `name` (its backend, if already built) would cost."""
     messages = session.request().messages
     if instance is not None and instance.state == "ready":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phasechat.backends.gguf import Geometry
-from phasechat.chat.paths import cache_dir
+from phasechat.chat.config.paths import cache_dir
 from phasechat.telemetry.membw import probe_bandwidth
 
 MEMINFO = Path("/proc/meminfo")

@@ -10,19 +10,19 @@ every method here returns what went wrong as one line instead of raising.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
-from phasechat.chat.chat_writer import ChatWriter
-from phasechat.chat.config import Config
-from phasechat.chat.config_write import save_config
-from phasechat.chat.conversation import Conversation
-from phasechat.chat.profiles import BackendSpec, make_backend
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings, TrimConfig
-from phasechat.chat.store import ChatStore, StoreError
-from phasechat.chat.trimmer import Trimmer
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.profiles import BackendSpec, make_backend
+from phasechat.chat.config.settings import Settings, TrimConfig
+from phasechat.chat.config.write import save_config
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.store.database import ChatStore, StoreError
+from phasechat.chat.store.writer import ChatWriter, follow
+from phasechat.chat.trim.trimmer import Trimmer
+from phasechat.chat.turns import TurnController
 
 
 class Workspace:
@@ -43,15 +43,17 @@ class Workspace:
         first = backend or make_backend(active)
         self._backends: dict[str, Backend] = {active.name: first}
         self._owned: set[str] = set() if backend is not None else {active.name}
-        self.session = ChatSession(first, settings or config.engine)
+        #: the chat's turns: the one owner of the conversation and its branches
+        self.turns = TurnController(first, settings or config.engine)
+        self._writer: ChatWriter | None = None
         self.store: ChatStore | None = None
-        self.configure_trimmer(self.session.trimmer)
+        self.configure_trimmer(self.turns.trimmer)
 
     # -- backends --------------------------------------------------------------------
     @property
     def backend(self) -> Backend:
         """The backend that answers now."""
-        return self.session.backend
+        return self.turns.backend
 
     def built(self, name: str) -> Backend | None:
         """Profile `name`'s backend if it has been built (loaded or not), else None."""
@@ -72,7 +74,7 @@ class Workspace:
         if name == self.backend.name or name not in self.profiles:
             return None
         backend = self.backend_for(name)
-        self.session.switch_backend(backend)
+        self.turns.switch_backend(backend)
         return backend
 
     # -- the trimmer -----------------------------------------------------------------
@@ -97,7 +99,7 @@ class Workspace:
         """Turn trimming on or off and save it: (now on, an error saving the config)."""
         trim = replace(self.config.trim, enabled=not self.config.trim.enabled)
         error = self.save(replace(self.config, trim=trim))
-        self.configure_trimmer(self.session.trimmer)
+        self.configure_trimmer(self.turns.trimmer)
         return trim.enabled, error
 
     # -- settings and the config file ------------------------------------------------
@@ -117,11 +119,11 @@ class Workspace:
         """Use new engine and trimmer settings from the next message on, and save them.
 
         Returns (a summarizer backend to start, an error saving the config)."""
-        self.session.update_settings(settings)
+        self.turns.update_settings(settings)
         error = self.save(replace(self.config, engine=settings, trim=trim))
         if error is not None:  # still used for this session, only not remembered
             self.config = replace(self.config, engine=settings, trim=trim)
-        return self.configure_trimmer(self.session.trimmer), error
+        return self.configure_trimmer(self.turns.trimmer), error
 
     def remember_theme(self, name: str) -> str | None:
         """Save the chosen theme; the error in one line if it could not be saved."""
@@ -130,56 +132,74 @@ class Workspace:
         return self.save(replace(self.config, theme=name))
 
     # -- saved chats -----------------------------------------------------------------
-    def open_store(self) -> list[str]:
-        """Open the chat database. Returns what the user should read, one line each:
-        why chats cannot be saved (then `store` stays None), or that a data file others
-        could read was made private."""
+    def open_store(self, *, readonly: bool = False) -> list[str]:
+        """Open the chat database (`readonly`: to read chats, never to write one).
+        Returns what the user should read, one line each: why chats cannot be saved
+        (then `store` stays None), or that a data file others could read was made private."""
         try:
-            self.store = ChatStore()
+            self.store = ChatStore(readonly=readonly)
         except (StoreError, sqlite3.Error, OSError) as exc:
             return [f"chats will not be saved: {exc}"]
         return list(self.store.notices)
 
     def ensure_chat(self) -> str | None:
-        """Save the session as a chat from its first message on (a chat is created then).
+        """Save the chat from its first message on (a chat is created then).
 
         Returns why it could not be created (a full disk, a locked database), in one line;
         the next call tries again, and saves the messages sent meanwhile."""
         store = self.store
-        if store is None or store.chat_of(self.session) is not None:
+        if store is None or self._writer is not None:
             return None
         try:
-            store.attach(self.session, store.create_chat(system=self.session.settings.system))
+            chat_id = store.create_chat(system=self.turns.conversation.system)
         except sqlite3.Error as exc:
             return f"chat not saved: {exc} (retried at the next message; it is kept in memory)"
+        self._writer = follow(self.turns, store, chat_id)
         return None
+
+    def _unfollow(self) -> None:
+        if self._writer is not None:
+            self.turns.unlisten(self._writer)
+            self._writer = None
 
     def retry_save(self) -> bool:
         """Try again the writes that failed; True when nothing is left unsaved."""
-        writers = [x for x in self.session.listeners if isinstance(x, ChatWriter)]
-        return all(w.flush() for w in writers)
+        return self._writer is None or self._writer.flush()
 
     def chat_id(self) -> int | None:
-        """The saved chat the session is written to, if any."""
-        return self.store.chat_of(self.session) if self.store is not None else None
+        """The saved chat the conversation is written to, if any."""
+        return self._writer.chat_id if self._writer is not None else None
 
-    def open_chat(self, chat_id: int) -> None:
-        """Continue saved chat `chat_id` in the session (the current one stays saved)."""
+    def row_of(self, message: ChatMessage) -> int | None:
+        """The id `message` is saved under (what `chats export` shows), if saved."""
+        return self._writer.row_of(message) if self._writer is not None else None
+
+    def saved_rows(self) -> Mapping[int, int] | None:
+        """Each saved message's id in the database (`ChatMessage.id` -> row), if saved."""
+        return self._writer.rows if self._writer is not None else None
+
+    def open_chat(self, chat_id: int, *, save: bool = True) -> Conversation:
+        """Continue saved chat `chat_id` (the current one stays saved), writing what is
+        added to it unless `save` is False; returns it. Raises ChatNotFound, or
+        InputError while an answer streams."""
         assert self.store is not None
-        self.store.detach(self.session)
-        self.store.resume(self.session, chat_id)
+        saved = self.store.open_chat(chat_id)
+        self.turns.replace_conversation(saved.conversation)
+        self._unfollow()
+        if save:
+            self._writer = follow(self.turns, self.store, chat_id, saved.rows)
+        return saved.conversation
 
     def new_chat(self) -> Conversation:
         """Start an empty conversation (the current one stays saved); returns it."""
-        if self.store is not None:
-            self.store.detach(self.session)
-        conversation = Conversation(system=self.session.settings.system)
-        self.session.conversation = conversation
+        conversation = Conversation(system=self.turns.settings.system)
+        self.turns.replace_conversation(conversation)
+        self._unfollow()
         return conversation
 
     async def aclose(self) -> None:
         """Stop background work, close the backends we built and the store."""
-        await self.session.aclose()
+        await self.turns.aclose()
         for name in self._owned:
             await self._backends[name].aclose()
         if self.store is not None:

@@ -1,3 +1,3 @@
-from phasechat.cli import main
+from phasechat.cli.main import main
 
 raise SystemExit(main())

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from textual.pilot import Pilot
 
-from phasechat.chat.store import default_path
+from phasechat.chat.store.database import default_path
+from phasechat.chat.turns import Exchange, TurnController
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
@@ -19,12 +20,26 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: f
 
 
 def stored_messages() -> list[sqlite3.Row]:
-    """Every message saved in the test's own chat database, in order."""
+    """Every message saved in the test's own chat database, in order (the system
+    prompts, the roots of the chats' trees, left out)."""
     db = sqlite3.connect(default_path())
     db.row_factory = sqlite3.Row
     try:
         return db.execute(
-            "SELECT role, content, status, error FROM messages ORDER BY chat_id, position"
+            "SELECT role, content, status, error FROM messages WHERE role != 'system'"
+            " ORDER BY chat_id, position"
         ).fetchall()
     finally:
         db.close()
+
+
+async def ask(turns: TurnController, prompt: str) -> None:
+    """Send `prompt` as the next turn and let the answer stream to its end."""
+    async for _ in turns.send(prompt):
+        pass
+
+
+async def answer(turns: TurnController, exchange: Exchange) -> None:
+    """Run a turn begun by `retry`, `edit` or `begin` to its end."""
+    async for _ in turns.run(exchange):
+        pass

@@ -46,7 +46,9 @@ class ScriptedBackend:
     async def warm(self, messages: tuple[Message, ...]) -> int:
         return 0
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
         for word in self.text.split(" "):
             yield TextDelta(word + " ")
         yield Finished("stop")

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.export import to_json, to_markdown
-from phasechat.chat.session import ChatSession
-from phasechat.chat.store import ChatStore
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.store.database import ChatStore
+from phasechat.chat.store.export import to_json, to_markdown
+from phasechat.chat.store.writer import follow
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import metrics_from_dict
 
 ESC = "\x1b]0;pwned\x07\x1b[31m"  # a title change and a colour, as a model might emit
@@ -40,12 +41,11 @@ def phasechat(*args: str) -> subprocess.CompletedProcess[str]:
 
 def saved_chat(*messages: ChatMessage, system: str = "Be brief.") -> int:
     """A chat written through the store as a session would write it."""
-    session = ChatSession(LocalBackend())  # never started: nothing is generated
-    for m in messages:
-        session.conversation.add(m)
+    session = TurnController(LocalBackend())  # never started: nothing is generated
+    session.replace_conversation(Conversation(system, messages))
     with ChatStore() as store:
         chat_id = store.create_chat(system=system)
-        store.attach(session, chat_id)
+        follow(session, store, chat_id)
     return chat_id
 
 
@@ -83,15 +83,24 @@ def test_json_export_keeps_text_exact_and_escapes_controls() -> None:
         "Tell me about KV caches",
         "Be brief.",
     )
-    user, answer, _, cut = doc["messages"]
-    assert user == {"role": "user", "content": "Tell me about KV caches", "status": "complete"}
+    system, user, answer, _, cut = doc["messages"]  # the tree: one branch here
+    assert (system["role"], system["content"], system["parent_id"]) == ("system", "Be brief.", None)
+    assert user == {
+        "id": user["id"],
+        "parent_id": system["id"],
+        "role": "user",
+        "content": "Tell me about KV caches",
+        "status": "complete",
+    }
+    assert doc["branch"] == [m["id"] for m in doc["messages"]] and doc["leaf_id"] == cut["id"]
     assert answer["content"] == f"A cache {ESC}of keys\x9b2J."  # exact after parsing
     assert (answer["backend"], answer["model"]) == ("local", "/m/s.gguf")
     assert {k: answer["metrics"][k] for k in METRICS} == METRICS
     assert (cut["status"], cut["content"], cut["metrics"]) == ("cancelled", "Then it", None)
     assert cut["error"].startswith("interrupted")
     with ChatStore() as store:  # the module's output is what the command printed
-        assert to_json(store.get(chat_id), store.load(chat_id)) + "\n" == r.stdout
+        saved = store.open_chat(chat_id)
+        assert to_json(store.get(chat_id), saved.conversation, saved.rows) + "\n" == r.stdout
 
 
 def test_chats_json_lists_every_chat_newest_first() -> None:
@@ -160,7 +169,8 @@ def test_ask_saves_its_exchange_unless_no_save() -> None:
     exported = json.loads(
         phasechat("chats", "export", str(out["chat_id"]), "--format", "json").stdout
     )
-    answer = exported["messages"][1]
+    _system, question, answer = exported["messages"]
+    assert (question["id"], answer["id"]) == (out["parent_id"], out["message_id"])
     assert answer["content"] == out["text"] and answer["status"] == "complete"
     assert answer["metrics"]["output_tokens"] == out["output_tokens"]
 

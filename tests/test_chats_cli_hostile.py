@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.chat.store import ChatStore
+from phasechat.chat.store.database import ChatStore
 
 
 @pytest.fixture

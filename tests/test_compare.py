@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.events import Message
-from phasechat.chat.compare import (
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.compare import (
     MetricRow,
     can_run_together,
     cold_messages,
@@ -15,9 +17,7 @@ from phasechat.chat.compare import (
     metric_value,
     spread_of,
 )
-from phasechat.chat.compare_targets import derive, split_name, variants
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
+from phasechat.chat.trips.compare_targets import derive, split_name, variants
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
 

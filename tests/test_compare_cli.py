@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from phasechat.chat.compare import METRICS
+from phasechat.chat.trips.compare import METRICS
 from tests.test_cli import phasechat
 
 KEYS = [key for key, _, _ in METRICS]

@@ -7,8 +7,8 @@ import json
 
 from phasechat.backends.events import Message
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.compare import Comparison, Side
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.compare import Comparison, Side
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.test_cli import phasechat
 

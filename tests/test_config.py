@@ -14,7 +14,7 @@ import pytest
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.models import default_model_path
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.config import (
+from phasechat.chat.config.file import (
     Config,
     ConfigError,
     EndpointProfile,
@@ -22,8 +22,8 @@ from phasechat.chat.config import (
     config_path,
     load_config,
 )
-from phasechat.chat.config_write import dump_config, save_config
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.config.write import dump_config, save_config
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -52,7 +52,10 @@ def test_missing_file_is_the_defaults_and_creates_nothing(tmp_path: Path) -> Non
 
 def test_importing_does_no_io(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PHASECHAT_CONFIG": ""}
-    code = "import chat.config, chat.store, chat.export, phasechat.cli"
+    code = (
+        "import phasechat.chat.config.file, phasechat.chat.store.database,"
+        " phasechat.chat.store.export, phasechat.cli.main"
+    )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert not (tmp_path / "cfg").exists()

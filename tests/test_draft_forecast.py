@@ -11,10 +11,10 @@ import time
 from phasechat.backends.base import TokenCount
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.costs import DraftForecast
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast
 
 
@@ -33,15 +33,15 @@ class Counting:
         return self.backend.count_tokens(messages)
 
 
-def session_with_history(backend: object) -> ChatSession:
-    session = ChatSession(backend, Settings(max_tokens=64))  # type: ignore[arg-type]
+def session_with_history(backend: object) -> TurnController:
+    session = TurnController(backend, Settings(max_tokens=64))  # type: ignore[arg-type]
     for i in range(6):
         session.conversation.add(ChatMessage("user", f"Question {i} about lighthouses?"))
         session.conversation.add(ChatMessage("assistant", f"Answer {i}: " + "light " * 40))
     return session
 
 
-def settle(forecasts: DraftForecast, session: ChatSession, draft: str) -> Forecast | None:
+def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> Forecast | None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         forecasts.update(session, draft)

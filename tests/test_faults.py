@@ -1,6 +1,6 @@
 """The remote backend against a scripted server that misbehaves on demand.
 
-Each test drives a `ChatSession` over `RemoteBackend`, as the TUI and `phasechat ask` do,
+Each test drives a `TurnController` over `RemoteBackend`, as the TUI and `phasechat ask` do,
 and checks what the user would see (status, one-line error, notices) and that the text
 that did arrive is kept. Stall and first-token deadlines are shortened to fractions of a
 second; the behaviours are in tests/fault_server.py.
@@ -25,8 +25,8 @@ from phasechat.backends.events import GenerationRequest, Message, ResponseStarte
 from phasechat.backends.httplog import redact_headers, redact_secret, redact_url
 from phasechat.backends.openai import TLS_OFF, RemoteBackend, RemoteConfig
 from phasechat.backends.sse import SSEEvent, SSEParser
-from phasechat.chat.session import ChatSession, Exchange
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import Exchange, TurnController
 from tests.conftest import free_port
 from tests.fault_server import FaultServer
 
@@ -45,7 +45,7 @@ async def ask(
     """One prompt through a fresh session; the finished exchange and its backend."""
     config.setdefault("stall_timeout_s", 0.3)
     backend = RemoteBackend(RemoteConfig(base_url=base_url, model=model, **config))
-    session = ChatSession(backend, Settings(max_tokens=max_tokens))
+    session = TurnController(backend, Settings(max_tokens=max_tokens))
     try:
         async for _ in session.send("hello"):
             pass
@@ -262,7 +262,7 @@ async def wait_for_idle(server: FaultServer) -> None:
 
 async def test_cancel_storm_leaves_nothing_open(server: FaultServer) -> None:
     backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="endless"))
-    session = ChatSession(backend, Settings(max_tokens=100_000))
+    session = TurnController(backend, Settings(max_tokens=100_000))
     for i in range(50):
         exchange = session.begin(f"question {i}")
         first = asyncio.Event()
@@ -367,7 +367,7 @@ async def test_tls_is_verified_unless_turned_off_explicitly(tmp_path: Path) -> N
         assert "TLS verification off" in backend.state_detail
         await backend.start()
         assert backend.state == "ready" and "TLS verification off" in backend.state_detail
-        session = ChatSession(backend, Settings(max_tokens=8))
+        session = TurnController(backend, Settings(max_tokens=8))
         for prompt in ("one", "two"):
             async for _ in session.send(prompt):
                 pass

@@ -8,11 +8,11 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-from phasechat.chat.config import load_config
-from phasechat.chat.config_write import save_config
-from phasechat.chat.paths import config_path, data_dir, db_path
-from phasechat.chat.settings import TrimConfig
-from phasechat.chat.store import ChatStore
+from phasechat.chat.config.file import load_config
+from phasechat.chat.config.paths import config_path, data_dir, db_path
+from phasechat.chat.config.settings import TrimConfig
+from phasechat.chat.config.write import save_config
+from phasechat.chat.store.database import ChatStore
 
 USER_FILE = """\
 # phasechat, set up by hand

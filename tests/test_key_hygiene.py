@@ -11,9 +11,10 @@ import pytest
 
 from phasechat.backends.http_errors import connect_message
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.session import ChatSession, Exchange
-from phasechat.chat.settings import Settings
-from phasechat.chat.store import ChatStore
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.store.database import ChatStore
+from phasechat.chat.store.writer import follow
+from phasechat.chat.turns import Exchange, TurnController
 from tests.fault_server import FaultServer
 
 ENV = "PHASECHAT_HOSTILE_KEY"
@@ -33,9 +34,9 @@ async def server() -> AsyncIterator[FaultServer]:
 
 async def ask(server: FaultServer, model: str, store: ChatStore | None = None) -> Exchange:
     backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model=model, api_key_env=ENV))
-    session = ChatSession(backend, Settings(max_tokens=8))
+    session = TurnController(backend, Settings(max_tokens=8))
     if store is not None:
-        store.attach(session, store.create_chat())
+        follow(session, store, store.create_chat())
     try:
         await backend.start()
         async for _ in session.send("hello"):

@@ -74,13 +74,13 @@ async def test_a_chat_on_one_connection_is_measured_right_every_turn(
     """Twelve turns on one backend (one kept-alive connection): every turn answers (the
     connection llama-server sometimes drops after a stream is retried once), the window
     comes from the server, the cache is reported, and no alarm is raised."""
-    from phasechat.chat.session import ChatSession
-    from phasechat.chat.settings import Settings
+    from phasechat.chat.config.settings import Settings
+    from phasechat.chat.turns import TurnController
 
     backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
     await backend.start()
     assert backend.context_window == 4096 and backend.context_source == "llama-server /props"
-    session = ChatSession(backend, Settings(max_tokens=12, temperature=0))
+    session = TurnController(backend, Settings(max_tokens=12, temperature=0))
     for i in range(12):
         async for _ in session.send(f"Give me one word about the number {i}."):
             pass

@@ -18,7 +18,7 @@ import pytest
 from phasechat.backends.events import GenerationRequest, Message, StreamError
 from phasechat.backends.gguf import geometry
 from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.chat.store import default_path
+from phasechat.chat.store.database import default_path
 from tests.conftest import ROOT
 from tests.helpers import stored_messages
 
@@ -137,7 +137,7 @@ def test_too_little_memory_to_load_is_one_line(model_path: Path) -> None:
     n_ctx = 8192
     # Room for Python and every import, and the model's weights, but only half of the KV
     # cache that n_ctx needs: the failure lands inside llama.cpp's allocations.
-    baseline = _vm_peak("import llama_cpp, numpy, phasechat.cli, backends.local")
+    baseline = _vm_peak("import llama_cpp, numpy, phasechat.cli.main, backends.local")
     kv = geometry(model_path).kv_bytes(n_ctx, n_ctx)
     limit = baseline + model_path.stat().st_size + kv // 2
     r = ask("--no-save", "--threads", "1", "--n-ctx", str(n_ctx), "hi", limit_as=limit)

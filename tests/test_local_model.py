@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from phasechat.backends.events import (
     TextDelta,
 )
 from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 
 pytestmark = pytest.mark.model
 
@@ -74,7 +73,7 @@ async def test_cancel_stops_within_a_few_tokens_and_next_request_works(
 
 
 async def test_cancel_via_task_cancellation(local_backend: LocalBackend) -> None:
-    session = ChatSession(local_backend, Settings(max_tokens=400, temperature=0))
+    session = TurnController(local_backend, Settings(max_tokens=400, temperature=0))
 
     async def consume() -> None:
         async for _ in session.send("Tell me about the sea, at length."):
@@ -92,7 +91,7 @@ async def test_cancel_via_task_cancellation(local_backend: LocalBackend) -> None
 
 
 async def test_second_turn_reuses_the_cached_prefix(local_backend: LocalBackend) -> None:
-    session = ChatSession(local_backend, Settings(max_tokens=8, temperature=0))
+    session = TurnController(local_backend, Settings(max_tokens=8, temperature=0))
     async for _ in session.send("What is 2+2?"):
         pass
     async for _ in session.send("And 3+3?"):
@@ -148,7 +147,7 @@ async def test_truncated_real_model_fails_cleanly(tmp_path: Path, model_path: Pa
     await backend.aclose()
 
 
-async def test_tokens_are_handed_over_in_batches_of_the_requests_batch_s(
+async def test_tokens_are_handed_over_in_batches_as_often_as_the_consumer_reads(
     local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from phasechat.backends import local
@@ -177,14 +176,14 @@ async def test_tokens_are_handed_over_in_batches_of_the_requests_batch_s(
 
     monkeypatch.setattr(local, "Handoff", Counted)
     base = req("Write a long story about a dragon.", max_tokens=32)
-    for batch_s in (None, 10.0):
+    for every_s in (None, 10.0):
         stamps = [
             e.t_ns
-            async for e in local_backend.stream(replace(base, batch_s=batch_s))
+            async for e in local_backend.stream(base, every_s=every_s)
             if isinstance(e, TextDelta)
         ]
         assert len(stamps) >= 20
-        if batch_s is None:  # 25 ms: a 32-token answer wakes the loop several times
+        if every_s is None:  # 25 ms: a 32-token answer wakes the loop several times
             assert woken[-1] > 2
         else:  # the first token at once; the rest wait for the end of the answer
             assert woken[-1] == 1

@@ -9,7 +9,7 @@ from rich.markdown import Markdown
 from rich.segment import Segment
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.chat_log import FRAME_CHARS
 from phasechat.tui.markdown_view import (
@@ -121,8 +121,8 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(lambda: backend.state == "ready")
             app.send("go")
-            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
-            answer = app.session.exchanges[-1].answer
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            answer = app.turns.exchanges[-1].answer
             body = list(app.query(MessageView))[-1].markdown
             assert answer.content.rstrip().endswith("end1")
             assert body.source == answer.content

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.chat.config import ConfigError, load_config
-from phasechat.chat.paths import themes_dir
+from phasechat.chat.config.file import ConfigError, load_config
+from phasechat.chat.config.paths import themes_dir
 from phasechat.chat.text import visible_controls
-from phasechat.telemetry.export import to_csv, to_jsonl
+from phasechat.telemetry.records import to_csv, to_jsonl
 from phasechat.themes import load_user_themes
 
 

@@ -8,12 +8,13 @@ import sqlite3
 from pathlib import Path
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.export import to_json, to_markdown
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
-from phasechat.chat.store import ChatStore
-from phasechat.chat.trimmer import Trimmer
+from phasechat.chat.store.database import ChatStore
+from phasechat.chat.store.export import to_json, to_markdown
+from phasechat.chat.store.writer import follow
+from phasechat.chat.trim.trimmer import Trimmer
+from phasechat.chat.turns import TurnController
 from tests.fault_server import FaultServer
 from tests.scripted import ScriptedBackend
 
@@ -21,10 +22,10 @@ from tests.scripted import ScriptedBackend
 async def test_thinking_is_saved_and_exported_with_the_answer(tmp_path: Path) -> None:
     async with FaultServer() as server:
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="think-6-3-1"))
-        session = ChatSession(backend, Settings(max_tokens=64))
+        session = TurnController(backend, Settings(max_tokens=64))
         with ChatStore(tmp_path / "chats.db") as store:
             chat_id = store.create_chat()
-            store.attach(session, chat_id)
+            follow(session, store, chat_id)
             async for _ in session.send("hi"):
                 pass
             await backend.aclose()

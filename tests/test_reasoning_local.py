@@ -11,9 +11,9 @@ import pytest
 from phasechat.backends.events import ReasoningDelta, TextDelta
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.think import ThinkSplitter, opens_think
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.turns import TurnController
 
 #: ChatML (SmolLM2's own format) whose assistant turn opens a think block, as Qwen3's
 #: template does in thinking mode.
@@ -71,7 +71,7 @@ async def test_bundled_model_with_a_thinking_template(model_path: Path) -> None:
     )
     await backend.start()
     assert backend.state == "ready", backend.state_detail
-    session = ChatSession(backend, Settings(max_tokens=32, temperature=0.0))
+    session = TurnController(backend, Settings(max_tokens=32, temperature=0.0))
     # Two earlier turns show the pattern; the greedy model follows it and closes the block.
     for _ in range(2):
         session.conversation.add(ChatMessage("user", "hi"))

@@ -22,8 +22,8 @@ from phasechat.backends.events import (
     TextDelta,
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 
 pytestmark = [pytest.mark.server, pytest.mark.model]
 
@@ -45,7 +45,7 @@ async def test_models_and_streamed_answer(llama_server: str) -> None:
 async def test_session_marks_counts_as_estimates(llama_server: str) -> None:
     backend = RemoteBackend(RemoteConfig(base_url=llama_server))
     await backend.start()
-    session = ChatSession(backend, Settings(max_tokens=10, temperature=0))
+    session = TurnController(backend, Settings(max_tokens=10, temperature=0))
     async for _ in session.send("Name a fruit."):
         pass
     await backend.aclose()

@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import visible_controls
+from phasechat.chat.turns import TurnController
 from tests.conftest import ROOT
 from tests.fault_server import MARKUP_PIECES, FaultServer, fault_server_thread
 
@@ -29,7 +29,7 @@ MARKUP = ("[bold red]not bold[/]", "[@click=app.quit]click[/]")
 async def test_the_answer_keeps_the_data_and_visible_controls_defuses_it() -> None:
     async with FaultServer() as server:
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="markup"))
-        session = ChatSession(backend, Settings(max_tokens=64))
+        session = TurnController(backend, Settings(max_tokens=64))
         async for _ in session.send("hi"):
             pass
         await backend.aclose()

@@ -14,15 +14,16 @@ from textual.pilot import Pilot
 
 from phasechat.backends.events import Message
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.compare import Answer, Comparison, Side, request_for
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
+from phasechat.chat.trips.compare import Answer, Comparison, Side, request_for
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.compare_screen import CompareScreen
+from phasechat.tui.widgets import PromptInput
 from tests.scripted import ScriptedBackend
 
 METRICS = {
@@ -70,9 +71,17 @@ def conversation() -> Conversation:
     return c
 
 
+class SteadyApp(PhasechatApp):
+    """The app with a cursor that does not blink: a picture taken mid-blink differs."""
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(PromptInput).cursor_blink = False
+
+
 def make_app() -> PhasechatApp:
     remote = BackendSpec("openai", remote=RemoteConfig(base_url="http://127.0.0.1:9/v1"))
-    return PhasechatApp(settings=Settings(), backend=ScriptedBackend("local"), profiles=[remote])
+    return SteadyApp(settings=Settings(), backend=ScriptedBackend("local"), profiles=[remote])
 
 
 @pytest.mark.parametrize("theme", [t.name for t in BUILTIN_THEMES])

@@ -15,10 +15,17 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
-from phasechat.chat.store import INTERRUPTED, TITLE_CHARS, ChatNotFound, ChatStore, default_path
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.store.database import (
+    INTERRUPTED,
+    TITLE_CHARS,
+    ChatNotFound,
+    ChatStore,
+    default_path,
+)
+from phasechat.chat.store.writer import follow, resume
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import metrics_from_dict
 
 
@@ -36,11 +43,10 @@ def store(data_home: Path) -> Iterator[ChatStore]:
         yield s
 
 
-def offline_session(*messages: ChatMessage) -> ChatSession:
+def offline_session(*messages: ChatMessage, system: str = "") -> TurnController:
     """A session over an unloaded backend, holding `messages` (nothing is generated)."""
-    session = ChatSession(LocalBackend())
-    for m in messages:
-        session.conversation.add(m)
+    session = TurnController(LocalBackend())
+    session.replace_conversation(Conversation(system, messages))
     return session
 
 
@@ -60,9 +66,10 @@ def test_messages_round_trip_with_status_and_metrics(store: ChatStore) -> None:
         ChatMessage("assistant", "", "lab", "qwen", status="error", error="HTTP 500"),
         ChatMessage("user", "Again"),
         ChatMessage("assistant", "Scatt", "lab", "qwen", status="cancelled"),
+        system="Be brief.",
     )
     chat_id = store.create_chat(system="Be brief.")
-    store.attach(session, chat_id)
+    follow(session, store, chat_id)
     loaded = store.load(chat_id)
     assert loaded.system == "Be brief."
     got = [(m.role, m.content, m.backend, m.model, m.status, m.error) for m in loaded.messages]
@@ -84,7 +91,7 @@ def test_streaming_answer_reloads_as_interrupted_with_its_text(store: ChatStore)
         ChatMessage("assistant", "Once upon a", "local", "m.gguf", status="streaming"),
     )
     chat_id = store.create_chat()
-    store.attach(session, chat_id)
+    follow(session, store, chat_id)
     answer = store.load(chat_id).messages[1]
     assert (answer.content, answer.status, answer.error) == (
         "Once upon a",
@@ -97,19 +104,21 @@ def test_streaming_answer_reloads_as_interrupted_with_its_text(store: ChatStore)
 def test_title_is_the_first_user_message_on_one_line(store: ChatStore) -> None:
     long = "  Explain\n\n the   difference between prefill and decode " + "in detail " * 10
     chat_id = store.create_chat()
-    store.attach(offline_session(ChatMessage("user", long), ChatMessage("user", "second")), chat_id)
+    follow(
+        offline_session(ChatMessage("user", long), ChatMessage("user", "second")), store, chat_id
+    )
     title = store.get(chat_id).title
     assert title.startswith("Explain the difference between prefill and decode in")
     assert len(title) <= TITLE_CHARS and title.endswith("…") and "\n" not in title
     named = store.create_chat(title="Kept")
-    store.attach(offline_session(ChatMessage("user", "not the title")), named)
+    follow(offline_session(ChatMessage("user", "not the title")), store, named)
     assert store.get(named).title == "Kept"
 
 
 def test_rename_delete_and_missing_ids(store: ChatStore) -> None:
     a = store.create_chat(title="a")
     b = store.create_chat(title="b")
-    store.attach(offline_session(ChatMessage("user", "zebra crossing")), b)
+    follow(offline_session(ChatMessage("user", "zebra crossing")), store, b)
     store.rename(a, "  renamed\nchat ")
     assert store.get(a).title == "renamed chat"
     assert [c.id for c in store.list_chats()] == [a, b]  # renaming touches `updated`
@@ -125,13 +134,15 @@ def test_rename_delete_and_missing_ids(store: ChatStore) -> None:
 
 def test_search_matches_words_and_prefixes_and_accepts_any_text(store: ChatStore) -> None:
     one = store.create_chat()
-    store.attach(offline_session(ChatMessage("user", "KV cache eviction policy")), one)
+    follow(offline_session(ChatMessage("user", "KV cache eviction policy")), store, one)
     two = store.create_chat()
-    store.attach(offline_session(ChatMessage("assistant", "Prefill is compute bound.")), two)
+    follow(offline_session(ChatMessage("assistant", "Prefill is compute bound.")), store, two)
     assert [h.chat_id for h in store.search("evict cache")] == [one]  # prefix, any order
     assert [h.chat_id for h in store.search("prefill")] == [two]  # case-insensitive
     hit = store.search("COMPUTE")[0]
-    assert (hit.role, hit.position) == ("assistant", 0) and "compute" in hit.snippet
+    assert hit.role == "assistant" and "compute" in hit.snippet
+    exported = store.open_chat(two)
+    assert [exported.rows[m.id] for m in exported.conversation.messages] == [hit.message_id]
     assert store.search("cache prefill") == []  # every word must match one message
     for odd in ('"', "AND OR NOT (", "*", "a:b", "  "):
         assert isinstance(store.search(odd), list)  # no FTS syntax error reaches the user
@@ -141,15 +152,18 @@ def test_search_matches_words_and_prefixes_and_accepts_any_text(store: ChatStore
 async def test_live_session_is_written_per_flush_and_can_be_resumed(
     store: ChatStore, local_backend: LocalBackend
 ) -> None:
-    session = ChatSession(local_backend, Settings(max_tokens=120, temperature=0.0, seed=1))
+    session = TurnController(local_backend, Settings(max_tokens=120, temperature=0.0, seed=1))
     chat_id = store.create_chat(system=session.settings.system)
-    store.attach(session, chat_id)
+    follow(session, store, chat_id)
     seen: list[tuple[str, str, str]] = []
 
     class Reader:
         """After the store, read the row back through a separate connection."""
 
         def message_added(self, message: ChatMessage) -> None:
+            pass
+
+        def branch_shown(self, conversation: Conversation) -> None:
             pass
 
         def message_updated(self, message: ChatMessage, final: bool) -> None:
@@ -160,7 +174,7 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
                     ).fetchone()
                 seen.append((message.content, row[0], row[1]))
 
-    session.listeners.append(Reader())
+    session.listen(Reader())
     async for _ in session.send("Write a long story about a lighthouse keeper."):
         pass
     assert seen, "the answer streamed for less than one flush interval"
@@ -173,11 +187,11 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
     )  # fmt: skip
     assert answer.metrics is not None and loaded.metrics == answer.metrics
 
-    follow = ChatSession(local_backend, Settings(max_tokens=4, temperature=0.0))
-    store.resume(follow, chat_id)
-    assert follow.settings.system == session.settings.system
-    assert len(follow.request().messages) == 3  # system + the stored exchange
-    async for _ in follow.send("Thanks!"):
+    follower = TurnController(local_backend, Settings(max_tokens=4, temperature=0.0))
+    resume(follower, store, chat_id)
+    assert follower.settings.system == session.settings.system
+    assert len(follower.request().messages) == 3  # system + the stored exchange
+    async for _ in follower.send("Thanks!"):
         pass
     history = store.load(chat_id).messages
     assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]

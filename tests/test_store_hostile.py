@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.chat.session import ChatSession
-from phasechat.chat.store import ChatStore, StoreError
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.store.database import ChatStore, StoreError
+from phasechat.chat.store.writer import follow, resume
+from phasechat.chat.turns import TurnController
 from phasechat.chat.workspace import Workspace
 from tests.scripted import ScriptedBackend
 
 SECRET = "zanzibarquokka"  # a word that appears nowhere else in the file
 
 
-def chat(session: ChatSession, prompt: str) -> None:
+def chat(session: TurnController, prompt: str) -> None:
     async def go() -> None:
         async for _ in session.send(prompt):
             pass
@@ -40,12 +43,12 @@ def free_disk(store: ChatStore) -> None:
 def test_deleted_chat_words_are_gone_from_every_file(tmp_path: Path) -> None:
     path = tmp_path / "chats.db"
     with ChatStore(path) as store:
-        session = ChatSession(ScriptedBackend(text=f"{SECRET} answer"))
+        session = TurnController(ScriptedBackend(text=f"{SECRET} answer"))
         chat_id = store.create_chat()
-        store.attach(session, chat_id)
+        follow(session, store, chat_id)
         chat(session, f"tell me about {SECRET}")
         keep = store.create_chat()
-        store.attach(ChatSession(ScriptedBackend()), keep)
+        follow(TurnController(ScriptedBackend()), store, keep)
         assert store.search(SECRET)  # indexed
         store.delete(chat_id)
         assert not store.search(SECRET)
@@ -70,13 +73,13 @@ def test_full_disk_is_reported_at_once_then_retried_and_nothing_lost(tmp_path: P
     store = ChatStore(tmp_path / "chats.db")
     heard: list[tuple[str, bool]] = []
     store.on_error = lambda line, ok: heard.append((line, ok))
-    ws = Workspace.__new__(Workspace)  # only the store and session parts are used
-    ws.store, ws.session = store, ChatSession(ScriptedBackend(text="first answer"))
+    ws = Workspace(Config(), BackendSpec(), backend=ScriptedBackend(text="first answer"))
+    ws.store = store
     assert ws.ensure_chat() is None
-    chat(ws.session, "one")
+    chat(ws.turns, "one")
     fill_disk(store)
-    ws.session.backend.text = "x " * 4000  # type: ignore[attr-defined]  # needs new pages
-    chat(ws.session, "two " * 2000)
+    ws.turns.backend.text = "x " * 4000  # type: ignore[attr-defined]  # needs new pages
+    chat(ws.turns, "two " * 2000)
     assert heard and heard[0][1] is False and "disk is full" in heard[0][0]
     assert store.error is not None
     assert len(heard) == 1  # said once, not once per flush
@@ -87,7 +90,7 @@ def test_full_disk_is_reported_at_once_then_retried_and_nothing_lost(tmp_path: P
     assert chat_id is not None
     saved = store.load(chat_id)
     assert [m.content for m in saved.messages] == [
-        m.content for m in ws.session.conversation.messages
+        m.content for m in ws.turns.conversation.messages
     ]
     assert saved.messages[-1].status == "complete"
     store.close()
@@ -96,12 +99,12 @@ def test_full_disk_is_reported_at_once_then_retried_and_nothing_lost(tmp_path: P
 def test_full_disk_before_the_first_send_keeps_the_chat_and_saves_it_later(tmp_path: Path) -> None:
     store = ChatStore(tmp_path / "chats.db")
     fill_disk(store)
-    ws = Workspace.__new__(Workspace)
-    ws.store, ws.session = store, ChatSession(ScriptedBackend(text="kept"))
-    ws.session.update_settings(system="a long system prompt " * 500)  # needs new pages
+    ws = Workspace(Config(), BackendSpec(), backend=ScriptedBackend(text="kept"))
+    ws.store = store
+    ws.turns.update_settings(system="a long system prompt " * 500)  # needs new pages
     error = ws.ensure_chat()
     assert error is not None and "chat not saved" in error and "full" in error
-    chat(ws.session, "my long prompt")  # the app goes on; the prompt is in memory
+    chat(ws.turns, "my long prompt")  # the app goes on; the prompt is in memory
     free_disk(store)
     assert ws.ensure_chat() is None  # the next send creates it with what was said
     chat_id = ws.chat_id()
@@ -114,14 +117,21 @@ def test_two_windows_on_one_chat_both_save(tmp_path: Path) -> None:
     path = tmp_path / "chats.db"
     with ChatStore(path) as a, ChatStore(path) as b:
         chat_id = a.create_chat()
-        one, two = ChatSession(ScriptedBackend(text="A")), ChatSession(ScriptedBackend(text="B"))
-        a.resume(one, chat_id)
-        b.resume(two, chat_id)
+        one, two = (
+            TurnController(ScriptedBackend(text="A")),
+            TurnController(ScriptedBackend(text="B")),
+        )
+        resume(one, a, chat_id)
+        resume(two, b, chat_id)
         chat(one, "from window one")
         chat(two, "from window two")
         assert a.error is None and b.error is None
-        saved = [m.content for m in a.load(chat_id).messages]
-    assert saved == ["from window one", "A ", "from window two", "B "]
+        saved = a.load(chat_id)
+    # Both saved, as two branches from the same point; the chat shows the newer one.
+    assert [m.content for m in saved.messages] == ["from window two", "B "]
+    questions = saved.siblings(saved.messages[0])
+    assert [m.content for m in questions] == ["from window one", "from window two"]
+    assert [m.content for m in saved.children(questions[0].id)] == ["A "]
 
 
 def test_database_from_a_newer_phasechat_is_refused_and_not_downgraded(tmp_path: Path) -> None:

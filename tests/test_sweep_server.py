@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.settings import Settings
-from phasechat.chat.sweep import sweep
-from phasechat.cli import main
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.sweep import sweep
+from phasechat.cli.main import main
 
 pytestmark = [pytest.mark.server]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.chat.sweep import LevelRun, SweepResult
-from phasechat.sweep_chart import sweep_chart, sweep_notes, sweep_row
+from phasechat.chat.trips.sweep import LevelRun, SweepResult
+from phasechat.chat.trips.sweep_chart import sweep_chart, sweep_notes, sweep_row
 from phasechat.telemetry.sweep_stats import (
     Level,
     Sample,

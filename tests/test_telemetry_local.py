@@ -12,8 +12,8 @@ import pytest
 from phasechat.backends.gguf import geometry
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.models import default_model_path, gemma3_model_path
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 
 pytestmark = pytest.mark.model
 
@@ -66,7 +66,7 @@ def test_character_split_across_tokens_comes_out_once(local_backend: LocalBacken
 async def test_client_figures_agree_with_llama_cpp_counters(local_backend: LocalBackend) -> None:
     import llama_cpp
 
-    session = ChatSession(local_backend, Settings(max_tokens=48, temperature=0))
+    session = TurnController(local_backend, Settings(max_tokens=48, temperature=0))
     long_prompt = "Summarise: " + "The sea was calm and the light turned slowly. " * 12
     async for _ in session.send(long_prompt):
         pass

@@ -17,10 +17,10 @@ from phasechat.backends.base import PromptRefused
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
-from phasechat.chat.replay import Script, replay
-from phasechat.chat.session import ChatSession, InputError
-from phasechat.chat.settings import Settings
-from phasechat.chat.summarize import extractive, unusable
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.summarize import extractive, unusable
+from phasechat.chat.trips.replay import Script, replay
+from phasechat.chat.turns import InputError, TurnController
 from tests.scripted import ScriptedBackend
 from tests.shaped import Shaped, answer, too_long
 
@@ -87,7 +87,9 @@ async def test_a_trimmed_chat_passes_a_strict_template() -> None:
     backend = LocalBackend(config)
     await backend.start()
     try:
-        session = ChatSession(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+        session = TurnController(
+            backend, Settings(system="Be brief.", max_tokens=24, temperature=0)
+        )
         session.trimmer.budget, session.trimmer.keep_last = 200, 1
         for q in QUESTIONS[:8]:
             async for _ in session.send(q):
@@ -116,7 +118,7 @@ async def test_a_template_refusal_is_one_line_and_the_chat_goes_on() -> None:
             return super().count_tokens(messages)
 
     backend = Refusing()
-    session = ChatSession(backend, Settings(max_tokens=8))
+    session = TurnController(backend, Settings(max_tokens=8))
     with pytest.raises(InputError, match="template refused"):
         session.begin("hello")
     user = session.conversation.messages[-1]
@@ -143,7 +145,7 @@ async def test_a_failed_turn_is_kept_but_not_sent_again_to_a_strict_server() -> 
     server = Shaped([{"id": "m", "object": "model", "owned_by": "vllm"}], strict)
     backend = server.backend()
     await backend.start()
-    session = ChatSession(backend, Settings(system="S", max_tokens=8))
+    session = TurnController(backend, Settings(system="S", max_tokens=8))
     async for _ in session.send("first"):
         pass
     # the second turn fails (a 400 from the server, any cause)
@@ -177,7 +179,7 @@ async def test_a_refusal_as_too_long_trims_and_retries_once() -> None:
     server = Shaped([{"id": "m", "object": "model", "owned_by": "someone"}], reply)
     backend = server.backend(context_window=8192)  # the client assumes far more
     await backend.start()
-    session = ChatSession(backend, Settings(max_tokens=16))
+    session = TurnController(backend, Settings(max_tokens=16))
     session.trimmer.keep_last = 1
     for i in range(6):
         async for _ in session.send(f"Turn {i}: " + "many words here " * 20):
@@ -197,7 +199,9 @@ async def test_a_refusal_as_too_long_trims_and_retries_once() -> None:
 async def test_the_trimmed_prompt_is_prefilled_before_the_user_sends(
     local_backend: LocalBackend,
 ) -> None:
-    session = ChatSession(local_backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+    session = TurnController(
+        local_backend, Settings(system="Be brief.", max_tokens=24, temperature=0)
+    )
     trimmer = session.trimmer
     trimmer.budget, trimmer.keep_last, trimmer.lookahead = 260, 1, 2
     trimmed = None
@@ -254,7 +258,7 @@ def test_an_extractive_summary_is_the_first_sentence_of_each_turn() -> None:
 async def test_a_repeating_summary_is_replaced_by_an_extractive_one() -> None:
     chat = ScriptedBackend("chat", text="A short answer here.")
     looping = ScriptedBackend("summarizer", text="bees bees bees bees " * 10)
-    session = ChatSession(chat, Settings(system="S", max_tokens=64))
+    session = TurnController(chat, Settings(system="S", max_tokens=64))
     session.trimmer.budget, session.trimmer.keep_last = 80, 1
     session.trimmer.summarizer = looping
     for q in QUESTIONS[:8]:
@@ -274,7 +278,7 @@ async def test_a_repeating_summary_is_replaced_by_an_extractive_one() -> None:
 
 
 def test_think_time_is_an_option_of_bench(tmp_path: Path) -> None:
-    from phasechat.cli import build_parser
+    from phasechat.cli.main import build_parser
 
     args = build_parser().parse_args(["bench", "--think-time", "2", "s.json"])
     assert args.think_time == 2.0
@@ -295,7 +299,7 @@ async def test_a_real_strict_llama_server_with_a_smaller_window_than_assumed(
     # the user told phasechat the window is 8,192: the server will refuse long prompts
     backend = RemoteBackend(RemoteConfig(base_url=base, context_window=8192))
     await backend.start()
-    session = ChatSession(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+    session = TurnController(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
     session.trimmer.keep_last = 1
     long_question = "Tell me about the weather in spring. " * 25  # ~200 tokens a turn
     for i in range(6):

@@ -21,11 +21,11 @@ from phasechat.backends.events import Event, GenerationRequest, Message, StreamE
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.tokens import estimate_messages
-from phasechat.chat.session import ChatSession, Exchange
-from phasechat.chat.settings import Settings
-from phasechat.chat.trim_types import SUMMARY_HEADER
-from phasechat.chat.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, Trimmer
-from phasechat.cli import main
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, Trimmer
+from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.turns import Exchange, TurnController
+from phasechat.cli.main import main
 
 pytestmark = pytest.mark.model
 
@@ -48,7 +48,7 @@ TURNS = [
 ]
 
 
-async def say(session: ChatSession, text: str) -> Exchange:
+async def say(session: TurnController, text: str) -> Exchange:
     async for _ in session.send(text):
         pass
     return session.exchanges[-1]
@@ -56,7 +56,7 @@ async def say(session: ChatSession, text: str) -> Exchange:
 
 @dataclass
 class Played:
-    session: ChatSession
+    session: TurnController
     tokens: list[list[int]] = field(default_factory=list)  # formatted prompt of each send
     snapshots: list[list[tuple[int, str, str]]] = field(default_factory=list)
 
@@ -66,7 +66,9 @@ def played(local_backend: LocalBackend) -> Played:
     """Twelve turns under a 320-token budget, summaries on the chat's own local model."""
 
     async def play() -> Played:
-        session = ChatSession(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+        session = TurnController(
+            local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0)
+        )
         session.trimmer.budget, session.trimmer.keep_last = BUDGET, 2
         session.trimmer.summary_tokens = SUMMARY_TOKENS  # short summaries: a quicker test
         out = Played(session)
@@ -229,13 +231,15 @@ class Gated:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
         await self.gate.wait()
         async for event in self.inner.stream(request):
             yield event
 
 
-async def _until_pending(session: ChatSession, turns: list[str]) -> None:
+async def _until_pending(session: TurnController, turns: list[str]) -> None:
     for text in turns:
         await say(session, text)
         if session.trimmer.pending:
@@ -244,7 +248,7 @@ async def _until_pending(session: ChatSession, turns: list[str]) -> None:
 
 
 async def test_send_that_fits_does_not_wait_for_the_summary(local_backend: LocalBackend) -> None:
-    session = ChatSession(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
     gated = Gated(local_backend)
     t = session.trimmer
     t.budget, t.keep_last, t.lookahead, t.summarizer = 400, 1, 4, gated
@@ -268,7 +272,7 @@ async def test_send_that_fits_does_not_wait_for_the_summary(local_backend: Local
 
 
 async def test_send_over_budget_waits_for_the_summary(local_backend: LocalBackend) -> None:
-    session = ChatSession(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
     gated = Gated(local_backend)
     t = session.trimmer
     t.budget, t.keep_last, t.lookahead, t.summarizer = 400, 1, 4, gated
@@ -315,7 +319,9 @@ class BrokenSummarizer:
     async def warm(self, messages: tuple[Message, ...]) -> int:
         return 0
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
         self.calls += 1
         if self.raises:
             raise RuntimeError("summarizer exploded")
@@ -326,7 +332,7 @@ class BrokenSummarizer:
 async def test_failing_summarizer_leaves_the_chat_working_untrimmed(
     local_backend: LocalBackend, raises: bool
 ) -> None:
-    session = ChatSession(local_backend, Settings(system=SYSTEM, max_tokens=16, temperature=0))
+    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=16, temperature=0))
     broken = BrokenSummarizer(raises)
     session.trimmer.budget, session.trimmer.keep_last = 250, 1
     session.trimmer.summarizer = broken

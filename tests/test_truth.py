@@ -17,8 +17,8 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import fit_line, forecast, measured_rates
 from phasechat.telemetry.live import finished, snapshot
 from phasechat.telemetry.metrics import compute
@@ -78,7 +78,7 @@ async def test_vllm_shaped_stream_end_to_end() -> None:
     backend = server.backend()
     await backend.start()
     assert backend.context_window == 32768 and "max_model_len" in (backend.context_source or "")
-    session = ChatSession(backend, Settings(max_tokens=16))
+    session = TurnController(backend, Settings(max_tokens=16))
     async for _ in session.send("hello"):
         pass
     m = session.exchanges[-1].metrics
@@ -129,7 +129,7 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
     backend = server.backend()
     await backend.start()
     for prompt, alarms in (("word " * 3000, 1), ("A short question?", 0)):
-        session = ChatSession(backend, Settings(max_tokens=8))
+        session = TurnController(backend, Settings(max_tokens=8))
         async for _ in session.send(prompt):
             pass
         m = session.exchanges[-1].metrics
@@ -196,7 +196,7 @@ async def test_speculative_fields_from_llama_server_timings() -> None:
     backend = Shaped(models, lambda req: body).backend()
     await backend.start()
     assert backend.context_window == 4096
-    session = ChatSession(backend, Settings(max_tokens=64))
+    session = TurnController(backend, Settings(max_tokens=64))
     async for _ in session.send("hi"):
         pass
     m = session.exchanges[-1].metrics

@@ -8,8 +8,8 @@ import pytest
 from phasechat.backends.events import PrefillProgress, PromptEvaluated, TextDelta
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 
 pytestmark = pytest.mark.model
 
@@ -23,7 +23,7 @@ QUESTIONS = [
 async def test_a_healthy_twelve_turn_local_chat_raises_no_warning(
     local_backend: LocalBackend,
 ) -> None:
-    session = ChatSession(local_backend, Settings(max_tokens=12, temperature=0))
+    session = TurnController(local_backend, Settings(max_tokens=12, temperature=0))
     for question in QUESTIONS:
         async for _ in session.send(question):
             pass
@@ -39,7 +39,7 @@ async def test_a_long_local_prefill_reports_progress_batch_by_batch() -> None:
     backend = LocalBackend(LocalConfig(model_path=default_model_path(), n_ctx=1024, n_batch=64))
     await backend.start()
     try:
-        session = ChatSession(backend, Settings(max_tokens=2, temperature=0))
+        session = TurnController(backend, Settings(max_tokens=2, temperature=0))
         events = [e async for e in session.send("Count: " + "one two three four " * 40)]
     finally:
         await backend.aclose()

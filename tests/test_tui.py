@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.markdown_view import MarkdownBody
 from phasechat.tui.widgets import MessageView, PromptInput
@@ -21,19 +21,20 @@ async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) 
         await pilot.press(*"Hello", "ctrl+j", *"there")
         assert app.query_one(PromptInput).text == "Hello\nthere"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 1)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1)
         await wait_for(pilot, lambda: not app.generating)
-        exchange = app.session.exchanges[0]
+        exchange = app.turns.exchanges[0]
         assert exchange.user.content == "Hello\nthere"
         assert exchange.answer.status == "complete" and exchange.answer.content
         views = list(app.query(MessageView))
-        assert [v.message.role for v in views] == ["user", "assistant"]
-        md = views[1].query_one(MarkdownBody)
+        # the system prompt (Settings' default) is shown above the chat, to edit with `e`
+        assert [v.message.role for v in views] == ["system", "user", "assistant"]
+        md = views[2].query_one(MarkdownBody)
         assert md.source == exchange.answer.content
         assert app.query_one(PromptInput).text == ""
-        footer = str(views[1].query_one(".footer").render())
+        footer = str(views[2].query_one(".footer").render())
         assert "TTFT" in footer and "tok/s" in footer
-        assert not views[1].query(".thinking")  # a model that does not think: no block
+        assert not views[2].query(".thinking")  # a model that does not think: no block
 
 
 async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -> None:
@@ -42,18 +43,18 @@ async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -
         app.send("Write a very long story about the ocean.")
         await wait_for(
             pilot,
-            lambda: bool(app.session.exchanges) and app.session.exchanges[0].trace.tokens >= 5,
+            lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 5,
         )
         await pilot.press("escape")
         await wait_for(pilot, lambda: not app.generating)
-        answer = app.session.exchanges[0].answer
+        answer = app.turns.exchanges[0].answer
         assert answer.status == "cancelled" and answer.content
-        assert app.session.exchanges[0].trace.tokens < 400
+        assert app.turns.exchanges[0].trace.tokens < 400
         # the app is usable again at once
-        app.session.update_settings(max_tokens=16)
+        app.turns.update_settings(max_tokens=16)
         app.send("Hi")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
-        assert app.session.exchanges[1].answer.status == "complete"
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        assert app.turns.exchanges[1].answer.status == "complete"
 
 
 async def test_empty_prompt_is_refused_and_nothing_sent(local_backend: LocalBackend) -> None:
@@ -61,5 +62,5 @@ async def test_empty_prompt_is_refused_and_nothing_sent(local_backend: LocalBack
     async with app.run_test() as pilot:
         await pilot.press("space", "enter")
         await pilot.pause(0.1)
-        assert app.session.exchanges == []
+        assert app.turns.exchanges == []
         assert any("empty prompt" in str(n.message) for n in app._notifications)

@@ -10,8 +10,8 @@ from textual.widgets import OptionList, Static
 
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
 from phasechat.tui.switch_screen import SwitchScreen
@@ -54,8 +54,8 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.backend.state == "ready")
         app.send("Name a colour.")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
-        chat = [(m.role, m.content, m.status) for m in app.session.conversation.messages]
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        chat = [(m.role, m.content, m.status) for m in app.turns.conversation.messages]
         saved = [tuple(r) for r in stored_messages()]
 
         await pilot.press("f5")  # the key
@@ -94,14 +94,14 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         await pilot.press("escape")
 
         # a side trip: the chat and its saved record are as they were
-        assert [(m.role, m.content, m.status) for m in app.session.conversation.messages] == chat
+        assert [(m.role, m.content, m.status) for m in app.turns.conversation.messages] == chat
         assert [tuple(r) for r in stored_messages()] == saved
-        assert len(app.session.exchanges) == 1 and app.backend is local_backend
+        assert len(app.turns.exchanges) == 1 and app.backend is local_backend
 
         # leaving while the local model streams the replay stops it: the chat goes on
         app.send("Write a long story about a lighthouse keeper.")  # a long answer to replay
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
-        app.session.update_settings(max_tokens=300)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.turns.update_settings(max_tokens=300)
         await pilot.press("f5")
         await pick(pilot, "local(temperature=0.8)")
         screen = app.screen
@@ -112,7 +112,7 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         await pilot.press("escape")
         a = screen.comparison.latest(0)
         assert a is not None and a.trace.finish == "cancelled" and a.done
-        app.session.update_settings(max_tokens=8)
+        app.turns.update_settings(max_tokens=8)
         app.send("Another colour?")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 3 and not app.generating)
-        assert app.session.exchanges[2].answer.status == "complete"
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.generating)
+        assert app.turns.exchanges[2].answer.status == "complete"

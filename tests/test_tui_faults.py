@@ -25,9 +25,9 @@ from textual.widgets import OptionList
 from phasechat.backends.events import Finished, GenerationRequest, Message
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
-from phasechat.chat.store import ChatStore
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.store.database import ChatStore
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.history_screen import HistoryScreen
@@ -100,8 +100,8 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
         app.post_message(events.Paste(paste))  # as the terminal driver delivers a paste
         await wait_for(lambda: app.query_one(PromptInput).text == paste)
         await pilot.press("enter")
-        await wait_for(lambda: len(app.session.exchanges) == 1 and not app.generating)
-        exchange = app.session.exchanges[0]
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        exchange = app.turns.exchanges[0]
         assert exchange.user.content == paste  # sent whole: nothing silently cut
         assert exchange.trace.error is not None
         assert exchange.trace.error.kind == "context_overflow"
@@ -110,7 +110,7 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
         assert "the context holds 2,048" in error
         assert "Trim the history" in error and "--n-ctx" in error  # the ways out
         assert error in said
-        user_view, answer_view = app.query(MessageView)
+        _system, user_view, answer_view = app.query(MessageView)
         assert user_view.message.content == paste  # on screen in full, not dropped
         assert error in str(answer_view.query_one(".footer").render())
         assert app.query_one(PromptInput).text == ""
@@ -123,13 +123,13 @@ async def test_chat_goes_on_after_an_overflowing_paste(local_backend: LocalBacke
     app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)):
         app.send("word " * 5000)  # any message that overflows: the 1 MB paste is slower
-        await wait_for(lambda: len(app.session.exchanges) == 1 and not app.generating)
-        assert app.session.exchanges[0].answer.status == "error"
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        assert app.turns.exchanges[0].answer.status == "error"
         app.send("Hi")
-        await wait_for(lambda: len(app.session.exchanges) == 2 and not app.generating)
-        second = app.session.exchanges[1].answer
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        second = app.turns.exchanges[1].answer
         assert second.status == "complete", second.error
-        assert app.session.exchanges[0].user.content == "word " * 5000  # still kept
+        assert app.turns.exchanges[0].user.content == "word " * 5000  # still kept
 
 
 # -- 2. blank prompts ------------------------------------------------------------------
@@ -145,7 +145,7 @@ async def test_blank_prompt_is_refused_and_nothing_added(
         app.query_one(PromptInput).text = typed
         await pilot.press("enter")
         assert "empty prompt: type a message first" in notices(app)
-        assert app.session.conversation.messages == [] and app.session.exchanges == []
+        assert app.turns.conversation.messages == [] and app.turns.exchanges == []
         assert not app.query(MessageView) and not app.generating
         assert app.query_one(PromptInput).text == typed  # left as it was
     with ChatStore() as store:
@@ -166,29 +166,28 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
             if i % 2 == 0:  # stop mid-answer, once text has arrived
                 await wait_for(
                     lambda i=i: (
-                        len(app.session.exchanges) > i
-                        and app.session.exchanges[i].trace.tokens >= 1
+                        len(app.turns.exchanges) > i and app.turns.exchanges[i].trace.tokens >= 1
                     ),
                 )
             else:  # stop a moment after sending: in prefill, or before the request
                 await asyncio.sleep(0.05)
             app.action_stop()
             await wait_for(lambda: not app.generating)
-        exchanges = app.session.exchanges
-        assert len(exchanges) == 50 and app.session.current is None
+        exchanges = app.turns.exchanges
+        assert len(exchanges) == 50 and app.turns.current is None
         assert {e.answer.status for e in exchanges} <= {"cancelled", "complete"}
         for e in exchanges[::2]:
             assert e.answer.content and e.answer.content == e.trace.text  # partial kept
         # The llama thread is free: a new request runs to its end.
-        app.session.update_settings(max_tokens=4)
+        app.turns.update_settings(max_tokens=4)
         app.send("Hi")
-        await wait_for(lambda: len(app.session.exchanges) == 51 and not app.generating)
-        assert app.session.exchanges[-1].answer.status == "complete"
+        await wait_for(lambda: len(app.turns.exchanges) == 51 and not app.generating)
+        assert app.turns.exchanges[-1].answer.status == "complete"
     rows = stored_messages()
     assert [r["status"] for r in rows if r["status"] == "streaming"] == []
     answers = [r for r in rows if r["role"] == "assistant"]
-    assert [r["content"] for r in answers] == [e.answer.content for e in app.session.exchanges]
-    assert [r["status"] for r in answers] == [e.answer.status for e in app.session.exchanges]
+    assert [r["content"] for r in answers] == [e.answer.content for e in app.turns.exchanges]
+    assert [r["status"] for r in answers] == [e.answer.status for e in app.turns.exchanges]
 
 
 async def _quit_mid_answer(local_backend: LocalBackend) -> PhasechatApp:
@@ -198,9 +197,9 @@ async def _quit_mid_answer(local_backend: LocalBackend) -> PhasechatApp:
     async with app.run_test(size=(100, 40)):
         app.send("Write a very long story about the sea.")
         await wait_for(
-            lambda: bool(app.session.exchanges) and app.session.exchanges[0].trace.tokens >= 3,
+            lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 3,
         )
-    exchange = app.session.exchanges[0]
+    exchange = app.turns.exchanges[0]
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(LIMIT_S):  # the single llama thread takes new work again
         await loop.run_in_executor(local_backend._executor, lambda: None)
@@ -220,7 +219,7 @@ async def _quit_mid_answer(local_backend: LocalBackend) -> PhasechatApp:
 @pytest.mark.model
 async def test_quit_mid_answer_keeps_the_partial_text(local_backend: LocalBackend) -> None:
     app = await _quit_mid_answer(local_backend)
-    answer = app.session.exchanges[0].answer
+    answer = app.turns.exchanges[0].answer
     user_row, answer_row = stored_messages()
     assert user_row["content"] == "Write a very long story about the sea."
     # The periodic flush saved text as it streamed: a prefix of what was shown.
@@ -235,7 +234,7 @@ async def test_quit_mid_answer_keeps_the_partial_text(local_backend: LocalBacken
 @pytest.mark.model
 async def test_quit_mid_answer_saves_the_final_state(local_backend: LocalBackend) -> None:
     app = await _quit_mid_answer(local_backend)
-    answer = app.session.exchanges[0].answer
+    answer = app.turns.exchanges[0].answer
     _, answer_row = stored_messages()
     assert answer.status == "cancelled"
     assert answer_row["status"] == "cancelled" and answer_row["content"] == answer.content
@@ -251,7 +250,7 @@ async def test_stop_right_after_send_leaves_the_app_usable(local_backend: LocalB
         assert not app.generating
         assert app.send("Hello again")
         await wait_for(lambda: not app.generating)
-        assert app.session.exchanges[-1].answer.status == "complete"
+        assert app.turns.exchanges[-1].answer.status == "complete"
 
 
 # -- 5. switching backend mid-stream -----------------------------------------------------
@@ -278,8 +277,8 @@ async def test_switch_mid_stream_closes_the_connection_and_keeps_the_text(
     async with app.run_test(size=(100, 40)):
         await wait_for(lambda: app.backend.state == "ready")
         app.send("hello")
-        await wait_for(lambda: bool(app.session.exchanges))
-        first = app.session.exchanges[0]
+        await wait_for(lambda: bool(app.turns.exchanges))
+        first = app.turns.exchanges[0]
         await wait_for(lambda: first.trace.text == "tok ")  # then it dribbles on
         assert server.open_connections == 1
         await app.switch_to("other")
@@ -287,8 +286,8 @@ async def test_switch_mid_stream_closes_the_connection_and_keeps_the_text(
         await wait_for(lambda: server.open_connections == 0)
         await wait_for(lambda: app.backend.state == "ready")
         app.send("again")
-        await wait_for(lambda: len(app.session.exchanges) == 2 and not app.generating)
-        assert app.session.exchanges[1].answer.content == "tok tok tok "
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        assert app.turns.exchanges[1].answer.content == "tok tok tok "
     rows = stored_messages()
     assert [(r["content"], r["status"]) for r in rows[1::2]] == [
         ("tok ", "cancelled"),
@@ -311,11 +310,11 @@ async def test_api_key_is_in_no_screenshot_file_or_export(
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: app.backend.state == "ready")
         app.send("hello")
-        await wait_for(lambda: len(app.session.exchanges) == 1 and not app.generating)
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
         await app.switch_to("echo")  # a careless server that quotes the key in its error
         await wait_for(lambda: app.backend.state == "ready")
         app.send("again")
-        await wait_for(lambda: len(app.session.exchanges) == 2 and not app.generating)
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
         shots["chat"] = await screen_text(pilot)
         await pilot.press("ctrl+b")
         assert isinstance(app.screen, SwitchScreen)
@@ -360,7 +359,7 @@ async def test_status_bar_leaves_streaming_when_the_answer_ends(server: FaultSer
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: app.backend.state == "ready")
         app.send("hi")
-        await wait_for(lambda: len(app.session.exchanges) == 1 and not app.generating)
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
         await pilot.pause(0.3)
         assert "streaming" not in str(app.query_one("#status").render())
 
@@ -375,8 +374,8 @@ async def test_markup_and_escapes_from_the_model_are_shown_not_obeyed(
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: app.backend.state == "ready")
         app.send("hi")
-        await wait_for(lambda: len(app.session.exchanges) == 1 and not app.generating)
-        assert app.session.exchanges[0].answer.status == "complete"
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        assert app.turns.exchanges[0].answer.status == "complete"
         shown = await screen_text(pilot)
         assert "[bold red]not bold[/] [@click=app.quit]click[/]" in shown  # verbatim
         for piece in ("␛[31mred␛[0m", "\\x9b31mc1red", "␛]52;c;cHduZWQ=␇bell␇", "nul␀ end"):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from textual.widgets import OptionList
 
-from phasechat.chat.paths import db_path, exports_dir
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.paths import db_path, exports_dir
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.confirm import ConfirmScreen
@@ -37,9 +37,9 @@ def said(app: PhasechatApp) -> list[str]:
 
 
 async def send(app: PhasechatApp, pilot: object, text: str) -> None:
-    n = len(app.session.exchanges)
+    n = len(app.turns.exchanges)
     assert app.send(text)
-    await wait_for(pilot, lambda: len(app.session.exchanges) > n and not app.generating)  # type: ignore[arg-type]
+    await wait_for(pilot, lambda: len(app.turns.exchanges) > n and not app.generating)  # type: ignore[arg-type]
 
 
 async def test_links_open_only_http_and_only_after_the_url_is_shown() -> None:
@@ -94,7 +94,7 @@ async def test_full_disk_is_shown_at_once_retried_and_the_chat_exported_from_mem
         free_disk(store)
         await wait_for(pilot, lambda: "chat saved again" in " ".join(said(app)))
         assert [r["content"] for r in stored_messages()] == [
-            m.content for m in app.session.conversation.messages
+            m.content for m in app.turns.conversation.messages
         ]
 
 
@@ -106,7 +106,7 @@ async def test_full_disk_before_the_first_send_keeps_the_prompt_and_saves_it_lat
         fill_disk(store)
         await send(app, pilot, "my precious prompt")  # used to crash here, prompt lost
         assert any("chat not saved" in m for m in said(app))
-        assert app.session.conversation.messages[0].content == "my precious prompt"
+        assert app.turns.conversation.messages[0].content == "my precious prompt"
         free_disk(store)
         await send(app, pilot, "next")
         assert [r["content"] for r in stored_messages()][:3] == [

@@ -11,9 +11,9 @@ import pytest
 from textual.widgets import Input, OptionList, TextArea
 
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.config import config_path, load_config
-from phasechat.chat.settings import Settings
-from phasechat.chat.store import ChatStore
+from phasechat.chat.config.file import config_path, load_config
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.store.database import ChatStore
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.chats_screen import ChatsScreen
 from phasechat.tui.settings_screen import SettingsScreen
@@ -27,12 +27,14 @@ async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 36)) as pilot:
         app.send("Remember the word lighthouse.")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
-        answer = app.session.exchanges[0].answer.content
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        answer = app.turns.exchanges[0].answer.content
         app.action_new_chat()
-        await wait_for(pilot, lambda: not app.query(MessageView))
+        await wait_for(
+            pilot, lambda: [v.message.role for v in app.query(MessageView)] == ["system"]
+        )
         app.send("A second chat.")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
         await pilot.press("f3")
         screen = app.screen
         assert isinstance(screen, ChatsScreen)
@@ -47,7 +49,7 @@ async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
         await wait_for(pilot, lambda: not isinstance(app.screen, ChatsScreen))
         await pilot.pause(0.2)
         shown = [v.message.content for v in app.query(MessageView)]
-        assert shown == ["Remember the word lighthouse.", answer]
+        assert shown == [Settings().system, "Remember the word lighthouse.", answer]
     with ChatStore() as store:
         chats = store.list_chats()
         assert len(chats) == 2 and all(c.messages == 2 for c in chats)
@@ -69,12 +71,12 @@ async def test_settings_are_applied_and_saved(local_backend: LocalBackend) -> No
         screen.query_one("#stop", Input).value = '["\\n\\n"]'
         screen.save()
         await pilot.pause()
-        assert app.session.settings.max_tokens == 7
-        assert app.session.settings.system == "Answer in French."
-        assert app.session.settings.stop == ("\n\n",)
+        assert app.turns.settings.max_tokens == 7
+        assert app.turns.settings.system == "Answer in French."
+        assert app.turns.settings.stop == ("\n\n",)
         app.send("Bonjour")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
-        assert app.session.exchanges[0].trace.tokens <= 7
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        assert app.turns.exchanges[0].trace.tokens <= 7
     saved = load_config()
     assert saved.engine.max_tokens == 7 and saved.engine.system == "Answer in French."
 
@@ -106,8 +108,8 @@ def test_data_and_config_follow_xdg(tmp_path: Path) -> None:
 async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
     local_backend: LocalBackend,
 ) -> None:
-    from phasechat.chat.config import Config
-    from phasechat.chat.settings import TrimConfig
+    from phasechat.chat.config.file import Config
+    from phasechat.chat.config.settings import TrimConfig
     from phasechat.tui.widgets import LivePanel
 
     config = Config(trim=TrimConfig(budget=160, keep_last=2))
@@ -115,19 +117,17 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
         settings=Settings(max_tokens=24, temperature=0), backend=local_backend, config=config
     )
     async with app.run_test(size=(110, 40)) as pilot:
-        assert app.session.trimmer.budget == 160 and app.session.trimmer.keep_last == 2
+        assert app.turns.trimmer.budget == 160 and app.turns.trimmer.keep_last == 2
         for n in range(1, 9):
             app.send(f"Turn {n}: tell me one fact about the number {n}.")
-            await wait_for(
-                pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating
-            )
-            if app.session.trimmer.summaries:
+            await wait_for(pilot, lambda n=n: len(app.turns.exchanges) == n and not app.generating)
+            if app.turns.trimmer.summaries:
                 break
-        await wait_for(pilot, lambda: not app.session.trimmer.pending, limit_s=180)
-        assert app.session.trimmer.summaries, "the budget was exceeded: a summary was written"
+        await wait_for(pilot, lambda: not app.turns.trimmer.pending, limit_s=180)
+        assert app.turns.trimmer.summaries, "the budget was exceeded: a summary was written"
         await pilot.pause(0.3)
         marked = [v for v in app.query(MessageView) if v.summarized]
-        assert marked and all(app.session.trimmer.is_summarized(v.message) for v in marked)
+        assert marked and all(app.turns.trimmer.is_summarized(v.message) for v in marked)
         # the originals stay on screen and in the conversation
         assert all(v.message.content for v in marked)
         panel = str(app.query_one(LivePanel).render())

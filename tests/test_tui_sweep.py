@@ -11,8 +11,8 @@ from textual.pilot import Pilot
 
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.settings import Settings
-from phasechat.chat.sweep import LevelRun, SweepResult
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.sweep import LevelRun, SweepResult
 from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.sweep_screen import SweepScreen, open_sweep
@@ -31,7 +31,7 @@ async def test_an_answer_gets_its_verdict(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=16, temperature=0), backend=local_backend)
     async with app.run_test(size=(110, 40)) as pilot:
         app.send("Hello")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 1 and not app.generating)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
         answer = list(app.query(MessageView))[-1]
         (line,) = answer.query(VerdictLine)
@@ -83,7 +83,7 @@ async def test_sweep_screen_runs_on_a_real_server(
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, SweepScreen)
-        assert app.session.exchanges == []  # the chat itself was not touched
+        assert app.turns.exchanges == []  # the chat itself was not touched
 
 
 def fixed_result() -> SweepResult:

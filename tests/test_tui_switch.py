@@ -7,8 +7,8 @@ from textual.widgets import DataTable
 
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.history_screen import HistoryScreen, export_dir
 from phasechat.tui.switch_screen import SwitchScreen
@@ -34,18 +34,18 @@ async def test_switch_mid_stream_keeps_partial_and_labels_answers(
         app.send("Write a long story about a lighthouse keeper.")
         await wait_for(
             pilot,
-            lambda: bool(app.session.exchanges) and app.session.exchanges[0].trace.tokens >= 5,
+            lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 5,
         )
         await app.switch_to("server")  # while the local answer streams
-        first = app.session.exchanges[0].answer
+        first = app.turns.exchanges[0].answer
         assert first.status == "cancelled" and first.content  # stopped cleanly, partial kept
         assert first.backend == "local"
         assert app.backend.name == "server"
         await wait_for(pilot, lambda: app.backend.state == "ready")
-        app.session.update_settings(max_tokens=12)
+        app.turns.update_settings(max_tokens=12)
         app.send("Now summarise that in one line.")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 2 and not app.generating)
-        second = app.session.exchanges[1]
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        second = app.turns.exchanges[1]
         assert second.answer.backend == "server" and second.answer.status == "complete"
         # the conversation carried over: the server got the local answer's text
         assert second.request is not None
@@ -54,8 +54,8 @@ async def test_switch_mid_stream_keeps_partial_and_labels_answers(
         await app.switch_to("local")
         assert app.backend is local_backend
         app.send("Thanks!")
-        await wait_for(pilot, lambda: len(app.session.exchanges) == 3 and not app.generating)
-        assert [e.answer.backend for e in app.session.exchanges] == ["local", "server", "local"]
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.generating)
+        assert [e.answer.backend for e in app.turns.exchanges] == ["local", "server", "local"]
 
 
 async def test_switch_screen_shows_measured_cost_and_history_exports(
@@ -65,9 +65,7 @@ async def test_switch_screen_shows_measured_cost_and_history_exports(
     async with app.run_test(size=(110, 40)) as pilot:
         for n, prompt in enumerate(("Hello there, how are you today?", "What is the tallest?"), 1):
             app.send(prompt)
-            await wait_for(
-                pilot, lambda n=n: len(app.session.exchanges) == n and not app.generating
-            )
+            await wait_for(pilot, lambda n=n: len(app.turns.exchanges) == n and not app.generating)
         await app.switch_to("server")
         await wait_for(pilot, lambda: app.backend.state == "ready")
         await pilot.press("ctrl+b")

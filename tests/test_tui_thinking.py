@@ -8,8 +8,8 @@ from typing import Any
 from textual.widgets import Static
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.settings import Settings
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets import LivePanel, MessageView
@@ -28,8 +28,8 @@ async def test_thinking_phase_live_then_a_folded_block() -> None:
         app = PhasechatApp(settings=Settings(max_tokens=64), backend=RemoteBackend(config))
         async with app.run_test(size=(100, 34)) as pilot:
             assert app.send("hi")
-            await wait_for(lambda: app.session.current is not None)
-            exchange = app.session.exchanges[-1]
+            await wait_for(lambda: app.turns.current is not None)
+            exchange = app.turns.exchanges[-1]
             await wait_for(lambda: exchange.live().phase == "thinking" and exchange.reasoning)
             await wait_for(lambda: "thinking" in panel_text(app).split("\n")[0])
             panel = panel_text(app)
@@ -52,7 +52,7 @@ async def test_thinking_phase_live_then_a_folded_block() -> None:
             assert "think0 think1" in str(text.render())
             await pilot.press("ctrl+o")
             await wait_for(lambda: block.collapsed)
-        await app.session.backend.aclose()
+        await app.turns.backend.aclose()
 
 
 def thinking_conversation() -> Conversation:

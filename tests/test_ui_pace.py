@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 from textual.content import Content
 
+from phasechat.backends.events import Event, GenerationRequest
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
@@ -32,6 +34,22 @@ from tests.test_tui_faults import wait_for
 )
 def test_a_server_on_loopback_shares_this_machines_cpu(url: str, shares: bool) -> None:
     assert RemoteBackend(RemoteConfig(base_url=url)).shares_cpu is shares
+
+
+def ask_every(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """What the turn controller asks the backend for: how often the UI reads the stream
+    (`Backend.stream`'s `every_s`), one entry per request."""
+    asked: list[float | None] = []
+    stream = RemoteBackend.stream
+
+    def recording(
+        self: RemoteBackend, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        asked.append(every_s)
+        return stream(self, request, every_s=every_s)
+
+    monkeypatch.setattr(RemoteBackend, "stream", recording)
+    return asked
 
 
 async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
@@ -55,6 +73,7 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
         show(self, content)
 
     monkeypatch.setattr(LivePanel, "show", shown)
+    asked = ask_every(monkeypatch)
     with fault_server_thread() as server:  # on 127.0.0.1: shares the CPU
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="paced-300-150"))
         app = PhasechatApp(settings=Settings(max_tokens=310), backend=backend)
@@ -63,16 +82,15 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
             assert backend.shares_cpu
             t0 = time.monotonic()
             app.send("go")
-            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
             seconds = time.monotonic() - t0
-            answer = app.session.exchanges[-1].answer
+            answer = app.turns.exchanges[-1].answer
             body = list(app.query(MessageView))[-1].markdown
             assert body.source == answer.content  # the last draw is forced: nothing lost
             assert answer.content.count("word") == 300
             # The engine was asked to hand tokens over once per draw, and the cursor
             # blinks again once the answer is final.
-            request = app.session.exchanges[-1].request
-            assert request is not None and request.batch_s == 1 / chat_log.SHARED_HZ
+            assert asked == [1 / chat_log.SHARED_HZ]
             assert app.query_one(PromptInput).cursor_blink
         await backend.aclose()
     assert how == {(SHARED_STEP, False)}  # bigger steps, no blinking cursor meanwhile
@@ -102,15 +120,15 @@ async def test_an_answer_from_elsewhere_is_drawn_at_every_refresh(
 
     monkeypatch.setattr(MarkdownBody, "append", seen)
     monkeypatch.setattr(RemoteBackend, "shares_cpu", property(lambda _: False))
+    asked = ask_every(monkeypatch)
     with fault_server_thread() as server:
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="paced-60-150"))
         app = PhasechatApp(settings=Settings(max_tokens=70), backend=backend)
         async with app.run_test(size=(100, 30)):
             await wait_for(lambda: backend.state == "ready")
             app.send("go")
-            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
-            request = app.session.exchanges[-1].request
-            assert request is not None and request.batch_s is None
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            assert asked == [None]  # as the network brings them
         await backend.aclose()
     assert how == {(STREAM_STEP, True)}
 
@@ -131,7 +149,7 @@ async def test_a_finished_answer_is_frozen_out_of_the_collectors_scans() -> None
             await wait_for(lambda: gc.get_freeze_count() > 1000)  # start-up, from the first frame
             at_start = gc.get_freeze_count()
             app.send("go")
-            await wait_for(lambda: bool(app.session.exchanges) and not app.generating)
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
             await wait_for(lambda: gc.get_freeze_count() > at_start)  # and the answer
             view = weakref.ref(list(app.query(MessageView))[-1])
             await app.show_conversation(app.workspace.new_chat())

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.chat.config import Config, load_config
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.config.file import Config, load_config
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.workspace import Workspace
-from phasechat.cli import build_parser, main
-from phasechat.options import build_workspace
+from phasechat.cli.main import build_parser, main
+from phasechat.cli.options import build_workspace
 from tests.scripted import ScriptedBackend
 
 TINY = """
@@ -47,8 +47,8 @@ def test_every_command_builds_the_same_workspace_from_the_config(tmp_path: Path)
     ):
         ws = build_workspace(build_parser().parse_args(argv))
         assert ws.backend.name == "tiny" and ws.backend.context_window == 512
-        assert ws.session.settings == Settings(temperature=0.0, max_tokens=6)
-        trimmer = ws.session.trimmer
+        assert ws.turns.settings == Settings(temperature=0.0, max_tokens=6)
+        trimmer = ws.turns.trimmer
         assert (trimmer.enabled, trimmer.budget, trimmer.keep_last) == (True, 64, 0)
 
 
@@ -58,9 +58,9 @@ def test_options_override_the_config_and_the_trim_section_names_a_summarizer(
     config = _config(tmp_path, TINY.replace("keep_last = 0", 'keep_last = 0\nsummarizer = "tiny"'))
     args = build_parser().parse_args(["--config", str(config), "--max-tokens", "9"])
     ws = build_workspace(args)
-    assert ws.backend.name == "local" and ws.session.settings.max_tokens == 9
+    assert ws.backend.name == "local" and ws.turns.settings.max_tokens == 9
     # the summarizer is the "tiny" profile's own backend, built once and shared
-    assert ws.session.trimmer.summarizer is ws.built("tiny") is not None
+    assert ws.turns.trimmer.summarizer is ws.built("tiny") is not None
 
 
 async def test_switching_keeps_one_backend_per_profile_and_closes_only_its_own() -> None:
@@ -70,7 +70,7 @@ async def test_switching_keeps_one_backend_per_profile_and_closes_only_its_own()
     assert ws.switch("a") is None  # already active
     assert ws.switch("nope") is None  # unknown: nothing changes
     remote = ws.switch("openai")
-    assert remote is not None and ws.backend is remote and ws.session.backend is remote
+    assert remote is not None and ws.backend is remote and ws.turns.backend is remote
     assert ws.switch("a") is handed and ws.switch("openai") is remote  # built once
     await ws.aclose()
     assert not handed.closed  # handed in: closed by its owner, not by the workspace
@@ -83,8 +83,8 @@ def test_settings_are_applied_and_saved_keeping_the_file(tmp_path: Path) -> None
         Settings(system="Be terse.", max_tokens=7), TrimConfig(enabled=False, keep_last=2)
     )
     assert error is None and summarizer is None
-    assert ws.session.settings.system == ws.session.conversation.system == "Be terse."
-    assert not ws.session.trimmer.enabled and ws.session.trimmer.keep_last == 2
+    assert ws.turns.settings.system == ws.turns.conversation.system == "Be terse."
+    assert not ws.turns.trimmer.enabled and ws.turns.trimmer.keep_last == 2
     saved = load_config(path)
     assert saved.engine.max_tokens == 7 and saved.trim == TrimConfig(enabled=False, keep_last=2)
     assert path.read_text().startswith("# my own notes\n")

@@ -1,7 +1,7 @@
 """The phasechat Textual app: it draws a `Workspace` (chat/workspace.py) and runs its
 workers; the state itself (backends, session, store, config) lives there.
 
-Data flows one way: the app drives the workspace's `ChatSession`, which wraps a
+Data flows one way: the app drives the workspace's `TurnController`, which wraps a
 backend's event stream in the telemetry recorder. The generation worker only consumes
 events; a timer (REFRESH_HZ, slower beside a local engine: chat_log.Pace) moves new
 text into the chat and redraws the telemetry panel from the exchange's live figures, so
@@ -28,20 +28,20 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from phasechat.backends.base import Backend
 from phasechat.backends.tokens import estimate_text
-from phasechat.chat.config import Config
-from phasechat.chat.conversation import Conversation
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.costs import DraftForecast
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.session import ChatSession, Exchange, InputError
-from phasechat.chat.settings import Settings
+from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import chat_log, dialogs, replay, verdict_view
-from phasechat.tui.chat_log import ChatLog, Pace, draw_answer
+from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
+from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
-from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.telemetry_view import answer_footer, forecast_line, panel_content, status_content
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
@@ -49,7 +49,7 @@ REFRESH_HZ = 15
 YIELD_EVERY_NS = 4_000_000
 
 
-class PhasechatApp(PlainTextApp):
+class PhasechatApp(ChatHost):
     """Chat with a local or remote model and watch prefill and decode live."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -65,6 +65,7 @@ class PhasechatApp(PlainTextApp):
         Binding("f5", "compare", "Compare", id="compare"),
         Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
         Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
+        Binding("ctrl+up", "select_message", "Messages", id="select-message"),
         Binding("ctrl+l", "focus_prompt", "Prompt", id="focus-prompt", show=False),
     ]
 
@@ -84,25 +85,19 @@ class PhasechatApp(PlainTextApp):
             config or Config(), spec or BackendSpec(), profiles, settings, backend
         )
         self._streaming: tuple[Exchange, MessageView] | None = None
-        self._sending = False
-        self._started = False
-        self._pending_text = ""
+        #: the question (or system prompt) the prompt box is editing, and the draft it
+        #: replaced there
+        self._editing: ChatMessage | None = None
+        self._draft = ""
         self._forecast = DraftForecast()
         self._pace = Pace()  # how the streaming answer is drawn
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
 
     @property
-    def session(self) -> ChatSession:
-        return self.workspace.session
-
-    @property
-    def backend(self) -> Backend:
-        return self.workspace.backend
-
-    @property
     def generating(self) -> bool:
-        return self._sending or self._streaming is not None
+        """A turn is under way, or its answer is not yet final on screen."""
+        return self.turns.busy or self._streaming is not None
 
     # -- layout ----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -122,7 +117,7 @@ class PhasechatApp(PlainTextApp):
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
         dialogs.watch_saves(self)
-        self._start_summarizer(self.workspace.configure_trimmer(self.session.trimmer))
+        self._start_summarizer(self.workspace.configure_trimmer(self.turns.trimmer))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))
@@ -167,9 +162,8 @@ class PhasechatApp(PlainTextApp):
         self.refresh_status()
 
     async def show_conversation(self, conversation: Conversation) -> None:
-        """Replace the chat on screen (and in the session) with `conversation`."""
-        await self.stop_and_wait()
-        self.session.conversation = conversation
+        """Draw `conversation` (the workspace's, just opened or made) from the top."""
+        self._stop_editing()
         await self.query_one(ChatLog).show(conversation)
 
     # -- sending ---------------------------------------------------------------------
@@ -179,47 +173,66 @@ class PhasechatApp(PlainTextApp):
 
     @on(PromptInput.StopRequested)
     def stop_requested(self) -> None:
-        self.action_stop()
+        if self.generating or self._editing is None:
+            self.action_stop()
+        else:
+            self._stop_editing(restore=True)
 
     def send(self, text: str) -> bool:
-        """Send `text` as the next user turn; False (with a message) when it can't be."""
+        """Send `text`: the next question, or (while editing one) its replacement on a
+        new branch; False (with a message) when it can't be."""
         if self.generating:
             self.notify("still answering: press Esc to stop it first", severity="warning")
             return False
-        if not text.strip():
+        editing = self._editing
+        if not text.strip() and (editing is None or editing.role != "system"):
             self.notify("empty prompt: type a message first", severity="warning")
             return False
-        self.query_one(PromptInput).clear()
         error = self.workspace.ensure_chat()
         if error:  # the exchange goes on in memory; saving is retried at the next send
             self.notify(error, severity="error", timeout=15)
-        self._sending = True  # `generating` from now, not from when the worker starts
-        self._started = False
-        self._pending_text = text
-        self.generate(text)
+        predicted = self._forecast.of(text) if editing is None else None
+        turns, leaf = self.turns, self.turns.conversation.leaf
+        exchange: Exchange | None
+        try:
+            if editing is None:
+                exchange = turns.begin(text)
+            elif editing.role == "system":
+                exchange = turns.edit_system(text)
+            else:
+                exchange = turns.edit(editing.id, text)
+        except InputError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            if turns.conversation.leaf != leaf:  # e.g. a question the template refused
+                self.run_worker(self.query_one(ChatLog).show_path(turns.conversation))
+            return False
+        self.query_one(PromptInput).clear()
+        self._stop_editing()
+        if exchange is None:  # a system prompt set on an empty chat: nothing to answer
+            self.notify("system prompt set: it applies from the first message")
+            self.run_worker(self.query_one(ChatLog).show_path(turns.conversation))
+            return True
+        if predicted is not None:
+            self._predicted[exchange.answer.id] = predicted
+        self.generate(exchange)
         return True
 
     @work(exclusive=True, group="generate")
-    async def generate(self, prompt: str) -> None:
-        """Consume the session's event stream; the refresh timer does the drawing."""
-        self._started = True
-        predicted = self._forecast.of(prompt)
-        self._pace.begin(self.backend.shares_cpu)
-        self.session.batch_s = self._pace.batch_s
-        try:
-            exchange = self.session.begin(prompt)
-        except InputError as exc:
-            self._pace.end()
-            self.notify(str(exc), severity="warning", markup=False)
-            self._sending = False
-            return
-        if predicted is not None:
-            self._predicted[exchange.answer.id] = predicted
-        stream = self.session.run(exchange)
+    async def generate(self, exchange: Exchange) -> None:
+        """Draw the new turn, then consume its event stream; the refresh timer draws
+        the answer as it grows."""
+        shared = self.turns.shares_cpu
+        self._pace.begin(shared)
+        self.turns.deliver_every(self._pace.batch_s)
+        stream = self.turns.run(exchange)
         try:
             self.refresh_status()
             log = self.query_one(ChatLog)
-            self._streaming = (exchange, await log.add_exchange(exchange, self._pace))
+            view = await log.show_path(self.turns.conversation, exchange.answer, self._pace.step)
+            assert view is not None
+            self._streaming = (exchange, view)
+            if shared:  # one frame: the layout of the new turn, before its prefill
+                await chat_log.next_frame(self)
             # A fast stream may never suspend the loop: the UI gets a turn every few ms.
             clock = time.perf_counter_ns
             turn = clock() + YIELD_EVERY_NS
@@ -230,10 +243,9 @@ class PhasechatApp(PlainTextApp):
         finally:
             try:
                 await stream.aclose()
-                self.session.abandon(exchange)  # cancelled before it started: still finished
+                self.turns.abandon(exchange)  # cancelled before it started: still finished
                 await self._finish_exchange()
             finally:
-                self._sending = False
                 self._pace.end()
                 with contextlib.suppress(NoMatches):
                     self.refresh_status()
@@ -276,15 +288,15 @@ class PhasechatApp(PlainTextApp):
             exchange, view = self._streaming
             if await draw_answer(exchange, view, self._pace.step):
                 self.call_after_refresh(self.refresh_live, True)
-        elif self.session.exchanges:
-            exchange = self.session.exchanges[-1]
+        elif self.turns.exchanges:
+            exchange = self.turns.exchanges[-1]
         else:
             panel.show(Content.assemble(("no answers yet   ", "dim"), self._forecast_content()))
             return
         if self.generating and not self._pace.panel_due():
             return
-        trimmer = self.session.trimmer
-        trim = self.session.trim_stats() if trimmer.summaries or trimmer.pending else None
+        trimmer = self.turns.trimmer
+        trim = self.turns.trim_stats() if trimmer.summaries or trimmer.pending else None
         if self.generating:
             panel.show(panel_content(exchange, None, trim))
             return
@@ -297,11 +309,11 @@ class PhasechatApp(PlainTextApp):
             draft = self.query_one(PromptInput).text
         except NoMatches:
             return Content("")
-        current = self._forecast.update(self.session, draft)
+        current = self._forecast.update(self.turns, draft)
         return forecast_line(current) if current is not None else Content("")
 
     def refresh_status(self) -> None:
-        last = self.session.exchanges[-1].metrics if self.session.exchanges else None
+        last = self.turns.exchanges[-1].metrics if self.turns.exchanges else None
         status = status_content(self.backend, self.generating, last)
         self.query_one("#status", Static).update(status)
 
@@ -316,29 +328,81 @@ class PhasechatApp(PlainTextApp):
 
     def action_stop(self) -> None:
         """Stop the answer being generated; its partial text is kept."""
-        if self.generating:
-            self.workers.cancel_group(self, "generate")
-            if self._sending and not self._started:
-                # Cancelled before it ran: no finally will reset us, and the text the
-                # user typed goes back into the prompt box.
-                self._sending = False
-                prompt = self.query_one(PromptInput)
-                if not prompt.text:
-                    prompt.text = self._pending_text
-                self.refresh_status()
+        if self.turns.stop():
+            self.refresh_status()
 
     def action_retry(self) -> None:
-        """Send the last user message again."""
-        users = [m for m in self.session.conversation.messages if m.role == "user"]
-        if users and not self.generating:
-            self.send(users[-1].content)
+        """Answer the last question again; the previous answer stays, as a sibling."""
+        if self.generating:
+            self.notify("still answering: press Esc to stop it first", severity="warning")
+            return
+        error = self.workspace.ensure_chat()
+        if error:
+            self.notify(error, severity="error", timeout=15)
+        try:
+            exchange = self.turns.retry()
+        except InputError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            return
+        self._stop_editing()
+        self.generate(exchange)
+
+    # -- editing and branches --------------------------------------------------------
+    @on(MessageView.EditRequested)
+    def edit_message(self, event: MessageView.EditRequested) -> None:
+        """Put a question (or the system prompt) into the prompt box to edit; sending it
+        makes a new branch from there."""
+        message = event.message
+        if message.role == "assistant":
+            self.notify("answers are not edited: Ctrl+R asks again (the old answer stays)")
+            return
+        prompt = self.query_one(PromptInput)
+        if self._editing is None:
+            self._draft = prompt.text
+        self._editing = message
+        prompt.text = message.content
+        prompt.border_title = editing_title(message, self.turns.conversation)
+        prompt.add_class("-editing")
+        prompt.focus()
+
+    def _stop_editing(self, restore: bool = False) -> None:
+        """Leave editing; `restore`: the draft typed before comes back."""
+        if self._editing is None:
+            return
+        self._editing = None
+        prompt = self.query_one(PromptInput)
+        prompt.border_title = None
+        prompt.remove_class("-editing")
+        if restore:
+            prompt.text = self._draft
+        self._draft = ""
+
+    @on(MessageView.SiblingRequested)
+    async def show_sibling(self, event: MessageView.SiblingRequested) -> None:
+        """Show the previous or next sibling's branch (‹2/3›); the chat goes on there."""
+        if self.generating:
+            self.notify("still answering: press Esc to stop it first", severity="warning")
+            return
+        shown = self.turns.show_sibling(event.message.id, event.step)
+        if shown is None:
+            return
+        self._stop_editing()
+        await self.query_one(ChatLog).show_path(self.turns.conversation)
+        self.query_one(ChatLog).focus_message(shown.id)
+        self.refresh_status()
+
+    def action_select_message(self) -> None:
+        """Move to the newest message (then ↑/↓, ←/→ for its siblings, e to edit)."""
+        if not self.query_one(ChatLog).focus_message(None):
+            self.notify("no messages yet")
 
     def action_switch_backend(self) -> None:
         """Pick a backend profile, seeing what the switch costs first."""
         dialogs.switch_backend(self)
 
-    def action_compare(self) -> None:  # replay the last prompt elsewhere: tui/replay.py
-        replay.replay_last(self)
+    def action_compare(self) -> None:
+        """Replay the last prompt elsewhere, side by side (tui/compare_picker.py)."""
+        compare_picker.replay_last(self)
 
     def action_chats(self) -> None:
         """Saved chats: open one (it replaces the chat on screen), search, manage."""
@@ -362,7 +426,7 @@ class PhasechatApp(PlainTextApp):
         dialogs.toggle_trimming(self)
 
     def action_history(self) -> None:
-        self.push_screen(HistoryScreen(self.session.exchanges))
+        self.push_screen(HistoryScreen(self.turns.exchanges))
 
     def action_toggle_telemetry(self) -> None:
         panel = self.query_one(LivePanel)

@@ -16,8 +16,8 @@ from textual.timer import Timer
 from textual.widgets import TextArea
 
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.session import Exchange
 from phasechat.chat.text import visible_controls
+from phasechat.chat.turns import Exchange
 from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP
 from phasechat.tui.telemetry_view import answer_footer, thinking_title
 from phasechat.tui.widgets import MessageView
@@ -160,6 +160,27 @@ def settle_heap(modal_open: bool) -> None:
         gc.freeze()
 
 
+def shown_messages(conversation: Conversation) -> list[ChatMessage]:
+    """The messages of the branch shown, as drawn: the system prompt first when there is
+    one (or another branch has one, so its ‹1/2› can be reached), then the chat."""
+    path = conversation.path()
+    root = path[0]
+    if root.role == "system" and not root.content and len(conversation.siblings(root)) == 1:
+        return path[1:]
+    return path
+
+
+def editing_title(message: ChatMessage, conversation: Conversation) -> str:
+    """The prompt box's title while it edits `message`."""
+    if message.role == "system":
+        return (
+            "editing the system prompt · Enter: answer the last question with it"
+            " (a new branch) · Esc: cancel"
+        )
+    number = next((i for i, m in enumerate(conversation.questions(), 1) if m is message), 0)
+    return f"editing question {number} · Enter: send it as a new branch · Esc: cancel"
+
+
 def footer_of(message: ChatMessage, footer: Content) -> Content:
     """An answer's footer, with its error (if it failed) on a line of its own."""
     if message.error:
@@ -186,24 +207,49 @@ class ChatLog(VerticalScroll):
         """Replace what is shown with `conversation` (a saved chat, or a new one)."""
         gc.unfreeze()  # the old chat's widgets may be frozen (settle_heap): let them go
         await self.remove_children()
-        views = [MessageView(m) for m in conversation.messages]
-        await self.mount_all(views)
-        for view in views:
-            m = view.message
-            if m.role == "assistant" and m.metrics is not None:
-                view.set_footer(footer_of(m, answer_footer(m.metrics)))
         self._marked = 0
-        self.anchor()
+        await self.show_path(conversation)
 
-    async def add_exchange(self, exchange: Exchange, pace: Pace) -> MessageView:
-        """Show a new user turn and its (empty) answer, to stream as `pace` says;
-        returns the answer. Beside an engine on this CPU, once they are laid out and
-        drawn: that work then does not compete with the prompt's prefill."""
-        answer = MessageView(exchange.answer, pace.step)
-        await self.mount_all([MessageView(exchange.user), answer])
-        if pace.shared:  # one frame: the layout of the new turn (the bulk of it)
-            await next_frame(self.app)
-        return answer
+    async def show_path(
+        self, conversation: Conversation, streaming: ChatMessage | None = None, step: int = 1
+    ) -> MessageView | None:
+        """Show the branch `conversation` shows now: the views it shares with what is
+        on screen stay, the rest is drawn again (after an edit, a retry or a switch to a
+        sibling, only what follows the fork). `streaming`: the answer about to stream,
+        which grows `step` lines at a time; returns its view."""
+        wanted = shown_messages(conversation)
+        views = list(self.query_children(MessageView))
+        keep = 0
+        for view, message in zip(views, wanted, strict=False):
+            if view.message is not message or view.branch != conversation.branch_of(message):
+                break
+            keep += 1
+        if views[keep:]:
+            await self.remove_children(views[keep:])
+        new = [
+            MessageView(m, step if m is streaming else 1, conversation.branch_of(m))
+            for m in wanted[keep:]
+        ]
+        if new:
+            await self.mount_all(new)
+        for view in new:
+            m = view.message
+            if m.role == "assistant" and m.metrics is not None and m is not streaming:
+                view.set_footer(footer_of(m, answer_footer(m.metrics)))
+        self.anchor()
+        return next((v for v in new if v.message is streaming), None)
+
+    def focus_message(self, message_id: int | None) -> bool:
+        """Focus message `message_id` (None: the newest) and scroll to it; False if it
+        is not shown."""
+        views = list(self.query_children(MessageView))
+        if message_id is not None:
+            views = [v for v in views if v.message.id == message_id]
+        if not views:
+            return False
+        views[-1].focus()
+        views[-1].scroll_visible()
+        return True
 
     def toggle_thinking(self) -> bool:
         """Fold or unfold the newest answer's thinking; False when no answer has any."""

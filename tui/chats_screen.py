@@ -15,8 +15,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
-from phasechat.chat.export_files import export_chat
-from phasechat.chat.store import ChatNotFound, ChatStore, ChatSummary
+from phasechat.chat.store.database import ChatNotFound, ChatStore, ChatSummary
+from phasechat.chat.store.export_files import export_chat
 from phasechat.chat.text import one_line
 from phasechat.tui.confirm import ConfirmScreen
 
@@ -132,8 +132,8 @@ class ChatsScreen(ModalScreen[int | None]):
         if chat_id is None:
             return
         try:
-            summary, conversation = self.store.get(chat_id), self.store.load(chat_id)
-            md = export_chat(summary, conversation, f"chat-{chat_id}")
+            summary, saved = self.store.get(chat_id), self.store.open_chat(chat_id)
+            md = export_chat(summary, saved.conversation, f"chat-{chat_id}", saved.rows)
         except (OSError, sqlite3.Error, ChatNotFound) as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

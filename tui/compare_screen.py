@@ -23,8 +23,8 @@ from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
 from phasechat.backends.base import Backend, PromptRefused
-from phasechat.chat.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
 from phasechat.chat.text import one_line, visible_controls
+from phasechat.chat.trips.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
 

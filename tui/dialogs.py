@@ -5,25 +5,22 @@ app stays about layout, streaming and bindings."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.theme import Theme
 
+from phasechat.chat.config.paths import themes_dir
+from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.costs import switch_cost
-from phasechat.chat.export_files import export_chat as export_chat_files
-from phasechat.chat.export_files import memory_stem, unsaved_summary
-from phasechat.chat.paths import themes_dir
-from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.store.export_files import export_chat as export_chat_files
+from phasechat.chat.store.export_files import memory_stem, unsaved_summary
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.confirm import ConfirmScreen
+from phasechat.tui.host import ChatHost
 from phasechat.tui.sweep_screen import commands as sweep_commands
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
-
-if TYPE_CHECKING:
-    from phasechat.tui.app import PhasechatApp
 
 #: The command palette's entries: title, help, and the app's method to call.
 COMMANDS = (
@@ -45,7 +42,7 @@ COMMANDS = (
 )
 
 
-def commands(app: PhasechatApp) -> Iterable[SystemCommand]:
+def commands(app: ChatHost) -> Iterable[SystemCommand]:
     """The app's own palette entries: COMMANDS, then the concurrency sweep."""
     for title, help_text, action in COMMANDS:
         yield SystemCommand(title, help_text, getattr(app, action))
@@ -65,11 +62,11 @@ def register_themes(app: App[None], chosen: str | None) -> list[str]:
     return errors
 
 
-def switch_backend(app: PhasechatApp) -> None:
+def switch_backend(app: ChatHost) -> None:
     """Each profile with what switching to it costs; the chosen one answers next."""
     ws = app.workspace
     rows = [
-        (spec, switch_line(switch_cost(ws.session, name, ws.built(name))))
+        (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
         for name, spec in ws.profiles.items()
     ]
 
@@ -80,7 +77,7 @@ def switch_backend(app: PhasechatApp) -> None:
     app.push_screen(SwitchScreen(rows, ws.backend.name), chosen)
 
 
-def chats(app: PhasechatApp) -> None:
+def chats(app: ChatHost) -> None:
     """Saved chats: the one opened replaces the chat on screen (the old one stays saved)."""
     store = app.workspace.store
     if store is None:
@@ -91,7 +88,7 @@ def chats(app: PhasechatApp) -> None:
         if chat_id is not None:
             await app.stop_and_wait()
             app.workspace.open_chat(chat_id)
-            await app.show_conversation(app.session.conversation)
+            await app.show_conversation(app.turns.conversation)
 
     from phasechat.tui.chats_screen import ChatsScreen  # loaded when first opened
 
@@ -102,7 +99,7 @@ def chats(app: PhasechatApp) -> None:
 SAVE_RETRY_S = 2.0
 
 
-def watch_saves(app: PhasechatApp) -> None:
+def watch_saves(app: ChatHost) -> None:
     """Show a failed save the moment it happens (and when saving works again), and try
     the failed writes again every SAVE_RETRY_S while no answer streams."""
     ws = app.workspace
@@ -122,7 +119,7 @@ def watch_saves(app: PhasechatApp) -> None:
     app.set_interval(SAVE_RETRY_S, retry)
 
 
-def open_link(app: PhasechatApp, href: str) -> None:
+def open_link(app: ChatHost, href: str) -> None:
     """A link clicked in an answer: http(s) only, and only after the URL was shown."""
     url = safe_link(href)
     if url is None:
@@ -137,16 +134,19 @@ def open_link(app: PhasechatApp, href: str) -> None:
     app.push_screen(ConfirmScreen("Open this link in your browser?", one_line(url)), chosen)
 
 
-def export_chat(app: PhasechatApp) -> None:
+def export_chat(app: ChatHost) -> None:
     """The chat on screen, from memory, to the exports folder: works when saving failed."""
-    conversation = app.session.conversation
+    conversation = app.turns.conversation
     if not conversation.messages:
         app.notify("nothing to export yet", severity="warning")
         return
     chat_id = app.workspace.chat_id()
     try:
         md = export_chat_files(
-            unsaved_summary(conversation, chat_id), conversation, memory_stem(chat_id)
+            unsaved_summary(conversation, chat_id),
+            conversation,
+            memory_stem(chat_id),
+            app.workspace.saved_rows(),
         )
     except OSError as exc:
         app.notify(f"export failed: {exc}", severity="error")
@@ -154,7 +154,7 @@ def export_chat(app: PhasechatApp) -> None:
     app.notify(f"exported to {md} and .json")
 
 
-def settings(app: PhasechatApp) -> None:
+def settings(app: ChatHost) -> None:
     """Engine parameters and the trimmer: applied from the next message, and saved."""
     ws = app.workspace
 
@@ -166,15 +166,21 @@ def settings(app: PhasechatApp) -> None:
             app.run_worker(summarizer.start(), group="load-summarizer")
         if error:
             app.notify(error, severity="error", markup=False)
+        elif ws.turns.system_changed:
+            app.notify(
+                "settings saved; the new system prompt starts a branch at the next message"
+                " (Ctrl+R: answer the last question with it); the old branch stays"
+            )
         else:
             app.notify("settings saved; they apply from the next message")
+        app.run_worker(app.show_conversation(ws.turns.conversation))
 
     from phasechat.tui.settings_screen import SettingsScreen  # loaded when first opened
 
-    app.push_screen(SettingsScreen(ws.session.settings, ws.config.trim, list(ws.profiles)), chosen)
+    app.push_screen(SettingsScreen(ws.turns.settings, ws.config.trim, list(ws.profiles)), chosen)
 
 
-def setup_themes(app: PhasechatApp) -> None:
+def setup_themes(app: ChatHost) -> None:
     """Built-in and user themes; the one last chosen; remember the next choice."""
     for error in register_themes(app, app.workspace.config.theme):
         app.notify(error, title="theme", severity="warning", markup=False)
@@ -187,7 +193,7 @@ def setup_themes(app: PhasechatApp) -> None:
     app.theme_changed_signal.subscribe(app, remember)
 
 
-def toggle_trimming(app: PhasechatApp) -> None:
+def toggle_trimming(app: ChatHost) -> None:
     """Turn the history trimmer on or off (saved)."""
     enabled, error = app.workspace.toggle_trimming()
     if error:

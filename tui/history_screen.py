@@ -10,11 +10,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from phasechat.chat.export_files import export_folder, write_export
-from phasechat.chat.paths import exports_dir
-from phasechat.chat.session import Exchange
+from phasechat.chat.config.paths import exports_dir
+from phasechat.chat.store.export_files import export_folder, write_export
 from phasechat.chat.text import visible_controls
-from phasechat.telemetry.export import to_csv, to_jsonl
+from phasechat.chat.turns import Exchange
+from phasechat.telemetry.records import to_csv, to_jsonl
 from phasechat.tui.telemetry_view import fmt
 
 COLUMNS = (

@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
-from phasechat.chat.settings import Settings, TrimConfig, parse_settings, parse_trim
+from phasechat.chat.config.settings import Settings, TrimConfig, parse_settings, parse_trim
 
 
 class SettingsScreen(ModalScreen[tuple[Settings, TrimConfig] | None]):

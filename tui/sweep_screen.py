@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
@@ -22,13 +22,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from phasechat.backends.base import Backend
-from phasechat.chat.settings import Settings
-from phasechat.chat.sweep import DEFAULT_MAX_TOKENS, LevelRun, SweepResult, sweep
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import one_line
-from phasechat.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
-
-if TYPE_CHECKING:
-    from phasechat.tui.app import PhasechatApp
+from phasechat.chat.trips.sweep import DEFAULT_MAX_TOKENS, LevelRun, SweepResult, sweep
+from phasechat.chat.trips.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.tui.host import ChatHost
 
 LEVELS = (1, 2, 4, 8)
 
@@ -117,7 +115,7 @@ class SweepScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-def open_sweep(app: PhasechatApp, levels: Sequence[int] = LEVELS) -> bool:
+def open_sweep(app: ChatHost, levels: Sequence[int] = LEVELS) -> bool:
     """Show the sweep screen for the app's backend; False (with a notice) when it cannot
     run: a local model (one request at a time) or an answer still streaming."""
     backend = app.backend
@@ -127,11 +125,11 @@ def open_sweep(app: PhasechatApp, levels: Sequence[int] = LEVELS) -> bool:
     if app.generating:
         app.notify("An answer is streaming: stop it or wait, then sweep.", severity="warning")
         return False
-    app.push_screen(SweepScreen(backend, app.session.settings, levels))
+    app.push_screen(SweepScreen(backend, app.turns.settings, levels))
     return True
 
 
-def commands(app: PhasechatApp) -> Iterable[SystemCommand]:
+def commands(app: ChatHost) -> Iterable[SystemCommand]:
     """The palette's entry for the sweep."""
     yield SystemCommand(
         "Concurrency sweep",

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from phasechat.chat.profiles import BackendSpec
+from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.text import one_line
 
 

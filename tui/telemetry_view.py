@@ -10,9 +10,9 @@ from textual.content import Content
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
 from phasechat.chat.costs import SwitchCost
-from phasechat.chat.session import Exchange
 from phasechat.chat.text import one_line
-from phasechat.chat.trim_types import TrimStats
+from phasechat.chat.trim.types import TrimStats
+from phasechat.chat.turns import Exchange
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
 from phasechat.telemetry.metrics import Metrics

@@ -10,7 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from phasechat.chat.roofline import machine_bandwidth
-from phasechat.chat.session import Exchange
+from phasechat.chat.turns import Exchange
 from phasechat.telemetry.verdict import verdict
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
@@ -28,6 +31,8 @@ class MessageView(Vertical):
     MessageView { height: auto; margin: 0 0 1 0; padding: 0 1; }
     MessageView > .header { color: $text-muted; }
     MessageView.-user { background: $boost; border-left: outer $primary; }
+    MessageView.-system { border-left: outer $warning; color: $text-muted; }
+    MessageView:focus { background: $boost; border-left: thick $accent; }
     MessageView.-assistant { border-left: outer $secondary; }
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
@@ -37,10 +42,39 @@ class MessageView(Vertical):
     MessageView > .thinking > Contents { padding: 0 0 0 2; }
     """
 
-    def __init__(self, message: ChatMessage, step: int = 1) -> None:
-        """`step`: an answer about to stream grows this many lines at a time."""
+    can_focus = True
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "sibling(-1)", "‹ branch", id="message-previous-branch"),
+        Binding("right", "sibling(1)", "branch ›", id="message-next-branch"),
+        Binding("e", "edit", "Edit", id="message-edit"),
+        Binding("up", "move(-1)", "Up", id="message-up", show=False),
+        Binding("down", "move(1)", "Down", id="message-down", show=False),
+        Binding("escape", "leave", "Prompt", id="message-leave"),
+    ]
+
+    class EditRequested(Message):
+        """`e` on a message: edit it (a question, or the system prompt)."""
+
+        def __init__(self, message: ChatMessage) -> None:
+            super().__init__()
+            self.message = message
+
+    class SiblingRequested(Message):
+        """←/→ on a message with siblings: show the one `step` places away."""
+
+        def __init__(self, message: ChatMessage, step: int) -> None:
+            super().__init__()
+            self.message = message
+            self.step = step
+
+    def __init__(
+        self, message: ChatMessage, step: int = 1, branch: tuple[int, int] = (1, 1)
+    ) -> None:
+        """`step`: an answer about to stream grows this many lines at a time; `branch`:
+        (its place among its siblings, how many there are)."""
         super().__init__(classes=f"-{message.role}")
         self.message = message
+        self.branch = branch
         self._step = step
         self.shown = 0  # characters of the answer already written to the stream
         self._reasoning = message.reasoning
@@ -53,7 +87,7 @@ class MessageView(Vertical):
         yield Static(self._header(), classes="header")
         # Links are opened by the app, after a check of their scheme (dialogs.open_link).
         yield MarkdownBody(visible_controls(self.message.content), step=self._step)
-        if self.message.role != "user":
+        if self.message.role == "assistant":
             yield Static("", classes="footer")
 
     def on_mount(self) -> None:
@@ -100,11 +134,34 @@ class MessageView(Vertical):
     def _header(self) -> Content:
         m = self.message
         note = ("  (summarized: the model now sees a summary)", "italic") if self.summarized else ""
+        index, count = self.branch
+        branch = (f"  ‹{index}/{count}›", "bold $accent") if count > 1 else ""
         if m.role == "user":
-            return Content.assemble("you", note)
+            return Content.assemble("you", branch, note)
+        if m.role == "system":
+            return Content.assemble(("system prompt", "italic"), branch)
         # The model id is the server's: shown, never interpreted.
         backend, model = one_line(m.backend or "assistant"), one_line(m.model or "")
-        return Content.assemble((backend, "bold"), f" · {model}", note)
+        return Content.assemble((backend, "bold"), f" · {model}", branch, note)
+
+    def action_sibling(self, step: int) -> None:
+        if self.branch[1] > 1:
+            self.post_message(self.SiblingRequested(self.message, step))
+
+    def action_edit(self) -> None:
+        self.post_message(self.EditRequested(self.message))
+
+    def action_move(self, step: int) -> None:
+        """Focus the message above (-1) or below (1)."""
+        views = list(self.parent.query_children(MessageView)) if self.parent else []
+        index = views.index(self) + step
+        if 0 <= index < len(views):
+            views[index].focus()
+            views[index].scroll_visible()
+
+    def action_leave(self) -> None:
+        """Back to the prompt box."""
+        self.screen.query_one(PromptInput).focus()
 
     @property
     def summarized(self) -> bool:

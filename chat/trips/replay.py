@@ -1,7 +1,7 @@
 """Replaying a scripted chat: what prefill cost on each turn, as a user would meet it.
 
 A script is JSON: {"system": "...", "turns": ["...", ...], "max_tokens": 64}. Each turn is
-sent through a real `ChatSession` (the trimmer included unless switched off), so the
+sent through a real `TurnController` (the trimmer included unless switched off), so the
 figures are the ones a user of the chat would meet: prompt tokens, how many came from
 the engine's prefix cache, how many were evaluated, TTFT, decode rate, and whether the
 turn was the first with a new history summary.
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from phasechat.backends.base import Backend
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
-from phasechat.chat.trim_types import Summary
-from phasechat.chat.trimmer import Trimmer
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.trimmer import Trimmer
+from phasechat.chat.trim.types import Summary
+from phasechat.chat.turns import TurnController
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +170,8 @@ async def replay(
     `configure` sets each session's trimmer as the app would (`Workspace.
     configure_trimmer`) and returns a summarizer backend still to be started; `trim=False`
     then turns trimming off whatever it said."""
-    sessions = [ChatSession(backend, replace(settings, system=script.system))]
-    sessions += [ChatSession(backend, sessions[0].settings) for _ in range(concurrency - 1)]
+    sessions = [TurnController(backend, replace(settings, system=script.system))]
+    sessions += [TurnController(backend, sessions[0].settings) for _ in range(concurrency - 1)]
     for s in sessions:
         summarizer = configure(s.trimmer) if configure is not None else None
         if summarizer is not None:
@@ -201,7 +201,7 @@ async def replay(
     return result
 
 
-async def _turn(session: ChatSession, prompt: str, turn: int, copy: int) -> TurnRow:
+async def _turn(session: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
     async for _ in session.send(prompt):
         pass
     e = session.exchanges[-1]

@@ -4,19 +4,16 @@ re-prefill cost) or the active one with other settings, then open the compare vi
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from phasechat.backends.base import Backend
-from phasechat.chat.compare import Comparison, Side
-from phasechat.chat.compare_targets import Target, derive, variants
+from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.costs import switch_cost
-from phasechat.chat.profiles import BackendSpec, make_backend
+from phasechat.chat.trips.compare import Comparison, Side
+from phasechat.chat.trips.compare_targets import Target, derive, variants
+from phasechat.chat.workspace import Workspace
+from phasechat.tui.host import ChatHost
 from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
-
-if TYPE_CHECKING:
-    from phasechat.chat.workspace import Workspace
-    from phasechat.tui.app import PhasechatApp
 
 TITLE = ("Replay the last prompt on ...", "  (side by side with the active backend)")
 
@@ -24,7 +21,7 @@ TITLE = ("Replay the last prompt on ...", "  (side by side with the active backe
 def targets(ws: Workspace) -> list[tuple[Target, str]]:
     """Every other profile, then the active one with other settings; each with the
     cost line the switcher shows."""
-    session, active = ws.session, ws.backend
+    session, active = ws.turns, ws.backend
     out = []
     for name, spec in ws.profiles.items():
         if name != active.name:
@@ -52,12 +49,12 @@ def _shown(target: Target) -> BackendSpec:
     return replace(spec, remote=replace(spec.remote, name=target.name))
 
 
-def replay_last(app: PhasechatApp) -> None:
+def replay_last(app: ChatHost) -> None:
     """Pick where to replay the last prompt, then compare the two answers."""
     if app.generating:
         app.notify("still answering: press Esc to stop it first", severity="warning")
         return
-    sent = [e for e in app.session.exchanges if e.request is not None and e.metrics is not None]
+    sent = [e for e in app.turns.exchanges if e.request is not None and e.metrics is not None]
     if not sent:
         app.notify("nothing to replay yet: send a message first", severity="warning")
         return
@@ -77,7 +74,7 @@ def replay_last(app: PhasechatApp) -> None:
             owned.append(backend)
         else:
             backend = ws.backend_for(target.profile)
-        a = Side(ws.backend.name, ws.backend, ws.session.settings)
+        a = Side(ws.backend.name, ws.backend, ws.turns.settings)
         b = Side(target.name, backend, target.settings)
         from phasechat.tui.compare_screen import CompareScreen  # plotext: not at start-up
 

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Sequence
 
-from phasechat.chat.sweep import SweepResult
+from phasechat.chat.trips.sweep import SweepResult
 from phasechat.telemetry.sweep_stats import KNEE_GROWTH, Level, growth_per_doubling
 
 AGGREGATE = "aggregate output tok/s (left)"

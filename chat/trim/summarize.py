@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.chat.trim_types import Summary
+from phasechat.chat.trim.types import Summary
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 

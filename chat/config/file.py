@@ -39,9 +39,9 @@ from typing import Any
 
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.paths import config_path
-from phasechat.chat.profiles import resolve_model_path
-from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.config.paths import config_path
+from phasechat.chat.config.profiles import resolve_model_path
+from phasechat.chat.config.settings import Settings, TrimConfig
 
 __all__ = ["Config", "ConfigError", "config_path", "load_config"]
 

@@ -16,7 +16,11 @@ from typing import Any
 from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import Message
 from phasechat.backends.models import ModelNotFound
-from phasechat.chat.compare import (
+from phasechat.chat.config.file import ConfigError
+from phasechat.chat.config.profiles import make_backend
+from phasechat.chat.store.export import dumps
+from phasechat.chat.text import is_text, one_line, visible_controls
+from phasechat.chat.trips.compare import (
     METRICS,
     PERCENTILE_SPREAD_FROM,
     Answer,
@@ -27,12 +31,14 @@ from phasechat.chat.compare import (
     fmt_spread,
     metric_value,
 )
-from phasechat.chat.compare_targets import Target, derive, split_name
-from phasechat.chat.config import ConfigError
-from phasechat.chat.export import dumps
-from phasechat.chat.profiles import make_backend
-from phasechat.chat.text import is_text, one_line, visible_controls
-from phasechat.options import add_backend_options, backend_spec, fail, read_config, settings_from
+from phasechat.chat.trips.compare_targets import Target, derive, split_name
+from phasechat.cli.options import (
+    add_backend_options,
+    backend_spec,
+    fail,
+    read_config,
+    settings_from,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -41,6 +47,7 @@ def add_parser(sub: Any) -> None:
         "compare",
         help="the same prompt on two backends: medians, spread and B/A per metric",
         conflict_handler="resolve",  # its own --backend (given twice) replaces the shared one
+        allow_abbrev=False,
     )
     add_backend_options(p, top=False)
     p.add_argument(

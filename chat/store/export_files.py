@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from phasechat.chat.config.paths import exports_dir, private_dir
 from phasechat.chat.conversation import Conversation
-from phasechat.chat.export import to_json, to_markdown
-from phasechat.chat.paths import exports_dir, private_dir
-from phasechat.chat.schema import ChatSummary
-from phasechat.chat.store import default_title
+from phasechat.chat.store.database import default_title
+from phasechat.chat.store.export import to_json, to_markdown
+from phasechat.chat.store.schema import ChatSummary
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -56,12 +57,18 @@ def write_export(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def export_chat(chat: ChatSummary, conversation: Conversation, stem: str) -> Path:
-    """Write `stem.md` and `stem.json` into the exports folder; returns the .md path."""
+def export_chat(
+    chat: ChatSummary,
+    conversation: Conversation,
+    stem: str,
+    ids: Mapping[int, int] | None = None,
+) -> Path:
+    """Write `stem.md` (the branch shown) and `stem.json` (every branch; `ids` as
+    `to_json` takes them) into the exports folder; returns the .md path."""
     folder = export_folder()
     md = folder / f"{stem}.md"
     write_export(md, to_markdown(chat, conversation))
-    write_export(folder / f"{stem}.json", to_json(chat, conversation) + "\n")
+    write_export(folder / f"{stem}.json", to_json(chat, conversation, ids) + "\n")
     return md
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.config import Config, load_config
-from phasechat.chat.profiles import BackendSpec, resolve_model_path
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.file import Config, load_config
+from phasechat.chat.config.profiles import BackendSpec, resolve_model_path
+from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import visible_controls
 from phasechat.chat.workspace import Workspace
 
@@ -203,3 +203,19 @@ def fail(message: str, code: int = 2) -> int:
     """Print `message` as phasechat's one-line error (controls made visible); the exit code."""
     print(f"phasechat: {visible_controls(message)}", file=sys.stderr)
     return code
+
+
+#: The largest id SQLite can store (a signed 64-bit integer).
+MAX_ID = 2**63 - 1
+
+
+def parse_chat_id(value: str) -> int:
+    """A chat id as typed; ValueError (one line) for anything but a chat id."""
+    # ASCII digits only: int() would also take "1_0", " 7 " and "١" (Arabic-Indic one).
+    if (
+        not (value.isascii() and value.isdigit())
+        or len(value) > 19
+        or not 1 <= int(value) <= MAX_ID
+    ):
+        raise ValueError(f"not a chat id: {value!r} (ids are numbers; see `phasechat chats`)")
+    return int(value)

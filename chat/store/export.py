@@ -10,23 +10,43 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.store import INTERRUPTED, ChatSummary
+from phasechat.chat.store.database import INTERRUPTED, ChatSummary
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
 
 FORMATS = ("md", "json")
 
 
-def to_json(chat: ChatSummary, conversation: Conversation) -> str:
-    """The chat as one JSON document: its details, then each message with its backend,
-    model, status, error and (answers) the metrics record."""
+def to_json(
+    chat: ChatSummary, conversation: Conversation, ids: Mapping[int, int] | None = None
+) -> str:
+    """The chat as one JSON document: its details, then every message of every branch
+    (oldest first, each with its `id` and `parent_id`: the tree; the system prompts are
+    the roots), with its backend, model, status, error and (answers) the metrics record;
+    `branch` lists the ids of the branch shown, root to `leaf_id`.
+
+    `ids` maps `ChatMessage.id` to the id to write (a saved chat's rows, as `ask --json`
+    and `chats export` name them); by default, the in-memory ids."""
+
+    def id_of(message_id: int | None) -> int | None:
+        if message_id is None:
+            return None
+        return ids.get(message_id, message_id) if ids is not None else message_id
+
+    path = conversation.path()
     doc: dict[str, Any] = {
         **chat.as_dict(),  # its "messages" count gives way to the messages themselves
         "system": conversation.system,
-        "messages": [_message_dict(m) for m in conversation.messages],
+        "leaf_id": id_of(conversation.leaf),
+        "branch": [id_of(m.id) for m in path],
+        "messages": [
+            {"id": id_of(m.id), "parent_id": id_of(m.parent), **_message_dict(m)}
+            for m in conversation.every()
+        ],
     }
     return dumps(doc, indent=2)
 

@@ -17,7 +17,7 @@ from phasechat.telemetry.recorder import Trace
 CSV_FIELDS = ["request", "prompt"] + [f.name for f in fields(Metrics) if f.name != "warnings"]
 
 
-def record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> dict[str, Any]:
+def answer_record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> dict[str, Any]:
     """One request as a JSON-ready dict: its metrics plus the arrival time of each token."""
     out: dict[str, Any] = {"request": index, "prompt": prompt, **metrics.as_dict()}
     stride = trace.stride

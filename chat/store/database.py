@@ -1,10 +1,12 @@
 """Chats on disk: SQLite in WAL mode, written as they happen.
 
-A `ChatStore` listens to a `ChatSession` (`attach`): each new message is a row, and each
-batch of streamed text (the session flushes at most every `chat.session.FLUSH_S`) is an
-UPDATE that commits at once, so killing the process mid-answer loses at most the text of
-the last flush. An answer still marked "streaming" when a chat is loaded was cut off by a
-crash: `load` shows it as cancelled with `INTERRUPTED` as its error, keeping its text.
+A chat's messages form a tree (chat/conversation.py): each row names its parent, and the
+chat the message it shows last. A `ChatWriter` (chat/store/writer.py), listening to a
+`TurnController`, writes each new message as a row and each batch of streamed text (at
+most every `chat.turns.FLUSH_S`) as an UPDATE that commits at once, so killing the
+process mid-answer loses at most the text of the last flush. An answer still marked
+"streaming" when a chat is loaded was cut off by a crash: `load` shows it as cancelled
+with `INTERRUPTED` as its error, keeping its text.
 
 The database holds what was said and how it was answered (backend, model, status,
 metrics). No API key ever reaches it: keys live in environment variables and backends
@@ -18,16 +20,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from phasechat.chat.chat_writer import ChatWriter
+from phasechat.chat.config.paths import db_path
 from phasechat.chat.conversation import ChatMessage, Conversation, Status
-from phasechat.chat.paths import db_path
-from phasechat.chat.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
-from phasechat.chat.session import ChatSession
-from phasechat.chat.store_open import open_readonly, open_writable
+from phasechat.chat.store.opening import open_readonly, open_writable
+from phasechat.chat.store.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
 from phasechat.chat.text import is_text
 from phasechat.telemetry.metrics import metrics_from_dict
 
@@ -37,6 +38,7 @@ __all__ = [
     "ChatNotFound",
     "ChatStore",
     "ChatSummary",
+    "SavedChat",
     "SearchHit",
     "StoreError",
     "default_path",
@@ -81,7 +83,6 @@ class ChatStore:
         self.on_error: Callable[[str, bool], None] | None = None
         #: The last write error a listener swallowed (a full disk must not stop the chat).
         self.error: str | None = None
-        self._rows: dict[int, int] = {}  # ChatMessage.id -> messages.id
         self._lock = threading.RLock()
         self.readonly = readonly
         try:
@@ -124,6 +125,10 @@ class ChatStore:
         becomes the title."""
         now = time.time()
         with self._lock, self._db:
+            # One write transaction from the read of the last id to the insert: two
+            # processes creating chats at once would otherwise both take the same id.
+            # (SQLite waits up to the connection's timeout for the other writer.)
+            self._db.execute("BEGIN IMMEDIATE")
             # Ids are never reused: a deleted chat's exports (`chat-3.md`) must not be
             # overwritten by a later chat's. The highest id ever given is kept in `counters`.
             (last,) = self._db.execute(
@@ -149,7 +154,8 @@ class ChatStore:
     def _summaries(self, where: str, params: tuple[Any, ...]) -> list[ChatSummary]:
         rows = self._db.execute(
             "SELECT c.id, c.title, c.system, c.created, c.updated,"
-            " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id) AS n,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.chat_id = c.id AND m.role != 'system')"
+            " AS n,"
             " (SELECT backend FROM messages m WHERE m.chat_id = c.id AND backend IS NOT NULL"
             "  ORDER BY position DESC LIMIT 1) AS backend,"
             " (SELECT model FROM messages m WHERE m.chat_id = c.id AND model IS NOT NULL"
@@ -177,38 +183,38 @@ class ChatStore:
         return found[0]
 
     def load(self, chat_id: int) -> Conversation:
-        """The chat as a Conversation (raises ChatNotFound).
+        """The chat as a Conversation, every branch of it (raises ChatNotFound).
 
         An answer still marked "streaming" was cut off by a crash (or is being written by
         another process right now): it comes back "cancelled", its error `INTERRUPTED`.
         """
+        return self.open_chat(chat_id).conversation
+
+    def open_chat(self, chat_id: int) -> SavedChat:
+        """The chat (as `load`) with the row of each of its messages, to go on writing it."""
         with self._lock:
-            chat = self._db.execute("SELECT system FROM chats WHERE id = ?", (chat_id,)).fetchone()
+            chat = self._db.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
             if chat is None:
                 raise ChatNotFound(chat_id)
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE chat_id = ? ORDER BY position", (chat_id,)
             ).fetchall()
-        conversation = Conversation(system=chat["system"])
+        ids: dict[int, int] = {}  # row -> message id
+        messages: list[ChatMessage] = []
+        if rows and "parent_id" not in rows[0].keys():  # noqa: SIM118 (a Row: `in` looks at values)
+            # a database from before branches, read-only: one branch under its system prompt
+            messages.append(ChatMessage("system", chat["system"]))
         for r in rows:
-            status, error = cast(Status, r["status"]), r["error"]
-            if status == "streaming":
-                status, error = "cancelled", INTERRUPTED
-            metrics = metrics_from_dict(json.loads(r["metrics"])) if r["metrics"] else None
-            conversation.add(
-                ChatMessage(
-                    r["role"],
-                    r["content"],
-                    r["backend"],
-                    r["model"],
-                    status,
-                    error,
-                    metrics,
-                    # a database from before thinking models, read-only: no such column
-                    reasoning=r["reasoning"] if "reasoning" in r.keys() else "",  # noqa: SIM118 (a Row: `in` looks at values)
-                )
-            )
-        return conversation
+            message = _message(r)
+            if "parent_id" in r.keys():  # noqa: SIM118
+                message.parent = ids.get(r["parent_id"])
+            elif messages:
+                message.parent = messages[-1].id
+            ids[r["id"]] = message.id
+            messages.append(message)
+        leaf = chat["leaf_id"] if "leaf_id" in chat.keys() else None  # noqa: SIM118
+        conversation = Conversation.from_tree(messages, ids.get(leaf) if leaf else None)
+        return SavedChat(chat_id, conversation, {m: r for r, m in ids.items()})
 
     def rename(self, chat_id: int, title: str) -> None:
         """Give a chat a new title (raises ChatNotFound, or ValueError when blank)."""
@@ -244,7 +250,7 @@ class ChatStore:
         if not words:
             return []
         select = (
-            "SELECT m.chat_id, m.position, m.role, m.content, c.title FROM messages m"
+            "SELECT m.chat_id, m.id, m.role, m.content, c.title FROM messages m"
             " JOIN chats c ON c.id = m.chat_id"
         )
         order = " ORDER BY c.updated DESC, m.position LIMIT ?"
@@ -263,66 +269,25 @@ class ChatStore:
                     f"{select} WHERE m.content LIKE ? ESCAPE '\\'{order}", (pattern + "%", limit)
                 ).fetchall()
         return [
-            SearchHit(r["chat_id"], r["title"] or "(untitled)", r["position"], r["role"],
+            SearchHit(r["chat_id"], r["title"] or "(untitled)", r["id"], r["role"],
                       _snippet(r["content"], words))
             for r in rows
         ]  # fmt: skip
 
-    # -- following a session ---------------------------------------------------------
+    # -- writing a chat as it happens (chat/store/writer.py) ----------------------------
 
-    def attach(self, session: ChatSession, chat_id: int) -> None:
-        """Write `session`'s conversation to chat `chat_id` from now on.
-
-        Messages already in the session that the chat lacks are written at once (the
-        first N map onto the chat's N stored messages, so a session opened with `resume`
-        continues its chat). Raises ChatNotFound.
-        """
-        with self._lock:
-            self._require(chat_id)
-            stored = [
-                r[0]
-                for r in self._db.execute(
-                    "SELECT id FROM messages WHERE chat_id = ? ORDER BY position", (chat_id,)
-                )
-            ]
-        messages = session.conversation.messages
-        for message, row in zip(messages, stored, strict=False):
-            self._rows[message.id] = row
-        listener = ChatWriter(self, chat_id)
-        for message in messages[len(stored) :]:
-            listener.message_added(message)
-        session.listeners.append(listener)
-
-    def resume(self, session: ChatSession, chat_id: int) -> None:
-        """Load chat `chat_id` into `session` (system prompt included) and attach to it."""
-        conversation = self.load(chat_id)
-        session.update_settings(system=conversation.system)
-        session.conversation = conversation
-        self.attach(session, chat_id)
-
-    def detach(self, session: ChatSession) -> None:
-        """Stop writing `session` (e.g. before attaching it to another chat)."""
-        session.listeners[:] = [
-            x for x in session.listeners if not (isinstance(x, ChatWriter) and x.store is self)
-        ]
-
-    def chat_of(self, session: ChatSession) -> int | None:
-        """The id of the chat this store writes `session` to, if attached."""
-        for x in session.listeners:
-            if isinstance(x, ChatWriter) and x.store is self:
-                return x.chat_id
-        return None
-
-    def _insert(self, chat_id: int, m: ChatMessage) -> None:
+    def add_message(self, chat_id: int, m: ChatMessage, parent_row: int | None) -> int:
+        """Write a new message of chat `chat_id` after row `parent_row` (None: a root);
+        the chat shows it now. Returns its row."""
         now = time.time()
         with self._lock, self._db:
             # The position is the chat's next one at the moment of writing, so two windows
-            # on one chat both save their messages (interleaved) instead of colliding.
+            # on one chat both save their messages (as two branches) instead of colliding.
             cur = self._db.execute(
                 "INSERT INTO messages (chat_id, position, role, content, backend, model,"
-                " status, error, metrics, created, reasoning) VALUES (?, (SELECT"
+                " status, error, metrics, created, reasoning, parent_id) VALUES (?, (SELECT"
                 " COALESCE(MAX(position), -1) + 1 FROM messages WHERE chat_id = ?),"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     chat_id,
@@ -335,21 +300,26 @@ class ChatStore:
                     _metrics_json(m),
                     now,
                     m.reasoning,
+                    parent_row,
                 ),
             )
+            assert cur.lastrowid is not None
             if m.role == "user":
                 self._db.execute(
                     "UPDATE chats SET title = ? WHERE id = ? AND title IS NULL",
                     (default_title(m.content), chat_id),
                 )
-            self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
-        assert cur.lastrowid is not None
-        self._rows[m.id] = cur.lastrowid
+            self._db.execute(
+                "UPDATE chats SET updated = ?, leaf_id = ? WHERE id = ?",
+                (now, cur.lastrowid, chat_id),
+            )
+            if m.role == "system":
+                self._db.execute("UPDATE chats SET system = ? WHERE id = ?", (m.content, chat_id))
+        return cur.lastrowid
 
-    def _update(self, chat_id: int, m: ChatMessage, final: bool) -> None:
-        row = self._rows.get(m.id)
-        if row is None:
-            return  # a message this store never saw added
+    def update_message(self, chat_id: int, row: int, m: ChatMessage, final: bool) -> None:
+        """Rewrite message `row` of chat `chat_id`: its text (while it streams), or all
+        of it (`final`)."""
         now = time.time()
         with self._lock, self._db:
             if final:
@@ -358,12 +328,54 @@ class ChatStore:
                     " metrics = ?, reasoning = ? WHERE id = ?",
                     (m.content, m.model, m.status, m.error, _metrics_json(m), m.reasoning, row),
                 )
+                if m.role == "system":  # an empty chat's system prompt, changed
+                    self._db.execute(
+                        "UPDATE chats SET system = ? WHERE id = ? AND leaf_id = ?",
+                        (m.content, chat_id, row),
+                    )
             else:  # the hot path while text streams: only the text changes
                 self._db.execute(
                     "UPDATE messages SET content = ?, reasoning = ? WHERE id = ?",
                     (m.content, m.reasoning, row),
                 )
             self._db.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
+
+    def show(self, chat_id: int, leaf_row: int, system: str) -> None:
+        """Chat `chat_id` shows the branch ending at `leaf_row`, whose system prompt is
+        `system`."""
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE chats SET leaf_id = ?, system = ?, updated = ? WHERE id = ?",
+                (leaf_row, system, time.time(), chat_id),
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SavedChat:
+    """A saved chat as loaded: its conversation, and the row of each message
+    (`ChatMessage.id` -> `messages.id`) for writing more of it."""
+
+    chat_id: int
+    conversation: Conversation
+    rows: dict[int, int]
+
+
+def _message(r: sqlite3.Row) -> ChatMessage:
+    status, error = cast(Status, r["status"]), r["error"]
+    if status == "streaming":
+        status, error = "cancelled", INTERRUPTED
+    metrics = metrics_from_dict(json.loads(r["metrics"])) if r["metrics"] else None
+    return ChatMessage(
+        r["role"],
+        r["content"],
+        r["backend"],
+        r["model"],
+        status,
+        error,
+        metrics,
+        # a database from before thinking models, read-only: no such column
+        reasoning=r["reasoning"] if "reasoning" in r.keys() else "",  # noqa: SIM118 (a Row: `in` looks at values)
+    )
 
 
 def _metrics_json(m: ChatMessage) -> str | None:

@@ -12,25 +12,25 @@ from dataclasses import replace
 from pathlib import Path
 
 from phasechat.backends.models import ModelNotFound
-from phasechat.chat.config import ConfigError
-from phasechat.chat.replay import Script, TurnRow, load_script, replay
-from phasechat.chat.settings import Settings
-from phasechat.chat.sweep import (
+from phasechat.chat.config.file import ConfigError
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.text import one_line
+from phasechat.chat.trips.replay import Script, TurnRow, load_script, replay
+from phasechat.chat.trips.sweep import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PER_STREAM,
     LevelRun,
     SweepResult,
     sweep,
 )
-from phasechat.chat.text import one_line
+from phasechat.chat.trips.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
 from phasechat.chat.workspace import Workspace
-from phasechat.options import build_workspace, fail
-from phasechat.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.cli.options import build_workspace, fail
 from phasechat.telemetry.sweep_stats import Slo, parse_levels
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    """`bench`'s own options (the backend and engine ones come from phasechat.options)."""
+    """`bench`'s own options (the backend and engine ones come from phasechat.cli.options)."""
     p.add_argument(
         "script",
         nargs="?",
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     if args.concurrency > 1 and workspace.backend.serial:
         return fail("--concurrency needs a remote backend: the local model answers one at a time")
-    settings = workspace.session.settings
+    settings = workspace.turns.settings
     if args.max_tokens is None and script.max_tokens is not None:
         settings = replace(settings, max_tokens=script.max_tokens)
     return asyncio.run(_bench(args, script, workspace, settings))
@@ -141,7 +141,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return fail(str(exc))
     if workspace.backend.serial:
         return fail("--sweep needs a remote backend: the local model answers one at a time")
-    settings = workspace.session.settings
+    settings = workspace.turns.settings
     if args.max_tokens is None:
         settings = replace(settings, max_tokens=DEFAULT_MAX_TOKENS)
     slo = Slo(args.slo_ttft_ms, args.slo_tpot_ms)

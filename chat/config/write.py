@@ -20,9 +20,9 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import AoT, Table
 from tomlkit.toml_document import TOMLDocument
 
-from phasechat.chat.config import Config, ConfigError, parse_config
-from phasechat.chat.paths import config_path
-from phasechat.chat.settings import Settings, TrimConfig
+from phasechat.chat.config.file import Config, ConfigError, parse_config
+from phasechat.chat.config.paths import config_path
+from phasechat.chat.config.settings import Settings, TrimConfig
 
 HEADER = "phasechat config (the schema: chat/config.py)"
 

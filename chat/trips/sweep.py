@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phasechat.backends.base import Backend
-from phasechat.chat.session import ChatSession
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics, itl_ms
 from phasechat.telemetry.sweep_stats import Level, Sample, Slo, knee, level
 
@@ -115,7 +115,7 @@ def sample_of(metrics: Metrics, gaps: Sequence[float], error: str | None) -> Sam
 
 
 async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[Sample, Metrics]:
-    session = ChatSession(backend, settings)
+    session = TurnController(backend, settings)
     session.trimmer.enabled = False  # one turn: nothing to trim
     try:
         async for _ in session.send(prompt):

@@ -12,8 +12,15 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from phasechat.chat.paths import private_dir, private_file
-from phasechat.chat.schema import ADDED_COLUMNS, FTS, SCHEMA, SCHEMA_VERSION, StoreError
+from phasechat.chat.config.paths import private_dir, private_file
+from phasechat.chat.store.schema import (
+    ADDED_COLUMNS,
+    FTS,
+    INDEXES,
+    SCHEMA,
+    SCHEMA_VERSION,
+    StoreError,
+)
 
 
 def open_readonly(path: Path) -> tuple[sqlite3.Connection, bool]:
@@ -91,10 +98,14 @@ def _prepare(db: sqlite3.Connection, path: Path) -> bool:
     fts = False
     with db:
         db.executescript(SCHEMA)
-        have = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
-        for name, definition in ADDED_COLUMNS.items():
-            if name not in have:  # a database from an older version
-                db.execute(f"ALTER TABLE messages ADD COLUMN {name} {definition}")
+        for table, columns in ADDED_COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            for name, definition in columns.items():
+                if name not in have:  # a database from an older version
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+        db.executescript(INDEXES)
+        if version < 3:
+            _into_trees(db)
         try:
             db.executescript(FTS)
             fts = True
@@ -102,3 +113,30 @@ def _prepare(db: sqlite3.Connection, path: Path) -> bool:
             fts = False
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return fts
+
+
+def _into_trees(db: sqlite3.Connection) -> None:
+    """Schema 2 -> 3, in the caller's transaction: each chat's messages, a list in
+    `position` order, become one branch under a root holding the chat's system prompt,
+    and the chat shows its last message. Nothing is rewritten twice: only chats with
+    no root yet (no message has a parent and none is a system prompt) are converted."""
+    chats = db.execute("SELECT id, system, created FROM chats").fetchall()
+    for chat_id, system, created in chats:
+        rows = db.execute(
+            "SELECT id, role, parent_id FROM messages WHERE chat_id = ? ORDER BY position",
+            (chat_id,),
+        ).fetchall()
+        if any(r[1] == "system" or r[2] is not None for r in rows):
+            continue
+        (first,) = db.execute(
+            "SELECT COALESCE(MIN(position), 0) FROM messages WHERE chat_id = ?", (chat_id,)
+        ).fetchone()
+        parent = db.execute(
+            "INSERT INTO messages (chat_id, position, role, content, status, created)"
+            " VALUES (?, ?, 'system', ?, 'complete', ?)",
+            (chat_id, first - 1, system or "", created),
+        ).lastrowid
+        for row_id, _role, _parent in rows:
+            db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (parent, row_id))
+            parent = row_id
+        db.execute("UPDATE chats SET leaf_id = ? WHERE id = ?", (parent, chat_id))

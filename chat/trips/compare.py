@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.settings import Settings
 from phasechat.telemetry.metrics import Metrics, compute, percentile
 from phasechat.telemetry.recorder import Trace, record
 

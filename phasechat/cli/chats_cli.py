@@ -9,46 +9,32 @@ import sys
 from dataclasses import asdict
 from datetime import datetime
 
-from phasechat.chat.export import FORMATS, dumps, to_json, to_markdown
-from phasechat.chat.store import ChatNotFound, ChatStore, StoreError
+from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
+from phasechat.chat.store.export import FORMATS, dumps, to_json, to_markdown
 from phasechat.chat.text import visible_controls
+from phasechat.cli.options import parse_chat_id
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `chats` and its subcommands to the top-level subparsers."""
-    chats = sub.add_parser("chats", help="saved chats: list, export, rename, delete, search")
+    chats = sub.add_parser(
+        "chats", help="saved chats: list, export, rename, delete, search", allow_abbrev=False
+    )
     chats.add_argument("--json", action="store_true", help="list as JSON")
     cmd = chats.add_subparsers(dest="chats_command")
-    export = cmd.add_parser("export", help="print one chat as Markdown or JSON")
+    export = cmd.add_parser("export", help="print one chat as Markdown or JSON", allow_abbrev=False)
     export.add_argument("id", help="the chat id (see `phasechat chats`)")
     export.add_argument("--format", choices=FORMATS, default="md")
-    rename = cmd.add_parser("rename", help="give a chat a new title")
+    rename = cmd.add_parser("rename", help="give a chat a new title", allow_abbrev=False)
     rename.add_argument("id")
     rename.add_argument("title")
-    delete = cmd.add_parser("delete", help="delete a chat and its messages")
+    delete = cmd.add_parser("delete", help="delete a chat and its messages", allow_abbrev=False)
     delete.add_argument("id")
-    search = cmd.add_parser("search", help="find messages that contain every word")
+    search = cmd.add_parser(
+        "search", help="find messages that contain every word", allow_abbrev=False
+    )
     search.add_argument("text")
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
-
-
-class _Usage(Exception):
-    """A bad argument: one line, exit 2."""
-
-
-#: The largest id SQLite can store (a signed 64-bit integer).
-MAX_ID = 2**63 - 1
-
-
-def _chat_id(value: str) -> int:
-    # ASCII digits only: int() would also take "1_0", " 7 " and "١" (Arabic-Indic one).
-    if (
-        not (value.isascii() and value.isdigit())
-        or len(value) > 19
-        or not 1 <= int(value) <= MAX_ID
-    ):
-        raise _Usage(f"not a chat id: {value!r} (ids are numbers; see `phasechat chats`)")
-    return int(value)
 
 
 def _when(t: datetime) -> str:
@@ -67,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         # `phasechat chats export 3 | head`: the reader left; say nothing more.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (_Usage, ChatNotFound, ValueError) as exc:
+    except (ChatNotFound, ValueError) as exc:
         msg = exc.args[0] if exc.args else str(exc)
         print(f"phasechat: {visible_controls(str(msg))}", file=sys.stderr)
         return 2
@@ -95,18 +81,18 @@ def _run(store: ChatStore, args: argparse.Namespace) -> int:
             out.write(f"{visible_controls(c.backend or '-'):10}  {title}\n")
         return 0
     if command == "export":
-        chat_id = _chat_id(args.id)
-        summary, conversation = store.get(chat_id), store.load(chat_id)
-        writer = to_json if args.format == "json" else to_markdown
-        out.write(writer(summary, conversation))
-        if args.format == "json":
-            out.write("\n")
+        chat_id = parse_chat_id(args.id)
+        summary, saved = store.get(chat_id), store.open_chat(chat_id)
+        if args.format == "json":  # every branch, with the ids the database gives them
+            out.write(to_json(summary, saved.conversation, saved.rows) + "\n")
+        else:  # the branch the chat shows
+            out.write(to_markdown(summary, saved.conversation))
         return 0
     if command == "rename":
-        store.rename(_chat_id(args.id), args.title)
+        store.rename(parse_chat_id(args.id), args.title)
         return 0
     if command == "delete":
-        store.delete(_chat_id(args.id))
+        store.delete(parse_chat_id(args.id))
         return 0
     assert command == "search"
     hits = store.search(args.text)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from phasechat.chat.profiles import BackendSpec
-from phasechat.chat.settings import Settings
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
 
 #: keys that change a request, on any backend
 ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}

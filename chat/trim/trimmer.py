@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.summarize import fit, write_summary
-from phasechat.chat.trim_types import (
+from phasechat.chat.trim.summarize import fit, write_summary
+from phasechat.chat.trim.types import (
     INSTRUCTION,
     SendPlan,
     Summary,
@@ -88,6 +88,7 @@ class Trimmer:
         self.last_tokens_cut = 0
         self._task: asyncio.Task[Summary | None] | None = None
         self._task_backend: Backend | None = None
+        self._task_covers: frozenset[int] = frozenset()  # what the summary in flight stands for
         self._growth: list[int] = []  # history tokens after each answer since the last trim
         self._estimated = False
         self._fresh = False  # a summary was taken into use and no send has used it yet
@@ -114,6 +115,18 @@ class Trimmer:
         out = [self.summary.system(conversation.system)]
         out.extend(Message(m.role, m.content) for m in conversation.sendable(self.summary.covers))
         return tuple(out)
+
+    def follow(self, conversation: Conversation) -> None:
+        """The chat shows another branch (an edit, a sibling, another chat): a summary
+        that stands for messages not on it no longer applies, and one being written
+        (of the branch before) is dropped. A summary of the shared start stays."""
+        on_branch = {m.id for m in conversation.messages}
+        if self.summary is not None and not self.summary.covers <= on_branch:
+            self.summary = None
+            self._growth.clear()
+        if self._task is not None and not self._task_covers <= on_branch:
+            self._task.cancel()
+            self._task = self._task_backend = None
 
     def context_for(self, backend: Backend) -> int:
         """The context window the budget is carved from."""
@@ -276,7 +289,7 @@ class Trimmer:
         messages = fit(lambda m: self._count(summarizer, m), [*head, *body, ask], len(head), room)
         request = GenerationRequest(messages=messages, max_tokens=limit, temperature=0.0)
         covers = self.covered | {m.id for m in cut}
-        self._task_backend = summarizer
+        self._task_backend, self._task_covers = summarizer, frozenset(covers)
         self._task = asyncio.create_task(
             self._write(summarizer, request, frozenset(covers), body), name="phasechat-summary"
         )

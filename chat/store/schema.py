@@ -7,14 +7,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Messages form a tree (`parent_id`): an edited question or a retried answer is a new
+# sibling, and the old one stays. The root of a branch is its system prompt (a `system`
+# message, '' for none); `chats.leaf_id` is the message the chat shows last, and
+# `chats.system` the system prompt of that branch (what `phasechat chats` lists).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
     id INTEGER PRIMARY KEY,
     title TEXT,
     system TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    leaf_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -29,6 +34,7 @@ CREATE TABLE IF NOT EXISTS messages (
     metrics TEXT,
     created REAL NOT NULL,
     reasoning TEXT NOT NULL DEFAULT '',
+    parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
     UNIQUE (chat_id, position)
 );
 CREATE TABLE IF NOT EXISTS counters (
@@ -37,7 +43,15 @@ CREATE TABLE IF NOT EXISTS counters (
 );
 """
 #: Columns added since version 1, with their definitions (an older database gets them).
-ADDED_COLUMNS = {"reasoning": "TEXT NOT NULL DEFAULT ''"}  # a thinking model's chain of thought
+ADDED_COLUMNS = {
+    "messages": {
+        "reasoning": "TEXT NOT NULL DEFAULT ''",  # a thinking model's chain of thought (v2)
+        "parent_id": "INTEGER REFERENCES messages(id) ON DELETE CASCADE",  # the tree (v3)
+    },
+    "chats": {"leaf_id": "INTEGER"},  # the message shown last (v3)
+}
+#: Made once the columns above exist.
+INDEXES = "CREATE INDEX IF NOT EXISTS messages_parent ON messages(parent_id);"
 # External-content FTS5 index kept in step by triggers; a streamed answer's row is
 # rewritten at each flush, and the triggers re-index it each time.
 FTS = """
@@ -101,6 +115,7 @@ class SearchHit:
 
     chat_id: int
     title: str
-    position: int
+    #: the message's id, as `chats export --format json` shows it
+    message_id: int
     role: str
     snippet: str

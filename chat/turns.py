@@ -1,0 +1,516 @@
+"""The turn controller: the one owner of a chat's turns.
+
+Every change to a conversation goes through a `TurnController`: a new turn (`begin`), a
+retry (a sibling answer), an edit of an earlier question or of the system prompt (a new
+branch from that point), a switch to a sibling branch, stopping, and streaming the
+answer (`run`). The UI, `ask`, `bench`, `compare` and the sweep all call it; they read
+its state (`conversation`, `exchanges`, `current`) and never assign to it. Persistence
+listens (`listen`: chat/store/writer.py), as any observer may.
+
+A send, end to end: the caller `begin`s a turn (the user message and an empty answer are
+added, the trimmer plans the prompt, a `Trace` is opened), then iterates `run`, which
+streams the backend's events through the telemetry recorder into that trace, hands the
+streamed text to listeners every FLUSH_S, and finishes the answer however the stream
+ends (complete, stopped, failed), with its metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from phasechat.backends.base import Backend, PromptRefused
+from phasechat.backends.events import (
+    Event,
+    GenerationRequest,
+    KVStats,
+    ReasoningDelta,
+    StreamError,
+    TextDelta,
+)
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.text import is_text
+from phasechat.chat.trim.trimmer import Trimmer
+from phasechat.chat.trim.types import SendPlan, TrimStats
+from phasechat.telemetry.live import Live, finished, snapshot
+from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.telemetry.recorder import Trace, record
+from phasechat.telemetry.records import answer_record
+
+
+class InputError(ValueError):
+    """The turn cannot be sent as asked; the message says why, in one line."""
+
+
+@dataclass
+class Exchange:
+    """One request/answer pair as it happens: the live trace and the answer message."""
+
+    user: ChatMessage
+    answer: ChatMessage
+    trace: Trace
+    metrics: Metrics | None = None
+    request: GenerationRequest | None = None
+    #: this send is the first to use a new history summary (its prefix cache restarts)
+    trimmed: bool = False
+    #: one line about trimming the UI should show ("summary not ready: sent full history")
+    trim_note: str | None = None
+    #: time spent waiting for a summary before the request was sent (not in TTFT)
+    trim_wait_ms: float | None = None
+    #: prompt tokens the summary saved this send (full history minus what was sent)
+    tokens_cut: int = 0
+    trim_plan: SendPlan | None = None
+
+    # What the UI reads while the answer streams (it never reads the recorder's Trace).
+    @property
+    def text(self) -> str:
+        """The answer's text so far."""
+        return self.trace.text
+
+    @property
+    def reasoning(self) -> str:
+        """The thinking so far ('' for a model that does not think)."""
+        return self.trace.reasoning
+
+    @property
+    def kv(self) -> KVStats | None:
+        """The engine's KV-cache figures, where it reports them."""
+        return self.trace.kv
+
+    def live(self, now_ns: int | None = None) -> Live:
+        """The live figures at `now_ns` (default: now); once the answer is finished, its
+        final figures (the same numbers as its metrics)."""
+        live = snapshot(self.trace, time.perf_counter_ns() if now_ns is None else now_ns)
+        return finished(live, self.metrics) if self.metrics is not None else live
+
+    def token_times_ms(self) -> list[float]:
+        """When each token (or chunk) arrived, in ms on the process clock."""
+        return [t / 1e6 for t in self.trace.times]
+
+    def export_record(self, index: int) -> dict[str, object]:
+        """The answer's history record (every metric and per-token times) for exports."""
+        assert self.metrics is not None
+        return answer_record(index, self.user.content, self.metrics, self.trace)
+
+
+class TurnListener(Protocol):
+    """Told about every change to the conversation (persistence listens here)."""
+
+    def message_added(self, message: ChatMessage) -> None:
+        """A new message (a user turn, an answer that starts streaming, or a message
+        copied onto a new branch); it is the leaf now."""
+
+    def message_updated(self, message: ChatMessage, final: bool) -> None:
+        """More streamed text (at most every FLUSH_S), or the final state (final=True)."""
+
+    def branch_shown(self, conversation: Conversation) -> None:
+        """The conversation shows another branch (no message was added)."""
+
+
+#: How often streamed text is handed to listeners: a crash loses at most this much.
+FLUSH_S = 0.5
+
+
+class TurnController:
+    """A conversation, the backend that answers it, and every turn's telemetry."""
+
+    def __init__(self, backend: Backend, settings: Settings | None = None) -> None:
+        self._backend = backend
+        self._settings = settings or Settings()
+        self._conversation = Conversation(system=self._settings.system)
+        #: every request sent, oldest first (on any branch)
+        self.exchanges: list[Exchange] = []
+        self._current: Exchange | None = None
+        self._task: asyncio.Task[Any] | None = None  # the task streaming `_current`
+        self._listeners: list[TurnListener] = []
+        self.trimmer = Trimmer()
+        self._every_s: float | None = None
+
+    # -- what others read --------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        """The backend that answers the next turn."""
+        return self._backend
+
+    @property
+    def settings(self) -> Settings:
+        """The engine settings of the next turn (its system prompt included)."""
+        return self._settings
+
+    @property
+    def conversation(self) -> Conversation:
+        """The chat (read it; change it only through this controller)."""
+        return self._conversation
+
+    @property
+    def current(self) -> Exchange | None:
+        """The turn begun and not yet finished, if any."""
+        return self._current
+
+    @property
+    def busy(self) -> bool:
+        """A turn is under way: the next one must wait (or `stop` it)."""
+        return self._current is not None
+
+    @property
+    def shares_cpu(self) -> bool:
+        """Whether the answering engine computes on this machine's CPU: a consumer then
+        draws less often (every CPU-second it spends is taken from the engine)."""
+        return self._backend.shares_cpu
+
+    def deliver_every(self, seconds: float | None) -> None:
+        """The consumer reads the stream about every `seconds` (None: as events come):
+        a backend handing tokens across threads may batch them that long (each keeps
+        the timestamp taken where it was made)."""
+        self._every_s = seconds
+
+    # -- listeners ---------------------------------------------------------------------
+    def listen(self, listener: TurnListener) -> None:
+        """Tell `listener` about every change from now on."""
+        self._listeners.append(listener)
+
+    def unlisten(self, listener: TurnListener) -> None:
+        """Stop telling `listener`."""
+        self._listeners[:] = [x for x in self._listeners if x is not listener]
+
+    @property
+    def listeners(self) -> tuple[TurnListener, ...]:
+        return tuple(self._listeners)
+
+    def _added(self, message: ChatMessage) -> ChatMessage:
+        self._conversation.add(message)
+        for listener in self._listeners:
+            listener.message_added(message)
+        return message
+
+    def _updated(self, message: ChatMessage, final: bool) -> None:
+        for listener in self._listeners:
+            listener.message_updated(message, final)
+
+    def _shown(self) -> None:
+        for listener in self._listeners:
+            listener.branch_shown(self._conversation)
+
+    # -- settings, backend, chat -------------------------------------------------------
+    def update_settings(self, settings: Settings | None = None, /, **changes: Any) -> None:
+        """Use `settings` (default: the current ones) with `changes` from the next turn.
+
+        A new system prompt replaces the empty chat's at once; in a chat with messages
+        it takes effect at the next send or retry, which starts a new branch with it
+        (the branch with the old system prompt stays)."""
+        self._settings = replace(settings or self._settings, **changes)
+        root = self._conversation.root
+        if not self._conversation.messages and root.content != self._settings.system:
+            root.content = self._settings.system
+            self._updated(root, final=True)
+
+    @property
+    def system_changed(self) -> bool:
+        """The next send starts a branch with a new system prompt (`update_settings`)."""
+        return self._settings.system != self._conversation.system
+
+    def switch_backend(self, backend: Backend) -> None:
+        """Answer with `backend` from the next turn on; the conversation carries over."""
+        self._refuse_busy()
+        self._backend = backend
+
+    def replace_conversation(self, conversation: Conversation) -> None:
+        """Continue `conversation` (a saved chat, or a new one) with its own system prompt."""
+        self._refuse_busy()
+        self._conversation = conversation
+        self._settings = replace(self._settings, system=conversation.system)
+        self.trimmer.follow(conversation)
+
+    def _refuse_busy(self) -> None:
+        if self._current is not None:
+            raise InputError("still answering: stop the answer first")
+
+    # -- turns -------------------------------------------------------------------------
+    def begin(self, prompt: str) -> Exchange:
+        """Add `prompt` as a user turn after the leaf and an empty answer; `run` streams it.
+
+        A prompt that cannot be sent raises `InputError` before anything is added."""
+        self._check(prompt)
+        self._on_system_branch(keep=len(self._conversation.messages))
+        return self._answer(self._added(ChatMessage("user", prompt)))
+
+    def retry(self) -> Exchange:
+        """Answer the branch's last question again; the previous answer stays, a sibling
+        of the new one (`branch_of` counts them)."""
+        self._refuse_busy()
+        path = self._conversation.messages
+        last = next((i for i in range(len(path) - 1, -1, -1) if path[i].role == "user"), None)
+        if last is None:
+            raise InputError("nothing to retry: send a message first")
+        if self._on_system_branch(keep=last + 1):
+            user = self._conversation.node(self._conversation.leaf or 0)  # the copy
+        else:
+            user = path[last]
+            self._conversation.rewind(user.id)
+        if user.status == "error":  # refused before (too long): it is being sent again
+            user.status, user.error = "complete", None
+            self._updated(user, final=True)
+        self.trimmer.follow(self._conversation)
+        return self._answer(user)
+
+    def edit(self, message_id: int, text: str) -> Exchange:
+        """Ask `text` instead of user message `message_id` of the branch shown: a new
+        branch from there (the old question stays, with its answers), answered now."""
+        self._check(text)
+        path = self._conversation.messages
+        index = next((i for i, m in enumerate(path) if m.id == message_id), None)
+        if index is None or path[index].role != "user":
+            raise InputError("only a question on the branch shown can be edited")
+        if not self._on_system_branch(keep=index):
+            self._conversation.rewind(path[index].parent)
+        self.trimmer.follow(self._conversation)
+        return self._answer(self._added(ChatMessage("user", text)))
+
+    def edit_system(self, text: str) -> Exchange | None:
+        """Use system prompt `text`: in an empty chat at once; otherwise a new branch
+        with it, whose last question is answered now (None: nothing to answer yet)."""
+        self._refuse_busy()
+        if not is_text(text):
+            raise InputError("the system prompt is not valid UTF-8: not changed")
+        self.update_settings(system=text)
+        has_question = any(m.role == "user" for m in self._conversation.messages)
+        return self.retry() if self.system_changed and has_question else None
+
+    def _check(self, prompt: str) -> None:
+        self._refuse_busy()
+        if not prompt.strip():
+            raise InputError("empty prompt: type a message first")
+        if not is_text(prompt):
+            raise InputError("the prompt is not valid UTF-8: not sent")
+
+    def _on_system_branch(self, keep: int) -> bool:
+        """If the system prompt changed (`system_changed`): start a branch at a new root
+        with it, holding copies of the first `keep` messages of the branch shown (the
+        leaf is the last of them). False when it did not change: nothing was done."""
+        if not self.system_changed:
+            return False
+        kept = self._conversation.messages[:keep]
+        self._conversation.rewind(None)
+        last = self._added(ChatMessage("system", self._settings.system))
+        for message in kept:
+            last = self._added(message.copy(parent=last.id))
+        self.trimmer.follow(self._conversation)
+        return True
+
+    def _answer(self, user: ChatMessage) -> Exchange:
+        """An empty answer to `user` (the leaf), its request planned, ready to `run`."""
+        backend = self._backend
+        try:
+            plan = self.trimmer.prepare(backend, self._conversation, self._settings.max_tokens)
+            request = self.request()
+            trace = self._trace_for(request)
+        except PromptRefused as exc:  # kept and saved, not sent; the chat goes on
+            user.status, user.error = "error", str(exc)
+            self._updated(user, final=True)
+            raise InputError(str(exc)) from None
+        answer = self._added(
+            ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
+        )
+        exchange = Exchange(user, answer, trace, request=request)
+        self._planned(exchange, plan)
+        self.exchanges.append(exchange)
+        self._current = exchange
+        return exchange
+
+    def request(self) -> GenerationRequest:
+        """The request the next answer would be, from the branch as it stands."""
+        s = self._settings
+        return GenerationRequest(
+            messages=self.trimmer.prompt_messages(self._conversation),
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            stop=s.stop,
+            seed=s.seed,
+        )
+
+    def _trace_for(self, request: GenerationRequest) -> Trace:
+        """A new trace for sending `request` on the active backend: our own count of its
+        prompt, and the window (one the server named when it refused a prompt, if any)."""
+        backend = self._backend
+        count = backend.count_tokens(request.messages)
+        learned = self.trimmer.windows.get(backend.name)
+        return Trace(
+            backend=backend.name,
+            model=backend.model,
+            max_tokens=request.max_tokens,
+            prompt_estimate=count.tokens,
+            prompt_estimate_exact=not count.estimated,
+            window=learned or backend.context_window,
+            window_source="the server's refusal" if learned else backend.context_source,
+        )
+
+    def _planned(self, exchange: Exchange, plan: SendPlan) -> None:
+        exchange.trimmed, exchange.trim_note = plan.trimmed, plan.note
+        exchange.trim_wait_ms = plan.waited_ms
+        exchange.trim_plan = plan
+        if not plan.wait and exchange.request is not None:
+            estimate = exchange.trace.prompt_estimate or 0
+            exchange.tokens_cut = self.trimmer.sent(self._backend, self._conversation, estimate)
+
+    async def _settle(self, exchange: Exchange) -> None:
+        """Wait for the summary this send needs (outside TTFT, recorded on the exchange)."""
+        plan = exchange.trim_plan
+        if plan is None or not plan.wait:
+            return
+        exchange.trace.t_queued = time.perf_counter_ns()  # shown as its own phase
+        plan = await self.trimmer.wait(plan)
+        exchange.request = request = self.request()
+        count = self._backend.count_tokens(request.messages)
+        exchange.trace.prompt_estimate = count.tokens
+        exchange.trace.prompt_estimate_exact = not count.estimated
+        self._planned(exchange, plan)
+
+    async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
+        """Stream the answer of `exchange`'s request through the recorder.
+
+        `stop` (or closing the iterator early) ends the generation; the partial answer
+        stays in the conversation marked "cancelled". A turn stopped before it ran
+        yields nothing."""
+        if exchange.metrics is not None:  # stopped before it started
+            return
+        self._task = asyncio.current_task()
+        try:
+            await self._settle(exchange)
+            async for event in self._attempt(exchange):
+                yield event
+            if await self._refit(exchange):  # refused as too long: trimmed, sent once more
+                async for event in self._attempt(exchange):
+                    yield event
+        finally:
+            self._task = None
+            self._finish(exchange)
+
+    async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
+        """One request of `exchange` through the recorder, its text saved as it streams."""
+        trace, answer = exchange.trace, exchange.answer
+        assert exchange.request is not None
+        flush_ns = int(FLUSH_S * 1e9)
+        next_flush = time.perf_counter_ns() + flush_ns
+        stream = self._backend.stream(exchange.request, every_s=self._every_s)
+        async for event in record(stream, trace):
+            if (
+                self._listeners
+                and isinstance(event, TextDelta | ReasoningDelta)
+                and trace.t_last_token is not None
+                and trace.t_last_token >= next_flush
+            ):
+                next_flush = trace.t_last_token + flush_ns
+                answer.content = trace.text
+                answer.reasoning = trace.reasoning
+                self._updated(answer, final=False)
+            yield event
+
+    async def _refit(self, exchange: Exchange) -> bool:
+        """After a server refused the prompt as longer than its window: learn the window
+        it named, trim the history to fit it, and prepare one more request. False when
+        there is nothing to trim (then the refusal stands)."""
+        error = exchange.trace.error
+        if error is None or error.kind != "context_overflow" or not self.trimmer.enabled:
+            return False
+        n_ctx = error.detail.get("n_ctx")
+        if isinstance(n_ctx, int) and n_ctx > 0:
+            self.trimmer.windows[self._backend.name] = n_ctx
+        plan = await self.trimmer.refit(
+            self._backend, self._conversation, self._settings.max_tokens
+        )
+        if plan is None:
+            return False
+        request = self.request()
+        exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
+        exchange.trace.notices.append(
+            f"the server refused the prompt as longer than its window: {error.message}; "
+            "trimmed the history and sent it again"
+        )
+        exchange.request = request
+        exchange.trimmed, exchange.trim_note = True, plan.note
+        return True
+
+    async def send(self, prompt: str) -> AsyncGenerator[Event, None]:
+        """`begin` + `run`: add `prompt` and stream the answer's events."""
+        exchange = self.begin(prompt)
+        async for event in self.run(exchange):
+            yield event
+
+    def stop(self) -> bool:
+        """Stop the turn under way (its partial answer is kept); False if there is none.
+
+        A turn that is streaming ends at once: the task running it is cancelled (the
+        backend closes its request or stops its thread at the next token)."""
+        exchange = self._current
+        if exchange is None:
+            return False
+        if self._task is not None:
+            self._task.cancel()
+        else:  # begun, never run: finished as cancelled, so nothing is left "streaming"
+            self._finish(exchange)
+        return True
+
+    def abandon(self, exchange: Exchange) -> None:
+        """Close an exchange whose `run` never started (cancelled before its first event):
+        it is finished as cancelled, so nothing is left "streaming"."""
+        if exchange.metrics is None:
+            self._finish(exchange)
+
+    def _finish(self, exchange: Exchange) -> None:
+        trace, answer = exchange.trace, exchange.answer
+        now = time.perf_counter_ns()
+        trace.t_sent = trace.t_sent or now  # cancelled while waiting for a summary
+        trace.cancel(now)  # no-op when a terminal event arrived
+        answer.content = trace.text
+        answer.reasoning = trace.reasoning
+        answer.model = trace.model
+        if isinstance(trace.error, StreamError):
+            answer.status, answer.error = "error", trace.error.message
+            if trace.error.kind == "context_overflow" or not answer.content:
+                # Kept, shown and saved, but not sent again (in_prompt): a strict server
+                # would refuse every later request with two user turns in a row, and a
+                # prompt too long for the window would overflow again. Ctrl+R resends it.
+                exchange.user.status, exchange.user.error = "error", trace.error.message
+                self._updated(exchange.user, final=True)
+        elif trace.finish == "cancelled":
+            answer.status = "cancelled"
+        else:
+            answer.status = "complete"
+        exchange.metrics = compute(trace)
+        answer.metrics = exchange.metrics
+        if self._current is exchange:
+            self._current = None
+        self._updated(answer, final=True)
+        if answer.status != "error":
+            self.trimmer.after_answer(self._backend, self._conversation, self._settings.max_tokens)
+
+    # -- branches ----------------------------------------------------------------------
+    def show_sibling(self, message_id: int, step: int) -> ChatMessage | None:
+        """Show the branch of the sibling `step` places from message `message_id` (-1:
+        the one before, 1: the one after); None when there is none that way. The chat
+        continues on the branch shown, with its own system prompt."""
+        self._refuse_busy()
+        conversation = self._conversation
+        siblings = conversation.siblings(conversation.node(message_id))
+        index = next(i for i, m in enumerate(siblings) if m.id == message_id) + step
+        if not 0 <= index < len(siblings):
+            return None
+        conversation.select(siblings[index].id)
+        self._settings = replace(self._settings, system=conversation.system)
+        self.trimmer.follow(conversation)
+        self._shown()
+        return siblings[index]
+
+    # -- reporting, closing ------------------------------------------------------------
+    def trim_stats(self) -> TrimStats:
+        """The trimmer's figures for the telemetry panel."""
+        answers = [e.metrics for e in self.exchanges]
+        return self.trimmer.stats(self._backend, self._settings.max_tokens, answers)
+
+    async def aclose(self) -> None:
+        """Stop background work (a summary in flight); the backend stays open."""
+        await self.trimmer.aclose()

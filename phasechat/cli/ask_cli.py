@@ -1,0 +1,179 @@
+"""`phasechat ask PROMPT`: one answer, headless, through the same turn controller as the UI.
+
+With `--chat ID` it continues a saved chat (the prompt goes after the message the chat
+shows last); `--edit N` asks PROMPT instead of question N of that branch (1 = its first),
+on a new branch; `--system TEXT` with `--chat` gives the chat a new system prompt, on a
+new branch from its root. The old branches stay in the chat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from typing import Any
+
+from phasechat.backends.events import TextDelta
+from phasechat.backends.models import ModelNotFound
+from phasechat.chat.config.file import ConfigError
+from phasechat.chat.roofline import machine_bandwidth
+from phasechat.chat.store.database import ChatNotFound, StoreError
+from phasechat.chat.store.export import dumps
+from phasechat.chat.text import is_text, visible_controls
+from phasechat.chat.turns import Exchange, InputError
+from phasechat.chat.workspace import Workspace
+from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
+from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.verdict import stats_line, verdict
+
+
+def add_parser(sub: Any) -> None:
+    """Register `ask` on the subcommand parsers `sub`."""
+    ask = sub.add_parser("ask", help="answer one prompt on stdout (headless)", allow_abbrev=False)
+    add_backend_options(ask, top=False)
+    ask.add_argument("--json", action="store_true", help="print one JSON object instead")
+    ask.add_argument("--no-save", action="store_true", help="do not save the exchange as a chat")
+    ask.add_argument(
+        "--stats",
+        action="store_true",
+        help="after the answer, its figures and the verdict (which phase ate the time) on stderr",
+    )
+    ask.add_argument(
+        "--chat",
+        metavar="ID",
+        help="continue saved chat ID: the prompt goes after the message it shows last "
+        "(with --system: a new branch with that system prompt)",
+    )
+    ask.add_argument(
+        "--edit",
+        metavar="N",
+        type=int,
+        help="with --chat: ask PROMPT instead of question N of the chat's branch "
+        "(1 = its first), on a new branch; the old one stays",
+    )
+    ask.add_argument("prompt", help="the prompt ('-' reads stdin)")
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Stream one answer to stdout, or print one JSON object with --json."""
+    try:
+        prompt = sys.stdin.buffer.read().decode() if args.prompt == "-" else args.prompt
+    except UnicodeDecodeError:
+        prompt = "\udcff"  # refused below like an argument that is not UTF-8
+    if not is_text(prompt):
+        # Before anything is created: no empty chat is left behind.
+        return fail("the prompt is not valid UTF-8: nothing asked, nothing saved")
+    chat_id: int | None = None
+    if args.chat is not None:
+        try:
+            chat_id = parse_chat_id(args.chat)
+        except ValueError as exc:
+            return fail(str(exc))
+    elif args.edit is not None:
+        return fail("--edit needs --chat ID: the saved chat whose question N is edited")
+    try:
+        workspace = build_workspace(args, all_backends=False)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
+        return fail(str(exc))
+    turns, backend = workspace.turns, workspace.backend
+    try:
+        if not prompt.strip():
+            raise InputError("empty prompt: nothing to ask")
+        if chat_id is not None:
+            _open(workspace, chat_id, args)  # before the model loads: a bad id fails fast
+        await backend.start()
+        if backend.state == "failed":
+            return fail(backend.state_detail)
+        if chat_id is None and not args.no_save:
+            for line in workspace.open_store():
+                print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
+            error = workspace.ensure_chat()
+            if error:
+                print(f"phasechat: warning: {visible_controls(error)}", file=sys.stderr)
+        exchange = _begin(workspace, args.edit, prompt)
+        out = sys.stdout
+        async for event in turns.run(exchange):
+            if isinstance(event, TextDelta) and event.text and not args.json:
+                out.write(visible_controls(event.text))
+                out.flush()
+    except (InputError, ChatNotFound, StoreError, sqlite3.Error) as exc:
+        return fail(str(exc))
+    finally:
+        store = workspace.store
+        if store is not None and store.error:
+            print(f"phasechat: warning: {visible_controls(store.error)}", file=sys.stderr)
+        await workspace.aclose()
+    metrics = exchange.metrics
+    assert metrics is not None
+    if args.json:
+        print(dumps(_record(workspace, exchange, metrics)))
+    elif exchange.answer.content and not exchange.answer.content.endswith("\n"):
+        print()
+    if args.stats:
+        print_stats(metrics)
+    if exchange.answer.status == "error":
+        return fail(exchange.answer.error or "the answer failed", 1)
+    return 0
+
+
+def _open(workspace: Workspace, chat_id: int, args: argparse.Namespace) -> None:
+    """Continue saved chat `chat_id` (saved as it goes, unless --no-save), with the
+    system prompt --system names (a new branch) or else the chat's own."""
+    if args.no_save:
+        workspace.open_store(readonly=True)
+    else:
+        for line in workspace.open_store():
+            print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
+    if workspace.store is None:
+        raise StoreError("the chat database cannot be opened (see above)")
+    workspace.open_chat(chat_id, save=not args.no_save)
+    if getattr(args, "system", None) is not None:
+        workspace.turns.update_settings(system=args.system)
+
+
+def _begin(workspace: Workspace, edit: int | None, prompt: str) -> Exchange:
+    """The turn asked for: PROMPT after the leaf, or instead of question `edit`."""
+    turns = workspace.turns
+    if edit is None:
+        return turns.begin(prompt)
+    questions = turns.conversation.questions()
+    if not 1 <= edit <= len(questions):
+        chat = workspace.chat_id()
+        raise InputError(
+            f"no question {edit} in chat {chat}: its branch has {len(questions)} (1 is the first)"
+        )
+    return turns.edit(questions[edit - 1].id, prompt)
+
+
+def _record(workspace: Workspace, exchange: Exchange, metrics: Metrics) -> dict[str, Any]:
+    """`ask --json`'s object: the text, every metric, where it was saved and on which
+    branch, and when each token came."""
+    answer, question = exchange.answer, exchange.user
+    conversation = workspace.turns.conversation
+    record: dict[str, Any] = {"text": answer.content, "reasoning": answer.reasoning}
+    record.update(metrics.as_dict())
+    chat_id = workspace.chat_id()
+    if chat_id is not None:
+        record["chat_id"] = chat_id
+        record["message_id"] = workspace.row_of(answer)
+        record["parent_id"] = workspace.row_of(question)
+    record["branch"] = _branch(conversation.branch_of(answer))
+    record["question_branch"] = _branch(conversation.branch_of(question))
+    record["token_times_ms"] = exchange.token_times_ms()
+    return record
+
+
+def _branch(position: tuple[int, int]) -> dict[str, int]:
+    index, count = position
+    return {"index": index, "of": count}
+
+
+def print_stats(metrics: Metrics) -> None:
+    """`ask --stats`: the figures, then the verdict, on stderr (stdout stays the answer)."""
+    sys.stdout.flush()  # the answer's last line first, on a terminal that shows both
+    print(stats_line(metrics), file=sys.stderr)
+    # the probe (about 0.3 s, then cached) only where a roofline can be drawn
+    bandwidth = machine_bandwidth().gb_s if metrics.implied_bandwidth_gb_s else None
+    judged = verdict(metrics, bandwidth)
+    if judged is not None:
+        print(judged.line(), file=sys.stderr)

@@ -1,0 +1,85 @@
+"""The `phasechat` command: the TUI by default, plus headless `ask`, `chats` and `doctor`.
+
+Nothing here imports Textual unless the TUI is started, so `ask` and `doctor` start fast
+and work without a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from phasechat.backends.models import ModelNotFound
+from phasechat.chat.config.file import ConfigError
+from phasechat.cli import ask_cli, bench_cli, chats_cli, compare_cli
+from phasechat.cli.options import add_backend_options, build_workspace, fail
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="phasechat",
+        # no prefixes: `ask --chat 1` must not be read as `--chat-format 1`
+        allow_abbrev=False,
+        description="Chat with an LLM and see where the time goes: prefill vs decode.",
+    )
+    add_backend_options(parser)
+    sub = parser.add_subparsers(dest="command")
+    ask_cli.add_parser(sub)
+    chats_cli.add_parser(sub)
+    bench_p = sub.add_parser(
+        "bench", help="replay a scripted chat: prefill and cache per turn", allow_abbrev=False
+    )
+    add_backend_options(bench_p, top=False)
+    bench_cli.add_options(bench_p)
+    compare_cli.add_parser(sub)
+    sub.add_parser(
+        "doctor", help="llama.cpp build, GPU offload and the default model", allow_abbrev=False
+    )
+    return parser
+
+
+def doctor() -> int:
+    """Print the llama.cpp build and the default model's geometry."""
+    from phasechat.cli.doctor import report
+
+    print(report())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `phasechat doctor | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "ask":
+        return asyncio.run(ask_cli.run(args))
+    if args.command == "doctor":
+        return doctor()
+    if args.command == "chats":
+        return chats_cli.run(args)
+    if args.command == "bench":
+        return bench_cli.run(args)
+    if args.command == "compare":
+        return compare_cli.run(args)
+    try:
+        workspace = build_workspace(args)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
+        return fail(str(exc))
+    if not sys.stdout.isatty() and not os.environ.get("PHASECHAT_FORCE_TUI"):
+        return fail("the chat UI needs a terminal; use `phasechat ask` for headless use")
+    from phasechat.tui.app import PhasechatApp
+
+    PhasechatApp(workspace=workspace).run()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,271 @@
+"""The turn controller and the conversation tree, without a model: what each turn adds,
+where it branches, what the next request holds, and what listeners are told."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from phasechat.backends.events import Event, Finished, GenerationRequest, Message, TextDelta
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.trim.types import Summary
+from phasechat.chat.turns import InputError, TurnController
+from phasechat.telemetry.metrics import metrics_from_dict
+from tests.helpers import answer, ask
+from tests.scripted import ScriptedBackend
+
+
+class Numbered(ScriptedBackend):
+    """Answers "answer 1", "answer 2", ... and keeps every request it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[GenerationRequest] = []
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        self.requests.append(request)
+        yield TextDelta(f"answer {len(self.requests)}")
+        yield Finished("stop")
+
+
+class Heard:
+    """A listener that writes down what it was told."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str]] = []
+
+    def message_added(self, message: ChatMessage) -> None:
+        self.said.append(("added", message.content))
+
+    def message_updated(self, message: ChatMessage, final: bool) -> None:
+        if final:
+            self.said.append(("final", message.content))
+
+    def branch_shown(self, conversation: Conversation) -> None:
+        self.said.append(("shown", conversation.messages[-1].content))
+
+
+def texts(turns: TurnController) -> list[str]:
+    return [m.content for m in turns.conversation.messages]
+
+
+def sent(backend: Numbered, index: int = -1) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in backend.requests[index].messages]
+
+
+async def three_turns(system: str = "Be brief.") -> tuple[TurnController, Numbered]:
+    backend = Numbered()
+    turns = TurnController(backend, Settings(system=system))
+    for q in ("q1", "q2", "q3"):
+        await ask(turns, q)
+    return turns, backend
+
+
+# -- the tree ---------------------------------------------------------------------------
+
+
+def test_a_conversation_is_a_tree_whose_leaf_picks_the_branch_shown() -> None:
+    c = Conversation("sys")
+    q1 = c.add(ChatMessage("user", "q1"))
+    a1 = c.add(ChatMessage("assistant", "a1"))
+    c.rewind(q1.id)
+    a1b = c.add(ChatMessage("assistant", "a1b"))
+    assert [m.content for m in c.messages] == ["q1", "a1b"] and c.system == "sys"
+    assert c.siblings(a1) == [a1, a1b]
+    assert (c.branch_of(a1), c.branch_of(a1b), c.branch_of(q1)) == ((1, 2), (2, 2), (1, 1))
+    q2 = c.add(ChatMessage("user", "q2 under a1b"))
+    c.select(a1.id)  # the older sibling: its own branch, to its end
+    assert [m.content for m in c.messages] == ["q1", "a1"]
+    c.select(a1b.id)  # back: the way down it had is remembered
+    assert c.leaf == q2.id
+    assert [m.content for m in c.every()] == ["sys", "q1", "a1", "a1b", "q2 under a1b"]
+    assert c.questions() == [q1, q2]
+
+
+def test_a_tree_loaded_from_rows_shows_the_leaf_it_was_given() -> None:
+    root = ChatMessage("system", "s")
+    q = ChatMessage("user", "q", parent=root.id)
+    a, b = ChatMessage("assistant", "a", parent=q.id), ChatMessage("assistant", "b", parent=q.id)
+    c = Conversation.from_tree([root, q, a, b], leaf=a.id)
+    assert [m.content for m in c.messages] == ["q", "a"]
+    assert Conversation.from_tree([root, q, a, b], leaf=None).leaf == b.id  # the newest
+    assert Conversation.from_tree([root, q, a, b], leaf=12345).leaf == b.id  # unknown id
+
+
+# -- turns ------------------------------------------------------------------------------
+
+
+async def test_retry_keeps_the_old_answer_as_a_sibling_and_does_not_send_it() -> None:
+    turns, backend = await three_turns()
+    old = turns.conversation.messages[-1]
+    exchange = turns.retry()
+    await answer(turns, exchange)
+    assert texts(turns) == ["q1", "answer 1", "q2", "answer 2", "q3", "answer 4"]
+    assert turns.conversation.siblings(exchange.answer) == [old, exchange.answer]
+    assert turns.conversation.branch_of(exchange.answer) == (2, 2)
+    assert old.content == "answer 3" and old.status == "complete"  # intact, with metrics
+    assert old.metrics is not None
+    # the retry asked the same question over the same history, without the old answer
+    assert sent(backend) == sent(backend, 2)
+
+
+async def test_editing_question_2_of_3_branches_there_and_keeps_the_old_branch() -> None:
+    turns, backend = await three_turns()
+    before = turns.conversation.messages
+    q2 = before[2]
+    exchange = turns.edit(q2.id, "q2, edited")
+    await answer(turns, exchange)
+    assert texts(turns) == ["q1", "answer 1", "q2, edited", "answer 4"]
+    assert sent(backend) == [
+        ("system", "Be brief."),
+        ("user", "q1"),
+        ("assistant", "answer 1"),
+        ("user", "q2, edited"),
+    ]
+    assert turns.conversation.siblings(exchange.user) == [q2, exchange.user]
+    # the old branch is whole: q2, its answer, q3 and its answer
+    old = turns.conversation.path(before[-1].id)
+    assert [m.content for m in old[1:]] == ["q1", "answer 1", "q2", "answer 2", "q3", "answer 3"]
+    # switching back shows it, and the chat goes on there
+    assert turns.show_sibling(exchange.user.id, -1) is q2
+    assert texts(turns) == [m.content for m in before]
+    await ask(turns, "q4")
+    assert sent(backend)[-3:] == [("user", "q3"), ("assistant", "answer 3"), ("user", "q4")]
+    assert turns.show_sibling(q2.id, -1) is None  # none before the first
+
+
+async def test_a_new_system_prompt_starts_a_branch_at_the_root_with_copies() -> None:
+    turns, backend = await three_turns(system="Be brief.")
+    old_branch = turns.conversation.path()
+    turns.update_settings(system="Answer in French.")
+    assert turns.system_changed and turns.conversation.system == "Be brief."  # not yet
+    exchange = turns.retry()  # the last question, answered with the new system prompt
+    await answer(turns, exchange)
+    assert turns.conversation.system == "Answer in French." and not turns.system_changed
+    assert texts(turns) == ["q1", "answer 1", "q2", "answer 2", "q3", "answer 4"]
+    assert sent(backend)[0] == ("system", "Answer in French.")
+    assert sent(backend)[1:] == sent(backend, 2)[1:]
+    roots = turns.conversation.children(None)
+    assert [r.content for r in roots] == ["Be brief.", "Answer in French."]
+    assert turns.conversation.path(old_branch[-1].id) == old_branch  # untouched
+    # the copies are new messages, not the old ones moved
+    assert not {m.id for m in turns.conversation.path()} & {m.id for m in old_branch}
+    # back to the first root: its system prompt is the one the next turn uses
+    turns.show_sibling(roots[1].id, -1)
+    assert turns.settings.system == "Be brief." and texts(turns)[-1] == "answer 3"
+
+
+async def test_a_system_prompt_on_an_empty_chat_is_set_in_place() -> None:
+    heard = Heard()
+    turns = TurnController(Numbered(), Settings(system="old"))
+    turns.listen(heard)
+    assert turns.edit_system("new") is None  # nothing to answer yet
+    assert turns.conversation.system == "new" and len(turns.conversation.children(None)) == 1
+    assert heard.said == [("final", "new")]
+
+
+async def test_listeners_hear_every_message_and_the_branch_shown() -> None:
+    turns, _ = await three_turns()
+    heard = Heard()
+    turns.listen(heard)
+    q3 = turns.conversation.messages[4]
+    await answer(turns, turns.edit(q3.id, "q3b"))
+    assert heard.said[:2] == [("added", "q3b"), ("added", "")]
+    assert heard.said[-1] == ("final", "answer 4")
+    turns.show_sibling(turns.conversation.messages[4].id, -1)
+    assert heard.said[-1] == ("shown", "answer 3")
+    turns.unlisten(heard)
+    await ask(turns, "q4")
+    assert heard.said[-1] == ("shown", "answer 3")  # no longer told
+
+
+async def test_one_turn_at_a_time_and_bad_edits_are_refused_before_anything_changes() -> None:
+    turns, _ = await three_turns()
+    tree = list(turns.conversation.every())
+    reply = turns.conversation.messages[1]
+    for bad in (
+        lambda: turns.edit(reply.id, "an answer is not a question"),
+        lambda: turns.edit(999_999, "no such message"),
+        lambda: turns.edit(turns.conversation.messages[0].id, "   "),
+        lambda: turns.begin("\udcff"),
+    ):
+        with pytest.raises(InputError):
+            bad()
+    assert list(turns.conversation.every()) == tree
+    exchange = turns.begin("q4")
+    assert turns.busy and turns.current is exchange
+    with pytest.raises(InputError, match="still answering"):
+        turns.begin("q5")
+    with pytest.raises(InputError, match="still answering"):
+        turns.retry()
+    assert turns.stop()  # begun, never run: finished as cancelled
+    assert not turns.busy and exchange.answer.status == "cancelled"
+    await answer(turns, exchange)  # a stopped turn runs no request
+    assert exchange.trace.t_first_token is None
+
+
+async def test_stop_ends_a_streaming_turn_at_once_and_keeps_its_text() -> None:
+    streaming = asyncio.Event()
+
+    class Slow(Numbered):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            yield TextDelta("partial")
+            streaming.set()
+            await asyncio.sleep(60)
+            yield Finished("stop")
+
+    turns = TurnController(Slow())
+    exchange = turns.begin("go")
+
+    async def consume() -> None:
+        async for _ in turns.run(exchange):
+            pass
+
+    task = asyncio.create_task(consume())
+    await streaming.wait()
+    assert turns.stop()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "partial")
+    assert not turns.busy and not turns.stop()
+
+
+async def test_the_consumers_pace_is_asked_of_the_backend_per_request() -> None:
+    asked: list[float | None] = []
+
+    class Paced(Numbered):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            asked.append(every_s)
+            async for event in super().stream(request):
+                yield event
+
+    turns = TurnController(Paced())
+    await ask(turns, "a")
+    turns.deliver_every(0.2)
+    await ask(turns, "b")
+    assert asked == [None, 0.2]
+
+
+async def test_a_summary_of_another_branch_is_not_sent() -> None:
+    turns, _ = await three_turns()
+    path = turns.conversation.messages
+    covers = frozenset(m.id for m in path[:4])
+    trimmer = turns.trimmer
+    trimmer.summary = Summary("the first two turns", covers, "s", "m", metrics_from_dict({}))
+    assert turns.request().messages[0].content.endswith("the first two turns")
+    turns.retry()  # the same start: the summary still stands for it
+    turns.stop()
+    assert trimmer.summary is not None
+    turns.edit(path[2].id, "q2b")  # a branch inside what it covers: it no longer applies
+    turns.stop()
+    assert trimmer.summary is None
+    assert turns.request().messages[:2] == (Message("system", "Be brief."), Message("user", "q1"))
