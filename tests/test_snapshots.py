@@ -96,6 +96,45 @@ def test_saved_chat_in_each_theme(snap_compare: Any, theme: str) -> None:
     assert snap_compare(make_app(), terminal_size=(100, 34), run_before=show)
 
 
+def branched() -> Conversation:
+    """A question answered twice (a retry), showing the first answer of the two."""
+    c = Conversation(system="You are terse.")
+    question = c.add(ChatMessage("user", "What is prefill?"))
+    first = c.add(
+        ChatMessage(
+            "assistant",
+            "Prefill reads the whole prompt in one pass.",
+            backend="local",
+            model="SmolLM2-135M-Instruct.Q4_1.gguf",
+            metrics=metrics_from_dict(METRICS),
+        )
+    )
+    c.rewind(question.id)
+    c.add(
+        ChatMessage(
+            "assistant",
+            "The compute-bound pass before the first token.",
+            backend="local",
+            model="SmolLM2-135M-Instruct.Q4_1.gguf",
+            metrics=metrics_from_dict({**METRICS, "ttft_ms": 98.1}),
+        )
+    )
+    c.select(first.id)
+    return c
+
+
+def test_a_message_with_a_sibling_shows_which_of_them_it_is(snap_compare: Any) -> None:
+    async def show(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, PhasechatApp)
+        app.turns.replace_conversation(branched())
+        await app.show_conversation(app.turns.conversation)
+        await pilot.press("ctrl+up")  # the answer, selected: ←/→ would switch
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 24), run_before=show)
+
+
 def test_switch_screen_shows_the_cost(snap_compare: Any) -> None:
     async def open_switcher(pilot: Pilot[None]) -> None:
         app = pilot.app

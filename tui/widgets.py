@@ -32,7 +32,6 @@ class MessageView(Vertical):
     MessageView > .header { color: $text-muted; }
     MessageView.-user { background: $boost; border-left: outer $primary; }
     MessageView.-system { border-left: outer $warning; color: $text-muted; }
-    MessageView:focus { background: $boost; border-left: thick $accent; }
     MessageView.-assistant { border-left: outer $secondary; }
     MessageView.-error > .footer { color: $error; }
     MessageView > .footer { color: $text-muted; }
@@ -40,6 +39,7 @@ class MessageView(Vertical):
     MessageView > .thinking { border: none; padding: 0; margin: 0;
                               background: transparent; color: $text-muted; }
     MessageView > .thinking > Contents { padding: 0 0 0 2; }
+    MessageView:focus { background: $boost; border-left: thick $accent; }
     """
 
     can_focus = True
@@ -143,6 +143,14 @@ class MessageView(Vertical):
         # The model id is the server's: shown, never interpreted.
         backend, model = one_line(m.backend or "assistant"), one_line(m.model or "")
         return Content.assemble((backend, "bold"), f" · {model}", branch, note)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that do nothing here are not offered (the footer leaves them out)."""
+        if action == "sibling":
+            return self.branch[1] > 1
+        if action == "edit":
+            return self.message.role != "assistant"
+        return True
 
     def action_sibling(self, step: int) -> None:
         if self.branch[1] > 1:
