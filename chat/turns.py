@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from phasechat.backends.events import (
     Event,
     GenerationRequest,
     KVStats,
+    Message,
     ReasoningDelta,
     StreamError,
     TextDelta,
@@ -118,7 +119,12 @@ FLUSH_S = 0.5
 class TurnController:
     """A conversation, the backend that answers it, and every turn's telemetry."""
 
-    def __init__(self, backend: Backend, settings: Settings | None = None) -> None:
+    def __init__(
+        self, backend: Backend, settings: Settings | None = None, *, name: str | None = None
+    ) -> None:
+        """`name`: how its answers are labelled (default: the backend's name; compare's
+        sides are "local(threads=1)" and the like)."""
+        self._name = name
         self._backend = backend
         self._settings = settings or Settings()
         self._conversation = Conversation(system=self._settings.system)
@@ -270,6 +276,17 @@ class TurnController:
         self.trimmer.follow(self._conversation)
         return self._answer(self._added(ChatMessage("user", text)))
 
+    def ask_over(self, messages: Sequence[Message]) -> Exchange:
+        """Answer the last question of `messages`, sent as they are: the conversation
+        becomes them (a side trip on a controller of its own: compare's rounds)."""
+        head = messages[0] if messages and messages[0].role == "system" else None
+        rest = messages[1:] if head is not None else messages
+        system = head.content if head is not None else ""
+        self.replace_conversation(
+            Conversation(system, [ChatMessage(m.role, m.content) for m in rest])
+        )
+        return self.retry()
+
     def edit_system(self, text: str) -> Exchange | None:
         """Use system prompt `text`: in an empty chat at once; otherwise a new branch
         with it, whose last question is answered now (None: nothing to answer yet)."""
@@ -339,7 +356,7 @@ class TurnController:
         count = backend.count_tokens(request.messages)
         learned = self.trimmer.windows.get(backend.name)
         return Trace(
-            backend=backend.name,
+            backend=self._name or backend.name,
             model=backend.model,
             max_tokens=request.max_tokens,
             prompt_estimate=count.tokens,

@@ -22,9 +22,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
-from phasechat.backends.base import Backend, PromptRefused
+from phasechat.backends.base import Backend
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.chat.trips.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
+from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
 
@@ -153,7 +154,7 @@ class CompareScreen(Screen[None]):
                 return
         try:
             await self.comparison.run(1)
-        except PromptRefused as exc:
+        except InputError as exc:
             self.error = str(exc)
         finally:
             with contextlib.suppress(NoMatches):  # closed while it ran: nothing to draw

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.chat.config.settings import Settings
-from phasechat.telemetry.metrics import Metrics, compute, percentile
-from phasechat.telemetry.recorder import Trace, record
+from phasechat.chat.turns import Exchange, TurnController
+from phasechat.telemetry.metrics import Metrics, percentile
+from phasechat.telemetry.recorder import Trace
 
 #: The metrics compared, in order: (key, title, unit). `cache_reuse` is the share of the
 #: prompt the engine found in its cache (cached / prompt tokens), 0-1.
@@ -70,6 +70,8 @@ class Answer:
     request: GenerationRequest
     metrics: Metrics | None = None
     started: bool = False
+    #: the turn that runs it, on a controller of its own (none for a recorded answer)
+    turn: tuple[TurnController, Exchange] | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
@@ -145,30 +147,25 @@ class Comparison:
         return [x for x in self.answers if x.side == side and x.done]
 
     def _answer(self, side: int, round_: int, messages: tuple[Message, ...]) -> Answer:
-        """A new answer of `side`, not yet sent. Raises PromptRefused (the template's)."""
+        """A new answer of `side`, not yet sent: a turn over the messages as they are, on
+        a controller of its own (the chat's is never touched). Raises InputError (the
+        template refused them)."""
         s = self.sides[side]
-        request = request_for(s.settings, messages)
-        backend = s.backend
-        count = backend.count_tokens(request.messages)  # PromptRefused: the caller says it
-        trace = Trace(
-            backend=s.name,
-            model=backend.model,
-            max_tokens=request.max_tokens,
-            prompt_estimate=count.tokens,
-            prompt_estimate_exact=not count.estimated,
-            window=backend.context_window,
-            window_source=backend.context_source,
-        )
-        return Answer(side, round_, trace, request)
+        turns = TurnController(s.backend, s.settings, name=s.name)
+        turns.trimmer.enabled = False  # the messages as given, whatever their length
+        exchange = turns.ask_over(messages)
+        assert exchange.request is not None
+        return Answer(side, round_, exchange.trace, exchange.request, turn=(turns, exchange))
 
     async def _stream(self, answer: Answer) -> None:
-        backend = self.sides[answer.side].backend
+        assert answer.turn is not None
+        turns, exchange = answer.turn
         answer.started = True
         try:
-            async for _event in record(backend.stream(answer.request), answer.trace):
+            async for _event in turns.run(exchange):
                 pass
         finally:
-            answer.metrics = compute(answer.trace)
+            answer.metrics = exchange.metrics
 
     async def run_round(self, round_: int, *, measured: bool = True) -> tuple[Answer, Answer]:
         """One round: A and B on the same messages (together, or A then B). Cold, both get
@@ -190,10 +187,11 @@ class Comparison:
                 await self._stream(b)
         finally:
             for answer in (a, b):
-                if answer.metrics is None:  # B never started: the round was cancelled
-                    answer.trace.t_sent = answer.trace.t_sent or time.perf_counter_ns()
-                    answer.trace.cancel()
-                    answer.metrics = compute(answer.trace)
+                if answer.metrics is None and answer.turn is not None:
+                    # B never started: the round was cancelled
+                    turns, exchange = answer.turn
+                    turns.abandon(exchange)
+                    answer.metrics = exchange.metrics
             if not measured:
                 self.answers.remove(a)
                 self.answers.remove(b)

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from phasechat.backends.base import Backend, PromptRefused
+from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
@@ -32,6 +32,7 @@ from phasechat.chat.trips.compare import (
     metric_value,
 )
 from phasechat.chat.trips.compare_targets import Target, derive, split_name
+from phasechat.chat.turns import InputError
 from phasechat.cli.options import (
     add_backend_options,
     backend_spec,
@@ -138,7 +139,7 @@ async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target,
             await comparison.run(
                 args.repeat, warm_up=args.warm, on_round=None if args.json else _round_line
             )
-        except PromptRefused as exc:
+        except InputError as exc:
             return fail(str(exc))
         load_after = os.getloadavg()
     finally:
