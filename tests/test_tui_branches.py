@@ -139,3 +139,6 @@ async def test_editing_the_system_prompt_answers_the_last_question_on_a_new_root
         await pilot.press("left")  # the first root: its own system prompt and answer
         assert shown(app) == ["Be brief. ‹1/2›", "q1", "answer 1"]
         assert app.turns.settings.system == "Be brief."
+        app.action_edit_system()  # the palette's "Edit the system prompt"
+        await pilot.pause()
+        assert prompt.text == "Be brief." and "system prompt" in str(prompt.border_title)

@@ -391,6 +391,10 @@ class PhasechatApp(ChatHost):
         self.query_one(ChatLog).focus_message(shown.id)
         self.refresh_status()
 
+    def action_edit_system(self) -> None:
+        """Edit the system prompt in the prompt box (Enter: a new branch with it)."""
+        self.post_message(MessageView.EditRequested(self.turns.conversation.root))
+
     def action_select_message(self) -> None:
         """Move to the newest message (then ↑/↓, ←/→ for its siblings, e to edit)."""
         if not self.query_one(ChatLog).focus_message(None):

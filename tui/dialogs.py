@@ -25,7 +25,17 @@ from phasechat.tui.telemetry_view import switch_line
 #: The command palette's entries: title, help, and the app's method to call.
 COMMANDS = (
     ("Stop answer", "Stop the answer being generated", "action_stop"),
-    ("Retry", "Send the last message again", "action_retry"),
+    ("Retry", "Answer the last question again (the old answer stays, a sibling)", "action_retry"),
+    (
+        "Select a message",
+        "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
+        "action_select_message",
+    ),
+    (
+        "Edit the system prompt",
+        "Enter answers the last question with it, on a new branch",
+        "action_edit_system",
+    ),
     ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
     (
         "Replay the last prompt on ...",
