@@ -34,6 +34,17 @@ class PromptRefused(ValueError):
     "roles must alternate", "System role not supported"). One line, for the user."""
 
 
+@dataclass(frozen=True, slots=True)
+class RenderedPrompt:
+    """A prompt as the engine reads it: the chat-templated text, and the bytes of each of
+    its tokens in order (a BOS the text does not show has its own, or none)."""
+
+    text: str
+    pieces: tuple[bytes, ...]
+    #: who tokenized it: "tokenizer" (the local model) or "server" (its /tokenize)
+    source: str
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the chat layer needs from any model provider."""
@@ -111,6 +122,11 @@ class Backend(Protocol):
         """Tokens of this prompt the engine's cache holds now (None: unknown).
 
         Call between requests."""
+        ...
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        """`messages` through the engine's own chat template and tokenizer (None: the
+        backend cannot say; the prompt's sections are then estimated)."""
         ...
 
     async def aclose(self) -> None:

@@ -68,8 +68,9 @@ def chat_formatter(
     return func, name
 
 
-def piece_function(llm: Any) -> Callable[[int], bytes]:
-    """Token id -> its bytes, memoised (a vocabulary's pieces never change)."""
+def piece_function(llm: Any, special: bool = False) -> Callable[[int], bytes]:
+    """Token id -> its bytes, memoised (a vocabulary's pieces never change); `special`:
+    control tokens (`<|im_start|>`) as their text, as a chat template writes them."""
     import ctypes
 
     import llama_cpp
@@ -81,10 +82,10 @@ def piece_function(llm: Any) -> Callable[[int], bytes]:
     def piece(token: int) -> bytes:
         out = cache.get(token)
         if out is None:
-            n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+            n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
             if n < 0:  # a longer piece than the buffer: never for real vocabularies
                 big = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(vocab, token, big, -n, 0, False)
+                n = llama_cpp.llama_token_to_piece(vocab, token, big, -n, 0, special)
                 out = big.raw[:n]
             else:
                 out = buf.raw[:n]

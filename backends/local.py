@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.base import LoadState, PromptRefused, TokenCount
+from phasechat.backends.base import LoadState, PromptRefused, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -107,6 +107,7 @@ class LocalBackend:
         self.flash_note = ""
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
+        self._special_piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
 
     # -- identity and state -------------------------------------------------------
@@ -200,6 +201,7 @@ class LocalBackend:
         )
         self._prompts = Prompts(llm, formatter, self._format_name)
         self._piece = piece_function(llm)
+        self._special_piece = piece_function(llm, special=True)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         adaptive = self.config.threads is None
         self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, self._cpu)
@@ -254,6 +256,23 @@ class LocalBackend:
         if start < len(tokens):
             llm.eval(tokens[start:])
         return len(tokens) - start
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        """The prompt through the model's template and tokenizer, on the llama thread
+        (after any request in flight). None: not loaded, or the template refuses it."""
+        if self._state != "ready":
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._render, messages)
+
+    def _render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        if self._prompts is None:
+            return None
+        try:
+            text, tokens = self._prompts.rendered(messages)
+        except PromptRefused:
+            return None
+        return RenderedPrompt(text, tuple(self._special_piece(t) for t in tokens), "tokenizer")
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).

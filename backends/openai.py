@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import httpx
 
-from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -37,8 +37,9 @@ from phasechat.backends.events import (
 from phasechat.backends.http_errors import connect_error, lost_message, plural, status_error
 from phasechat.backends.httplog import event_hooks, key_problem, redact_url, scrub_key
 from phasechat.backends.openai_wire import parse_chunk, whole_reply
+from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.sse import SSEParser
-from phasechat.backends.windows import Window, ask_window, context_refusal
+from phasechat.backends.windows import Window, ask_window, context_refusal, root_of
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -215,6 +216,13 @@ class RemoteBackend:
 
     async def warm(self, messages: tuple[Message, ...]) -> int:
         return 0  # no portable way to prefill a server's cache without generating
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        """llama-server renders and tokenizes exactly; other servers cannot say."""
+        if not self.is_llama_server or self._state != "ready":
+            return None
+        headers = {k: v for k, v in self._headers().items() if k != "Accept"}
+        return await render_on_llama_server(self._http(), root_of(self.base_url), headers, messages)
 
     async def aclose(self) -> None:
         if self._client is not None:

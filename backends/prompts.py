@@ -16,7 +16,7 @@ from phasechat.backends.events import Message
 from phasechat.backends.llama_glue import NO_SYSTEM_ROLE, fold_system
 from phasechat.backends.think import opens_think
 
-Formatted = tuple[tuple[Message, ...], list[int], list[str], bool]
+Formatted = tuple[tuple[Message, ...], list[int], list[str], bool, str]
 
 
 class Prompts:
@@ -32,6 +32,11 @@ class Prompts:
         last = self._formatted(messages)
         return list(last[1]), list(last[2])
 
+    def rendered(self, messages: Sequence[Message]) -> tuple[str, list[int]]:
+        """The chat-templated text of the prompt and its token ids."""
+        last = self._formatted(messages)
+        return last[4], list(last[1])
+
     def opens_think(self, messages: Sequence[Message]) -> bool:
         """Whether the templated prompt ends inside an open `<think>` block."""
         return self._formatted(messages)[3]
@@ -43,7 +48,7 @@ class Prompts:
             self._last = last
         return last
 
-    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str], bool]:
+    def _format(self, messages: Sequence[Message]) -> tuple[list[int], list[str], bool, str]:
         msgs = [{"role": m.role, "content": m.content} for m in messages]
         if self.format_name in NO_SYSTEM_ROLE:
             msgs = fold_system(msgs)
@@ -60,4 +65,4 @@ class Prompts:
         tokens = self.llm.tokenize(
             result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True
         )
-        return list(tokens), [s for s in stops if s], opens_think(result.prompt)
+        return list(tokens), [s for s in stops if s], opens_think(result.prompt), result.prompt

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from phasechat.backends.events import Message, Role
+from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.metrics import Metrics
 
 Status = Literal["complete", "streaming", "cancelled", "error"]
@@ -38,6 +39,8 @@ class ChatMessage:
     #: a thinking model's chain of thought: saved and shown, never sent back as history
     #: (the models' own chat templates drop it from earlier turns too)
     reasoning: str = ""
+    #: an answer's prompt, by section (telemetry/anatomy.py), once it is known
+    anatomy: Anatomy | None = None
     id: int = field(default_factory=lambda: next(_ids))
     #: the message before this one on its branch (None: a root, the system prompt)
     parent: int | None = None
@@ -65,6 +68,7 @@ class ChatMessage:
             self.error,
             self.metrics,
             self.reasoning,
+            self.anatomy,
             parent=parent,
         )
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from phasechat.backends.base import Backend, PromptRefused
+from phasechat.backends.base import Backend, PromptRefused, RenderedPrompt
 from phasechat.backends.events import (
     Event,
     GenerationRequest,
@@ -32,11 +32,13 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
+from phasechat.chat.anatomy import Held, anatomy_of, held_after, section_at
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.text import is_text
 from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import SendPlan, TrimStats
+from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.live import Live, finished, snapshot
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
@@ -65,6 +67,10 @@ class Exchange:
     #: prompt tokens the summary saved this send (full history minus what was sent)
     tokens_cut: int = 0
     trim_plan: SendPlan | None = None
+    #: the prompt as the engine reads it (asked of the backend as the request starts;
+    #: None where the backend cannot say) and, once the answer is done, its sections
+    rendered: RenderedPrompt | None = None
+    anatomy: Anatomy | None = None
 
     # What the UI reads while the answer streams (it never reads the recorder's Trace).
     @property
@@ -87,6 +93,13 @@ class Exchange:
         final figures (the same numbers as its metrics)."""
         live = snapshot(self.trace, time.perf_counter_ns() if now_ns is None else now_ns)
         return finished(live, self.metrics) if self.metrics is not None else live
+
+    def prefill_section(self) -> str:
+        """The section of the prompt the prefill is reading now ("" when unknown)."""
+        progress = self.trace.progress
+        if progress is None or self.request is None:
+            return ""
+        return section_at(self.rendered, self.request.messages, progress.processed)
 
     def token_times_ms(self) -> list[float]:
         """When each token (or chunk) arrived, in ms on the process clock."""
@@ -114,6 +127,8 @@ class TurnListener(Protocol):
 
 #: How often streamed text is handed to listeners: a crash loses at most this much.
 FLUSH_S = 0.5
+#: How long a finished answer waits for its prompt's rendering (then: estimated).
+RENDER_WAIT_S = 5.0
 
 
 class TurnController:
@@ -135,6 +150,8 @@ class TurnController:
         self._listeners: list[TurnListener] = []
         self.trimmer = Trimmer()
         self._every_s: float | None = None
+        #: what each backend's engine held after this controller's last request on it
+        self._held: dict[str, Held] = {}
 
     # -- what others read --------------------------------------------------------------
     @property
@@ -395,16 +412,62 @@ class TurnController:
         if exchange.metrics is not None:  # stopped before it started
             return
         self._task = asyncio.current_task()
+        rendering: asyncio.Future[RenderedPrompt | None] | None = None
+        finished = False
         try:
             await self._settle(exchange)
+            rendering = self._render(exchange)
             async for event in self._attempt(exchange):
                 yield event
             if await self._refit(exchange):  # refused as too long: trimmed, sent once more
+                rendering.cancel()
+                rendering = self._render(exchange)
                 async for event in self._attempt(exchange):
                     yield event
+            finished = True
         finally:
             self._task = None
             self._finish(exchange)
+            if not finished:  # stopped: what the engine holds now is not known here
+                self._held.pop(self._backend.name, None)
+                if rendering is not None:
+                    rendering.cancel()
+        if rendering is not None:
+            await self._anatomize(exchange, rendering)
+
+    def _render(self, exchange: Exchange) -> asyncio.Future[RenderedPrompt | None]:
+        """Ask the backend for the prompt's rendering, beside the request."""
+        assert exchange.request is not None
+        messages = exchange.request.messages
+
+        async def render() -> RenderedPrompt | None:
+            exchange.rendered = await self._backend.render(messages)
+            return exchange.rendered
+
+        return asyncio.ensure_future(render())
+
+    async def _anatomize(
+        self, exchange: Exchange, rendering: asyncio.Future[RenderedPrompt | None]
+    ) -> None:
+        """The answer's prompt sections and cache break, saved with it."""
+        metrics, request = exchange.metrics, exchange.request
+        if metrics is None or request is None:
+            return
+        try:
+            rendered = await asyncio.wait_for(rendering, RENDER_WAIT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            rendered = None
+        name = self._backend.name
+        held = self._held.get(name)
+        anatomy = anatomy_of(request.messages, rendered, metrics, held)
+        exchange.anatomy = exchange.answer.anatomy = anatomy
+        after = held_after(anatomy, exchange.answer.content, metrics)
+        if after is None:
+            self._held.pop(name, None)
+        else:
+            self._held[name] = after
+        if anatomy is not None:
+            self._updated(exchange.answer, final=True)
 
     async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
         """One request of `exchange` through the recorder, its text saved as it streams."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from phasechat.backends.base import LoadState, TokenCount
+from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import Event, Finished, GenerationRequest, Message, TextDelta
 
 
@@ -42,6 +42,9 @@ class ScriptedBackend:
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         return None
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        return None  # no tokenizer of its own: the prompt's sections are estimated
 
     async def warm(self, messages: tuple[Message, ...]) -> int:
         return 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.base import TokenCount
+from phasechat.backends.base import RenderedPrompt, TokenCount
 from phasechat.backends.events import Event, GenerationRequest, Message, StreamError
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
@@ -315,6 +315,9 @@ class BrokenSummarizer:
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         return None
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        return None  # no tokenizer of its own: the prompt's sections are estimated
 
     async def warm(self, messages: tuple[Message, ...]) -> int:
         return 0

@@ -30,6 +30,7 @@ from phasechat.chat.conversation import ChatMessage, Conversation, Status
 from phasechat.chat.store.opening import open_readonly, open_writable
 from phasechat.chat.store.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
 from phasechat.chat.text import is_text
+from phasechat.telemetry.anatomy import Anatomy, anatomy_from_dict
 from phasechat.telemetry.metrics import metrics_from_dict
 
 __all__ = [
@@ -285,9 +286,9 @@ class ChatStore:
             # on one chat both save their messages (as two branches) instead of colliding.
             cur = self._db.execute(
                 "INSERT INTO messages (chat_id, position, role, content, backend, model,"
-                " status, error, metrics, created, reasoning, parent_id) VALUES (?, (SELECT"
-                " COALESCE(MAX(position), -1) + 1 FROM messages WHERE chat_id = ?),"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, error, metrics, created, reasoning, parent_id, anatomy) VALUES (?,"
+                " (SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE chat_id = ?),"
+                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     chat_id,
                     chat_id,
@@ -301,6 +302,7 @@ class ChatStore:
                     now,
                     m.reasoning,
                     parent_row,
+                    _anatomy_json(m),
                 ),
             )
             assert cur.lastrowid is not None
@@ -325,8 +327,17 @@ class ChatStore:
             if final:
                 self._db.execute(
                     "UPDATE messages SET content = ?, model = ?, status = ?, error = ?,"
-                    " metrics = ?, reasoning = ? WHERE id = ?",
-                    (m.content, m.model, m.status, m.error, _metrics_json(m), m.reasoning, row),
+                    " metrics = ?, reasoning = ?, anatomy = ? WHERE id = ?",
+                    (
+                        m.content,
+                        m.model,
+                        m.status,
+                        m.error,
+                        _metrics_json(m),
+                        m.reasoning,
+                        _anatomy_json(m),
+                        row,
+                    ),
                 )
                 if m.role == "system":  # an empty chat's system prompt, changed
                     self._db.execute(
@@ -375,7 +386,23 @@ def _message(r: sqlite3.Row) -> ChatMessage:
         metrics,
         # a database from before thinking models, read-only: no such column
         reasoning=r["reasoning"] if "reasoning" in r.keys() else "",  # noqa: SIM118 (a Row: `in` looks at values)
+        anatomy=_anatomy(r),
     )
+
+
+def _anatomy(r: sqlite3.Row) -> Anatomy | None:
+    raw = r["anatomy"] if "anatomy" in r.keys() else None  # noqa: SIM118
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return anatomy_from_dict(data) if isinstance(data, dict) else None
+
+
+def _anatomy_json(m: ChatMessage) -> str | None:
+    return json.dumps(m.anatomy.as_dict()) if m.anatomy is not None else None
 
 
 def _metrics_json(m: ChatMessage) -> str | None:

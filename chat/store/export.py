@@ -63,6 +63,8 @@ def _message_dict(m: ChatMessage) -> dict[str, Any]:
     if m.role == "assistant":
         metrics = m.metrics.as_dict() if m.metrics is not None else None
         d.update(backend=m.backend, model=m.model, error=m.error, metrics=metrics)
+        if m.anatomy is not None:  # the prompt it answered, by section
+            d.update(m.anatomy.as_dict())
         if m.reasoning:
             d["reasoning"] = m.reasoning
     return d

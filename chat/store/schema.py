@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS messages (
     created REAL NOT NULL,
     reasoning TEXT NOT NULL DEFAULT '',
     parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    anatomy TEXT,
     UNIQUE (chat_id, position)
 );
 CREATE TABLE IF NOT EXISTS counters (
@@ -47,6 +48,7 @@ ADDED_COLUMNS = {
     "messages": {
         "reasoning": "TEXT NOT NULL DEFAULT ''",  # a thinking model's chain of thought (v2)
         "parent_id": "INTEGER REFERENCES messages(id) ON DELETE CASCADE",  # the tree (v3)
+        "anatomy": "TEXT",  # an answer's prompt by section, JSON (v3)
     },
     "chats": {"leaf_id": "INTEGER"},  # the message shown last (v3)
 }

@@ -157,6 +157,12 @@ def _record(workspace: Workspace, exchange: Exchange, metrics: Metrics) -> dict[
         record["chat_id"] = chat_id
         record["message_id"] = workspace.row_of(answer)
         record["parent_id"] = workspace.row_of(question)
+    anatomy = exchange.anatomy
+    record.update(
+        anatomy.as_dict()
+        if anatomy is not None
+        else {"prompt_sections": None, "sections_source": None, "cache_break": None}
+    )
     record["branch"] = _branch(conversation.branch_of(answer))
     record["question_branch"] = _branch(conversation.branch_of(question))
     record["token_times_ms"] = exchange.token_times_ms()
