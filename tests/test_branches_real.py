@@ -39,6 +39,25 @@ async def edit_question_2(backend: Backend, db: Path) -> tuple[TurnController, i
     return turns, chat_id, store
 
 
+def check_anatomy(turns: TurnController) -> None:
+    """Every answer's sections add up to the engine's prompt count; the edit's cache
+    break is at question 2 (message 3 of the request: system, q1, a1, q2) and quotes the
+    words that changed; what it read again is what the engine held less what it kept."""
+    for exchange in turns.exchanges:
+        a, m = exchange.anatomy, exchange.metrics
+        assert a is not None and m is not None and a.source in ("tokenizer", "server")
+        assert a.prompt_tokens == m.prompt_tokens
+        assert sum(s.cached_tokens or 0 for s in a.sections) == m.cached_tokens
+        assert a.cache_break is None or exchange is turns.exchanges[3]
+    third, edited = turns.exchanges[2], turns.exchanges[3]
+    brk = edited.anatomy.cache_break if edited.anatomy else None
+    assert brk is not None and brk.message_index == 3 and not brk.estimated
+    assert "they" in brk.held and "lighthouses" in brk.sent
+    m3, m4 = third.metrics, edited.metrics
+    assert m3 is not None and m4 is not None and m3.prompt_tokens and m4.cached_tokens
+    assert brk.tokens_read_again == m3.prompt_tokens + m3.output_tokens - m4.cached_tokens
+
+
 def check_old_branch_kept(turns: TurnController, chat_id: int, store: ChatStore) -> None:
     """The edited chat's old branch is whole in the database and in the JSON export."""
     saved = store.open_chat(chat_id)
@@ -76,6 +95,7 @@ async def test_edit_of_question_2_rereads_from_there_on_the_bundled_model(
     assert first.metrics is not None and first.metrics.prompt_tokens is not None
     assert m.cached_tokens >= first.metrics.prompt_tokens  # turn 1 (and its answer) stayed
     assert m.evaluated_prompt_tokens == m.prompt_tokens - m.cached_tokens > 0
+    check_anatomy(turns)
     check_old_branch_kept(turns, chat_id, store)
 
     # A retry keeps both answers to the edited question; its whole prompt was held.
@@ -107,5 +127,28 @@ async def test_edit_of_question_2_rereads_from_there_on_llama_server(
     # the server's own count (`timings.cache_n`): turn 1 stayed cached, the edit was read
     assert first.metrics.prompt_tokens <= m.cached_tokens < m.prompt_tokens
     assert (m.server_cache_n, m.server_prompt_n) == (m.cached_tokens, m.evaluated_prompt_tokens)
+    check_anatomy(turns)
     check_old_branch_kept(turns, chat_id, store)
     store.close()
+
+
+@pytest.mark.server
+async def test_a_server_that_hides_its_cache_gets_no_cached_count_per_section(
+    llama_server: str,
+) -> None:
+    """llama-cpp-python's server sends no usage and no timings: the sections are estimated
+    and say nothing of the cache."""
+    backend = RemoteBackend(RemoteConfig(base_url=llama_server))
+    await backend.start()
+    turns = TurnController(backend, SETTINGS)
+    try:
+        await ask(turns, QUESTIONS[0])
+        await ask(turns, QUESTIONS[1])
+    finally:
+        await backend.aclose()
+    for exchange in turns.exchanges:
+        a, m = exchange.anatomy, exchange.metrics
+        assert a is not None and m is not None and a.source == "estimate"
+        assert a.prompt_tokens == m.prompt_tokens
+        assert all(s.cached_tokens is None and s.evaluated_tokens is None for s in a.sections)
+        assert a.cache_break is None

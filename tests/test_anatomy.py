@@ -1,0 +1,115 @@
+"""Prompt anatomy by hand: sections from token pieces (a BOS, a character split across
+two tokens, the template between the parts), the cached prefix laid over them, estimates
+that still add up, and where a cache break is found."""
+
+from __future__ import annotations
+
+from phasechat.backends.base import RenderedPrompt
+from phasechat.backends.events import Message
+from phasechat.chat.anatomy import Held, anatomy_of, parts_of, section_at
+from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.telemetry.anatomy import Part, find_break, split_estimated, split_exact
+from phasechat.telemetry.metrics import metrics_from_dict
+
+TEXT = "<s>sys: Be brief.</s><u>héllo</u><a>"
+#: The tokens of TEXT as an engine cuts them: a BOS with no text, "é" split in two.
+PIECES = (
+    b"\xff\xfe",  # a BOS the text does not show
+    b"<s>sys: ",
+    b"Be",
+    b" brief.",
+    b"</s><u>",
+    b"h",
+    "é".encode()[:1],
+    "é".encode()[1:] + b"llo",
+    b"</u><a>",
+)
+PARTS = [Part("system", 0, "Be brief."), Part("new", 1, "héllo")]
+
+
+def test_tokens_go_to_the_section_their_first_byte_is_in() -> None:
+    a = split_exact(TEXT, (b"", *PIECES[1:]), PARTS, None, None, "tokenizer")
+    assert a is not None
+    got = [(s.kind, s.message_index, s.tokens) for s in a.sections]
+    assert got == [("system", 0, 2), ("new", 1, 3), ("template", None, 4)]
+    assert a.prompt_tokens == len(PIECES)  # every token, once
+    assert [s.cached_tokens for s in a.sections] == [None, None, None]  # nothing reported
+
+
+def test_a_bos_the_text_does_not_show_is_the_templates() -> None:
+    a = split_exact(TEXT, PIECES, PARTS, cached=3, ms_per_token=2.0, source="tokenizer")
+    assert a is not None
+    by_kind = {s.kind: s for s in a.sections}
+    assert by_kind["template"].tokens == 4 and by_kind["system"].tokens == 2
+    # the first 3 tokens were cached: the BOS, "<s>sys: " (template) and "Be" (system)
+    assert (by_kind["template"].cached_tokens, by_kind["system"].cached_tokens) == (2, 1)
+    assert by_kind["new"].cached_tokens == 0
+    assert by_kind["system"].evaluated_tokens == 1 and by_kind["system"].prefill_ms == 2.0
+    assert by_kind["template"].prefill_ms == 4.0  # 2 read x 2 ms
+    assert a.cached_chars == len("<s>sys: Be")  # where the cached prefix ends in the text
+    assert [(TEXT[s:e], n) for s, e, n in a.spans] == [("Be brief.", 0), ("héllo", 1)]
+
+
+def test_pieces_that_are_not_the_text_give_no_exact_split() -> None:
+    assert split_exact(TEXT, (b"other",), PARTS, None, None, "tokenizer") is None
+    assert split_exact(TEXT, PIECES, [Part("new", 1, "absent")], None, None, "x") is None
+
+
+def test_estimated_sections_add_up_to_the_servers_count() -> None:
+    parts = [Part("system", 0, "a b c d"), Part("history", 1, "x"), Part("new", 2, "y z")]
+    words = lambda text: len(text.split())  # noqa: E731
+    a = split_estimated(parts, prompt_tokens=20, cached=9, ms_per_token=1.0, count=words)
+    assert [s.tokens for s in a.sections] == [4, 1, 2, 13]
+    assert a.prompt_tokens == 20 and a.source == "estimate"
+    assert sum(s.cached_tokens or 0 for s in a.sections) == 9
+    assert sum(s.evaluated_tokens or 0 for s in a.sections) == 11
+    # an estimate over the real count is cut down: the sum stays the engine's
+    assert split_estimated(parts, 5, None, None, words).prompt_tokens == 5
+    hidden = split_estimated(parts, 20, None, None, words)
+    assert {s.cached_tokens for s in hidden.sections} == {None}  # never a guess as fact
+
+
+def test_the_system_prompt_and_the_summary_are_two_sections() -> None:
+    summary = f"Be brief.\n\n{SUMMARY_HEADER}they talked about boats"
+    parts = parts_of([Message("system", summary), Message("user", "q")])
+    assert [(p.kind, p.text) for p in parts] == [
+        ("system", "Be brief."),
+        ("summary", SUMMARY_HEADER + "they talked about boats"),
+        ("new", "q"),
+    ]
+
+
+def test_a_break_names_the_message_and_the_changed_words() -> None:
+    held = "<s>Answer briefly please</s><u>q1</u>"
+    sent = "<s>Answer concisely please</s><u>q1</u>"
+    spans = [(3, 24, 0), (31, 33, 1)]
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, tokens_read_again=30, estimated=False)
+    assert brk is not None
+    assert (brk.message_index, brk.char_offset) == (0, len("Answer "))
+    assert "briefly" in brk.held and "concisely" in brk.sent
+    assert brk.tokens_read_again == 30
+    assert "cache broke in message 0 at character 7" in brk.line()
+    # the end of the last answer re-read (a few tokens, the same text): no break
+    assert find_break(held, held + "more", spans, a.sections, 2, False) is None
+    # the engine held something else since (the text agrees, yet it read 50 again)
+    other = find_break(held, held + "more", spans, a.sections, 50, False)
+    assert other is not None and other.message_index is None and other.tokens_read_again == 50
+
+
+def test_anatomy_of_a_turn_and_the_break_after_an_edit() -> None:
+    metrics = metrics_from_dict(
+        {"prompt_tokens": 9, "cached_tokens": 3, "cache_reported": True, "ttft_ms": 12.0,
+         "evaluated_prompt_tokens": 6}
+    )  # fmt: skip
+    rendered = RenderedPrompt(TEXT, PIECES, "tokenizer")
+    messages = [Message("system", "Be brief."), Message("user", "héllo")]
+    held = Held("<s>sys: Be quick.</s><u>héllo</u><a>Hi</a>", 12)
+    a = anatomy_of(messages, rendered, metrics, held)
+    assert a is not None and a.prompt_tokens == 9 and a.source == "tokenizer"
+    assert [s.prefill_ms for s in a.sections] == [2.0, 6.0, 4.0]  # 12 ms / 6 read, each
+    assert a.cache_break is not None and a.cache_break.message_index == 0
+    assert a.cache_break.char_offset == len("Be ") and a.cache_break.tokens_read_again == 9
+    assert section_at(rendered, messages, 2) == "system prompt"
+    assert section_at(rendered, messages, 6) == "new message 1"
+    assert section_at(rendered, messages, 1) == "template"
