@@ -167,21 +167,8 @@ class Conversation:
         return tuple(out)
 
     def sendable(self, skip: frozenset[int] = frozenset()) -> list[ChatMessage]:
-        """The messages sent as history, oldest first: those in prompt and not in `skip`
-        (summarized), alternating strictly as every chat template and strict server
-        wants. A user turn that got no answer in the prompt (the request failed, or was
-        stopped before any text) stays in the chat but is not sent again, unless it is
-        the newest message (the one being sent, or retried)."""
-        kept = [m for m in self.messages if m.in_prompt and m.id not in skip]
-        out: list[ChatMessage] = []
-        for i, m in enumerate(kept):
-            after = kept[i + 1] if i + 1 < len(kept) else None
-            if m.role == "user" and after is not None and after.role != "assistant":
-                continue  # unanswered: its question is not asked twice in a row
-            if m.role == "assistant" and (not out or out[-1].role != "user"):
-                continue  # an answer whose question is not sent
-            out.append(m)
-        return out
+        """The branch's messages sent as history (see `sendable`)."""
+        return sendable(self.messages, skip)
 
     # -- changing (chat.turns.TurnController only) ---------------------------------------
     def add(self, message: ChatMessage) -> ChatMessage:
@@ -217,3 +204,23 @@ class Conversation:
         self.leaf = at
         for m in self.path(at):  # remember the way down, for a later switch above it
             self._chosen[m.parent] = m.id
+
+
+def sendable(
+    messages: Iterable[ChatMessage], skip: frozenset[int] = frozenset()
+) -> list[ChatMessage]:
+    """The messages sent as history, oldest first: those in prompt and not in `skip`
+    (summarized), alternating strictly as every chat template and strict server wants.
+    A user turn that got no answer in the prompt (the request failed, or was stopped
+    before any text) stays in the chat but is not sent again, unless it is the newest
+    message (the one being sent, or retried)."""
+    kept = [m for m in messages if m.in_prompt and m.id not in skip]
+    out: list[ChatMessage] = []
+    for i, m in enumerate(kept):
+        after = kept[i + 1] if i + 1 < len(kept) else None
+        if m.role == "user" and after is not None and after.role != "assistant":
+            continue  # unanswered: its question is not asked twice in a row
+        if m.role == "assistant" and (not out or out[-1].role != "user"):
+            continue  # an answer whose question is not sent
+        out.append(m)
+    return out

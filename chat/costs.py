@@ -19,8 +19,16 @@ from phasechat.telemetry.metrics import Metrics
 
 
 def history_metrics(session: TurnController) -> list[Metrics]:
-    """The metrics of every finished answer of the session, oldest first."""
-    return [e.metrics for e in session.exchanges if e.metrics is not None]
+    """The metrics of every finished answer of the session, oldest first; in a chat
+    opened from disk, its saved answers' come first (a fresh `ask --chat` has no other)."""
+    ran = [e.metrics for e in session.exchanges if e.metrics is not None]
+    seen = {id(m) for m in ran}
+    saved = [
+        m.metrics
+        for m in session.conversation.every()
+        if m.metrics is not None and id(m.metrics) not in seen
+    ]
+    return saved + ran
 
 
 class DraftForecast:
@@ -138,3 +146,110 @@ def switch_cost(session: TurnController, name: str, instance: Backend | None) ->
         tokens, estimated = estimate_messages(messages), True
     rates = measured_rates(history_metrics(session), name)
     return SwitchCost(tokens, estimated, name == session.backend.name, rates)
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What a send would cost, before it is sent: its prompt, how much of it the engine
+    holds, and the TTFT that implies at this backend's measured rates."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_ms: float | None
+    #: the counts are estimates (not the engine's own tokenizer, or a guess of its cache)
+    estimated: bool
+    #: the TTFT of this backend's last answer, to set beside it
+    last_ttft_ms: float | None
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def line(self) -> str:
+        """ "keeps 1,204 cached, reads 3,112 again: TTFT about 6.3 s (the last turn: 0.2 s)" """
+        approx = "~" if self.estimated else ""
+        head = (
+            f"keeps {approx}{self.cached_tokens:,} cached, reads {approx}"
+            f"{self.evaluated_tokens:,} again"
+        )
+        if self.cached_tokens == 0:
+            head = f"reads all {approx}{self.prompt_tokens:,} tokens again"
+        if self.ttft_ms is None:
+            return head + " (TTFT: not measured on this backend yet)"
+        last = f" (the last turn: {self.last_ttft_ms / 1000:,.1f} s)" if self.last_ttft_ms else ""
+        return f"{head}: TTFT about {self.ttft_ms / 1000:,.1f} s{last}"
+
+
+def expect(
+    session: TurnController,
+    messages: tuple[Message, ...],
+    exact: tuple[int, int] | None = None,
+) -> Expected:
+    """What sending `messages` (a `TurnController.preview`) would cost on the active
+    backend. `exact`: the prompt's tokens and the prefix the engine holds, where the
+    caller counted them with the engine's own template and tokenizer (`held_prefix`, on
+    llama-server). Else the local engine's own count and KV cache (exact), or a count
+    estimated and a cache guessed from the text the engine was last sent."""
+    backend = session.backend
+    cached: int | None
+    if exact is not None:
+        tokens, cached, estimated = exact[0], exact[1], False
+    else:
+        count = backend.count_tokens(messages)
+        tokens, estimated = count.tokens, count.estimated
+        cached = backend.cached_prefix(messages)
+    if cached is None:
+        cached, estimated = _text_prefix_guess(session, backend, messages), True
+    cached = min(cached, max(0, tokens - 1))  # a prompt held whole re-reads its last token
+    history = history_metrics(session)
+    rates = measured_rates(history, backend.name)
+    predicted = forecast(rates, tokens, cached, session.settings.max_tokens, estimated)
+    mine = [m for m in history if m.backend == backend.name and m.ttft_ms is not None]
+    return Expected(
+        tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ms if mine else None
+    )
+
+
+def _text_prefix_guess(
+    session: TurnController, backend: Backend, messages: tuple[Message, ...]
+) -> int:
+    """Tokens of `messages` a server with a prefix cache still holds, guessed from the
+    text of the chat's last request there: the messages they share whole, counted."""
+    if _remote_cached_guess(session, backend) == 0:
+        return 0  # never seen this server report a cache
+    last = session.last_request()
+    if last is None:
+        return 0
+    held = (*last[0], Message("assistant", last[1]))
+    shared = 0
+    for a, b in zip(held, messages, strict=False):
+        if a != b:
+            break
+        shared += 1
+    if shared == 0:
+        return 0
+    return backend.count_tokens(messages[:shared]).tokens
+
+
+async def held_prefix(
+    session: TurnController, messages: tuple[Message, ...]
+) -> tuple[int, int] | None:
+    """The tokens of `messages` and how many of them llama-server still holds from this
+    chat's last request (its prompt and answer), by its own template and tokenizer;
+    None where the backend cannot render prompts (then `expect` estimates)."""
+    last = session.last_request()
+    backend = session.backend
+    new = await backend.render(messages)
+    if new is None:
+        return None
+    if last is None:
+        return len(new.pieces), 0
+    held = await backend.render((*last[0], Message("assistant", last[1])))
+    if held is None:
+        return None
+    shared = 0
+    for a, b in zip(held.pieces, new.pieces, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return len(new.pieces), shared

@@ -34,7 +34,7 @@ from phasechat.backends.events import (
 )
 from phasechat.chat.anatomy import Held, anatomy_of, held_after, section_at
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.text import is_text
 from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import SendPlan, TrimStats
@@ -313,6 +313,50 @@ class TurnController:
         self.update_settings(system=text)
         has_question = any(m.role == "user" for m in self._conversation.messages)
         return self.retry() if self.system_changed and has_question else None
+
+    # -- what a turn would send, before it is sent --------------------------------------
+    def preview(self, text: str, edit: int | None = None) -> tuple[Message, ...]:
+        """The messages the next send would be, changing nothing: `text` after the leaf,
+        or instead of question `edit` (a message id), or, when `edit` is the system
+        prompt's, `text` as the system prompt with the last question answered again."""
+        path = self._conversation.messages
+        system = self._settings.system
+        if edit is not None and edit == self._conversation.root.id:
+            system = text
+            last = max((i for i, m in enumerate(path) if m.role == "user"), default=-1)
+            keep, new = path[: last + 1], []
+        else:
+            index = next((i for i, m in enumerate(path) if m.id == edit), len(path))
+            keep, new = path[:index], [ChatMessage("user", text)]
+        summary = self.trimmer.summary if self.trimmer.enabled else None
+        on_branch = {m.id for m in keep}
+        if (
+            summary is None
+            or system != self._conversation.system
+            or not summary.covers <= on_branch
+        ):
+            summary = None
+        kept = sendable([*keep, *new], summary.covers if summary is not None else frozenset())
+        head = (
+            [summary.system(system)] if summary else [Message("system", system)] if system else []
+        )
+        return (*head, *(Message(m.role, m.content) for m in kept))
+
+    def last_request(self) -> tuple[tuple[Message, ...], str] | None:
+        """The messages the branch's last answer answered, and its text: what an engine
+        that served this chat last still holds (None: no answer yet)."""
+        path = self._conversation.messages
+        if not path or path[-1].role != "assistant" or not path[-1].content:
+            return None
+        questions = [i for i, m in enumerate(path) if m.role == "user"]
+        question = path[questions[-1]] if questions else None
+        if question is None:
+            return None
+        return self.preview(question.content, question.id), path[-1].content
+
+    def held(self, backend: str) -> Held | None:
+        """What this controller's last request on `backend` left in its engine."""
+        return self._held.get(backend)
 
     def _check(self, prompt: str) -> None:
         self._refuse_busy()

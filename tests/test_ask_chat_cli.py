@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,45 @@ def test_continue_edit_and_reprompt_a_saved_chat() -> None:
     assert shown(doc) == ["Say hi.", edited["text"], "Again?", french["text"]]
     md = phasechat("chats", "export", str(chat_id)).stdout
     assert "Answer in French." in md and "And goodbye?" not in md  # the branch shown only
+
+
+def dry_then_real(*args: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`ask --dry-run --json ARGS`, then the same for real."""
+    return ask_json("--dry-run", *args), ask_json(*args)
+
+
+@pytest.mark.model
+def test_dry_run_forecasts_what_the_send_then_reads_on_the_bundled_model() -> None:
+    chat_id = str(ask_json("--system", "Be brief.", "Say hello.")["chat_id"])
+    ask_json("--chat", chat_id, "And goodbye?")
+    rows = export(int(chat_id))["messages"]
+    for args in (("--chat", chat_id, "--edit", "2", "Farewell?"), ("--chat", chat_id, "Again?")):
+        dry, real = dry_then_real(*args)
+        assert dry["dry_run"] and dry["estimated"] is False
+        assert dry["prompt_tokens"] == real["prompt_tokens"]
+        # a new process: the engine holds nothing yet, and the forecast says so
+        assert dry["expected_cached_tokens"] == real["cached_tokens"] == 0
+        assert dry["expected_evaluated_tokens"] == real["evaluated_prompt_tokens"]
+        assert dry["expected_ttft_ms"] is not None  # from the chat's saved answers
+    assert len(export(int(chat_id))["messages"]) == len(rows) + 4  # the dry runs saved nothing
+
+
+@pytest.mark.server
+def test_dry_run_forecasts_what_llama_server_then_reads(
+    start_llama_server: Callable[..., str],
+) -> None:
+    server = ("--backend", "openai", "--base-url", start_llama_server("--parallel", "1"))
+    chat_id = str(ask_json(*server, "--system", "Be brief.", "What is a lighthouse?")["chat_id"])
+    for q in ("Where are they built?", "Who keeps them?"):
+        ask_json(*server, "--chat", chat_id, q)
+    for args in (
+        ("--chat", chat_id, "--edit", "2", "Where are lighthouses usually built?"),
+        ("--chat", chat_id, "And after that?"),
+    ):
+        dry, real = dry_then_real(*server, *args)
+        assert dry["expected_cached_tokens"] > 0  # the server kept the shared start
+        assert abs(dry["expected_evaluated_tokens"] - real["evaluated_prompt_tokens"]) <= 2
+        assert abs(dry["prompt_tokens"] - real["prompt_tokens"]) <= 2
 
 
 def saved_chat() -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from phasechat.backends.events import TextDelta
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
+from phasechat.chat.costs import expect, held_prefix
 from phasechat.chat.roofline import machine_bandwidth
 from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.store.export import dumps
@@ -51,6 +52,12 @@ def add_parser(sub: Any) -> None:
         help="with --chat: ask PROMPT instead of question N of the chat's branch "
         "(1 = its first), on a new branch; the old one stays",
     )
+    ask.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="send nothing: say what the prompt would cost (its tokens, what the engine "
+        "holds of it, the TTFT that implies), with --json as one object",
+    )
     ask.add_argument("prompt", help="the prompt ('-' reads stdin)")
 
 
@@ -84,6 +91,8 @@ async def run(args: argparse.Namespace) -> int:
         await backend.start()
         if backend.state == "failed":
             return fail(backend.state_detail)
+        if args.dry_run:
+            return await _dry_run(workspace, args, prompt)
         if chat_id is None and not args.no_save:
             for line in workspace.open_store():
                 print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
@@ -119,14 +128,14 @@ async def run(args: argparse.Namespace) -> int:
 def _open(workspace: Workspace, chat_id: int, args: argparse.Namespace) -> None:
     """Continue saved chat `chat_id` (saved as it goes, unless --no-save), with the
     system prompt --system names (a new branch) or else the chat's own."""
-    if args.no_save:
+    if args.no_save or args.dry_run:
         workspace.open_store(readonly=True)
     else:
         for line in workspace.open_store():
             print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
     if workspace.store is None:
         raise StoreError("the chat database cannot be opened (see above)")
-    workspace.open_chat(chat_id, save=not args.no_save)
+    workspace.open_chat(chat_id, save=not (args.no_save or args.dry_run))
     if getattr(args, "system", None) is not None:
         workspace.turns.update_settings(system=args.system)
 
@@ -134,15 +143,44 @@ def _open(workspace: Workspace, chat_id: int, args: argparse.Namespace) -> None:
 def _begin(workspace: Workspace, edit: int | None, prompt: str) -> Exchange:
     """The turn asked for: PROMPT after the leaf, or instead of question `edit`."""
     turns = workspace.turns
+    question = _question(workspace, edit)
+    return turns.begin(prompt) if question is None else turns.edit(question, prompt)
+
+
+def _question(workspace: Workspace, edit: int | None) -> int | None:
+    """The id of question `edit` (1 = the first) of the branch shown; None for none."""
     if edit is None:
-        return turns.begin(prompt)
-    questions = turns.conversation.questions()
+        return None
+    questions = workspace.turns.conversation.questions()
     if not 1 <= edit <= len(questions):
         chat = workspace.chat_id()
         raise InputError(
             f"no question {edit} in chat {chat}: its branch has {len(questions)} (1 is the first)"
         )
-    return turns.edit(questions[edit - 1].id, prompt)
+    return questions[edit - 1].id
+
+
+async def _dry_run(workspace: Workspace, args: argparse.Namespace, prompt: str) -> int:
+    """`ask --dry-run`: what sending would cost; nothing is sent or saved."""
+    turns = workspace.turns
+    messages = turns.preview(prompt, _question(workspace, args.edit))
+    # a server: what it still holds of this chat, by its own tokenizer (llama-server)
+    remote = not turns.backend.exact_token_counts
+    expected = expect(turns, messages, await held_prefix(turns, messages) if remote else None)
+    if not args.json:
+        print(f"{expected.prompt_tokens:,} prompt tokens: {expected.line()}")
+        return 0
+    record = {
+        "dry_run": True,
+        "chat_id": parse_chat_id(args.chat) if args.chat is not None else None,
+        "prompt_tokens": expected.prompt_tokens,
+        "expected_cached_tokens": expected.cached_tokens,
+        "expected_evaluated_tokens": expected.evaluated_tokens,
+        "expected_ttft_ms": expected.ttft_ms,
+        "estimated": expected.estimated,
+    }
+    print(dumps(record))
+    return 0
 
 
 def _record(workspace: Workspace, exchange: Exchange, metrics: Metrics) -> dict[str, Any]:
