@@ -6,6 +6,7 @@ The UI formats these; nothing here draws. Rates are each backend's own medians
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -253,3 +254,61 @@ async def held_prefix(
             break
         shared += 1
     return len(new.pieces), shared
+
+
+class EditForecast:
+    """The cost of an edit as it is typed: `expect` of the branch it would make, off the
+    UI thread. `update` never waits: it returns the last forecast and starts a new one
+    when the draft changed (at most every `every_s`). On llama-server the engine's own
+    template and tokenizer count it (the HTTP calls run on the UI's event loop)."""
+
+    def __init__(self, every_s: float = 0.25) -> None:
+        self.every_s = every_s
+        self._key: tuple[int, str] | None = None
+        self._at = 0.0
+        self._expected: Expected | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-forecast")
+        self._job: Future[Expected | None] | None = None
+        self._job_key: tuple[int, str] | None = None
+
+    def update(self, session: TurnController, draft: str, edit: int) -> Expected | None:
+        """The forecast of `draft` instead of message `edit` (the last one computed for
+        that message, while a newer one runs); call it on the event loop."""
+        job = self._job
+        if job is not None and job.done():
+            self._job = None
+            self._key, self._expected = self._job_key, job.result()
+        now = time.monotonic()
+        key = (edit, draft)
+        if self._job is None and key != self._key and now - self._at >= self.every_s:
+            self._at = now
+            self._start(session, key)
+        return self._expected if self._key is not None and self._key[0] == edit else None
+
+    def of(self, edit: int, draft: str) -> Expected | None:
+        """The forecast made for exactly `draft` instead of `edit`, if it is the last."""
+        return self._expected if self._key == (edit, draft) else None
+
+    def _start(self, session: TurnController, key: tuple[int, str]) -> None:
+        if session.backend.state != "ready":
+            self._key, self._expected = key, None
+            return
+        messages = session.preview(key[1], key[0])
+        remote = not session.backend.exact_token_counts
+        loop = asyncio.get_running_loop()
+        self._job_key = key
+
+        def work() -> Expected | None:
+            try:
+                exact = None
+                if remote:
+                    held = held_prefix(session, messages)
+                    exact = asyncio.run_coroutine_threadsafe(held, loop).result(timeout=10)
+                return expect(session, messages, exact)
+            except (PromptRefused, TimeoutError):
+                return None  # the send will say why
+
+        self._job = self._pool.submit(work)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

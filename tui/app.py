@@ -32,7 +32,7 @@ from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.costs import DraftForecast
+from phasechat.chat.costs import DraftForecast, EditForecast
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
@@ -42,7 +42,13 @@ from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
-from phasechat.tui.telemetry_view import answer_footer, forecast_line, panel_content, status_content
+from phasechat.tui.telemetry_view import (
+    answer_footer,
+    edit_forecast_line,
+    forecast_line,
+    panel_content,
+    status_content,
+)
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
@@ -90,6 +96,7 @@ class PhasechatApp(ChatHost):
         self._editing: ChatMessage | None = None
         self._draft = ""
         self._forecast = DraftForecast()
+        self._edit_forecast = EditForecast()
         self._pace = Pace()  # how the streaming answer is drawn
         self._predicted: dict[int, Forecast] = {}
         self.last_error = ""
@@ -304,11 +311,16 @@ class PhasechatApp(ChatHost):
         self.query_one(ChatLog).mark_summarized(trimmer.covered if trimmer.enabled else frozenset())
 
     def _forecast_content(self) -> Content:
-        """The forecast of the draft in the prompt box."""
+        """The forecast of the draft in the prompt box (of the edit, while editing)."""
         try:
             draft = self.query_one(PromptInput).text
         except NoMatches:
             return Content("")
+        if (editing := self._editing) is not None:
+            expected = self._edit_forecast.update(self.turns, draft, editing.id)
+            if expected is None:
+                return Content("")
+            return edit_forecast_line(expected, editing.role == "system")
         current = self._forecast.update(self.turns, draft)
         return forecast_line(current) if current is not None else Content("")
 
@@ -462,6 +474,7 @@ class PhasechatApp(ChatHost):
 
     async def on_unmount(self) -> None:
         self._forecast.close()
+        self._edit_forecast.close()
         running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
         self.workers.cancel_all()
         for worker in running:  # let a cancelled answer save its final state first

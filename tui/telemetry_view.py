@@ -9,7 +9,7 @@ from textual.content import Content
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
-from phasechat.chat.costs import SwitchCost
+from phasechat.chat.costs import Expected, SwitchCost
 from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import TrimStats
 from phasechat.chat.turns import Exchange
@@ -255,6 +255,16 @@ def engine_line(m: Metrics) -> Content:
     for warning in m.warnings:
         parts.append((f"\n⚠ {one_line(warning)}", "$stall"))
     return Content.assemble(*parts)
+
+
+def edit_forecast_line(expected: Expected, system: bool) -> Content:
+    """What the edit in the prompt box will cost: what the engine keeps, what it reads
+    again, the TTFT that implies (a system prompt's edit re-reads the whole chat)."""
+    return Content.assemble(
+        ("edit ", "dim"),
+        ("a new system prompt re-reads the whole chat: ", "$phase-prefill") if system else "",
+        expected.line(),
+    )
 
 
 def forecast_line(f: Forecast, actual: Metrics | None = None) -> Content:

@@ -1,0 +1,66 @@
+"""Prompt anatomy in the chat UI, on the bundled model: while a question is edited the
+panel says what the edit keeps cached and what it reads again, and the send then reads
+exactly that; the system prompt's edit says it re-reads the whole chat."""
+
+from __future__ import annotations
+
+import re
+
+from textual.pilot import Pilot
+
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.config.settings import Settings
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from tests.helpers import wait_for
+
+
+def panel_text(app: PhasechatApp) -> str:
+    return app.query_one(LivePanel)._content.plain
+
+
+async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
+    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
+    await pilot.pause()
+
+
+async def edit_forecast(pilot: Pilot[None], app: PhasechatApp, draft: str) -> str:
+    """Put `draft` in the prompt box being edited; the panel's forecast line for it."""
+    app.query_one(PromptInput).text = draft
+    editing = app._editing
+    assert editing is not None
+    await wait_for(pilot, lambda: app._edit_forecast.of(editing.id, draft) is not None)
+    expected = app._edit_forecast.of(editing.id, draft)
+    assert expected is not None
+    await wait_for(pilot, lambda: expected.line() in panel_text(app))
+    line = next(x for x in panel_text(app).splitlines() if "edit " in x)
+    return line[line.index("edit ") :]
+
+
+async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
+    local_backend: LocalBackend,
+) -> None:
+    settings = Settings(system="Be brief.", max_tokens=12, temperature=0)
+    app = PhasechatApp(settings=settings, backend=local_backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for i, q in enumerate(("Name a colour.", "Name a fruit.", "Name a tree."), 1):
+            app.send(q)
+            await settled(pilot, app, i)
+        question_2 = [v for v in app.query(MessageView) if v.message.content == "Name a fruit."]
+        question_2[0].focus()
+        await pilot.press("e")
+        line = await edit_forecast(pilot, app, "Name a vegetable.")
+        found = re.search(r"keeps ([\d,]+) cached, reads ([\d,]+) again", line)
+        assert found, line
+        keeps, reads = (int(g.replace(",", "")) for g in found.groups())
+        assert keeps > 0 and reads > 0
+        await pilot.press("enter")
+        await settled(pilot, app, 4)
+        sent = app.turns.exchanges[-1].metrics
+        assert sent is not None
+        assert (sent.cached_tokens, sent.evaluated_prompt_tokens) == (keeps, reads), line
+
+        app.query(MessageView).first().focus()  # the system prompt
+        await pilot.press("e")
+        line = await edit_forecast(pilot, app, "Answer in French.")
+        assert line.startswith("edit a new system prompt re-reads the whole chat:"), line
