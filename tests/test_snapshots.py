@@ -7,13 +7,16 @@ every run). Update after an intended change with `pytest --snapshot-update`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
 from phasechat.backends.events import Message
+from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.anatomy import Held, anatomy_of
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
@@ -185,3 +188,48 @@ def test_compare_view_with_fixed_metrics(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(110, 34), run_before=open_compare)
+
+
+def edited_chat(backend: LocalBackend) -> Conversation:
+    """A chat whose second question was edited: its answer's prompt as the bundled model
+    reads it, the engine having held the first wording (fixed metrics, exact sections)."""
+    system, q1, a1 = "You are terse.", "What is prefill?", "Reading the whole prompt at once."
+    old = (Message("system", system), Message("user", q1), Message("assistant", a1))
+    sent = (*old, Message("user", "And decode, in one line?"))
+    rendered = asyncio.run(backend.render(sent))
+    held = asyncio.run(backend.render((*old, Message("user", "And decode?"))))
+    assert rendered is not None and held is not None
+    cached = next(
+        i for i, (a, b) in enumerate(zip(held.pieces, rendered.pieces, strict=False)) if a != b
+    )
+    metrics = metrics_from_dict(
+        {
+            **METRICS,
+            "prompt_tokens": len(rendered.pieces),
+            "cached_tokens": cached,
+            "evaluated_prompt_tokens": len(rendered.pieces) - cached,
+        }
+    )
+    c = Conversation(system=system)
+    for m in sent[1:]:
+        c.add(ChatMessage(m.role, m.content))
+    answer = c.add(ChatMessage("assistant", "One token per pass.", backend="local"))
+    answer.metrics = metrics
+    answer.anatomy = anatomy_of(sent, rendered, metrics, Held(held.text, len(held.pieces)))
+    return c
+
+
+def test_the_prompt_view_shows_sections_and_where_the_cache_ended(
+    snap_compare: Any, local_backend: LocalBackend
+) -> None:
+    chat = edited_chat(local_backend)
+
+    async def show(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, PhasechatApp)
+        app.turns.replace_conversation(chat)
+        await app.show_conversation(app.turns.conversation)
+        await pilot.press("f8")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(100, 40), run_before=show)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.prompt_view import CACHE_MARK, PromptView
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 from tests.helpers import wait_for
 
@@ -46,6 +48,22 @@ async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
         for i, q in enumerate(("Name a colour.", "Name a fruit.", "Name a tree."), 1):
             app.send(q)
             await settled(pilot, app, i)
+        # the panel's bar: what the prefill paid for; F8: the prompt, as the engine read it
+        assert "prompt ░" in panel_text(app) and "read " in panel_text(app)
+        await pilot.press("f8")
+        await pilot.pause()
+        view = app.screen
+        assert isinstance(view, PromptView)
+        text = view.query_one("#text", Static).render()
+        shown = str(text)
+        assert "<|im_start|>system" in shown and "⟨new message 5⟩Name a tree." in shown
+        assert shown.count(CACHE_MARK) == 1  # the second answer's prompt ended cached there
+        last = app.turns.exchanges[-1].metrics
+        assert last is not None and last.cached_tokens
+        table = str(view.query_one("#head", Static).render())
+        assert f"the prompt{last.prompt_tokens:>15,}" in table
+        await pilot.press("escape")
+
         question_2 = [v for v in app.query(MessageView) if v.message.content == "Name a fruit."]
         question_2[0].focus()
         await pilot.press("e")
@@ -59,6 +77,10 @@ async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
         sent = app.turns.exchanges[-1].metrics
         assert sent is not None
         assert (sent.cached_tokens, sent.evaluated_prompt_tokens) == (keeps, reads), line
+        # the engine held question 2 as it was: the break is there, with the words
+        broke = next(x for x in panel_text(app).splitlines() if "cache broke" in x)
+        assert "cache broke in message 3 at character 7: `" in broke, broke
+        assert "Name a fruit." in broke and "Name a vegetable." in broke
 
         app.query(MessageView).first().focus()  # the system prompt
         await pilot.press("e")

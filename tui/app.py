@@ -42,6 +42,7 @@ from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
+from phasechat.tui.prompt_view import PromptView
 from phasechat.tui.telemetry_view import (
     answer_footer,
     edit_forecast_line,
@@ -69,6 +70,7 @@ class PhasechatApp(ChatHost):
         Binding("f3", "chats", "Chats", id="chats"),
         Binding("f4", "settings", "Settings", id="settings"),
         Binding("f5", "compare", "Compare", id="compare"),
+        Binding("f8", "prompt_view", "Prompt", id="prompt-view"),
         Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
         Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
         Binding("ctrl+up", "select_message", "Messages", id="select-message"),
@@ -440,6 +442,22 @@ class PhasechatApp(ChatHost):
     def toggle_trimming(self) -> None:
         """Turn the history trimmer on or off (saved)."""
         dialogs.toggle_trimming(self)
+
+    def action_prompt_view(self) -> None:
+        """The prompt the selected answer (else the newest) was given, as the engine read
+        it: its sections, the cache break, the exact text."""
+        path = self.turns.conversation.messages
+        answers = [m for m in path if m.role == "assistant" and m.anatomy is not None]
+        chosen = answers[-1] if answers else None
+        if isinstance(view := self.focused, MessageView):  # the first answer from there
+            ids = [m.id for m in path]
+            at = ids.index(view.message.id) if view.message.id in ids else len(ids)
+            chosen = next((m for m in answers if ids.index(m.id) >= at), chosen)
+        if chosen is None or chosen.anatomy is None:
+            self.notify("no prompt to show yet: its sections come with the first answer")
+            return
+        number = [m.id for m in answers].index(chosen.id) + 1
+        self.push_screen(PromptView(chosen.anatomy, f"the prompt of answer {number}"))
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.turns.exchanges))

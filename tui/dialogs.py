@@ -36,6 +36,11 @@ COMMANDS = (
         "Enter answers the last question with it, on a new branch",
         "action_edit_system",
     ),
+    (
+        "Show the prompt",
+        "What the engine read for the selected answer: sections, cache break, exact text (F8)",
+        "action_prompt_view",
+    ),
     ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
     (
         "Replay the last prompt on ...",

@@ -9,10 +9,12 @@ from textual.content import Content
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
+from phasechat.chat.anatomy import name_of
 from phasechat.chat.costs import Expected, SwitchCost
 from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import TrimStats
 from phasechat.chat.turns import Exchange
+from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
 from phasechat.telemetry.metrics import Metrics
@@ -102,8 +104,9 @@ def thinking_title(live: Live) -> str:
     return f"thinking{running} {seconds} · {approx}{live.reasoning_tokens:,} tokens"
 
 
-def live_content(live: Live, kv: KVStats | None = None) -> Content:
-    """The live panel while a request runs (and just after)."""
+def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Content:
+    """The live panel while a request runs (and just after); `section`: the part of the
+    prompt a long prefill is reading now."""
     parts: list[str | tuple[str, str] | Content] = []
     if live.phase == "summary":
         parts += [
@@ -117,6 +120,7 @@ def live_content(live: Live, kv: KVStats | None = None) -> Content:
             progress = f" ({live.prefill_done:,}/{live.prompt_tokens:,})"
         parts += [
             (f"prefilling {prompt}{progress}", "bold $phase-prefill"),
+            (f": reading {section}" if section and progress else "", "$phase-prefill"),
             f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
         ]
         if live.prefill_left_ms is not None:
@@ -316,16 +320,68 @@ def trim_line(t: TrimStats) -> Content:
     return Content.assemble(*parts)
 
 
+#: each kind of prompt section's colour in the stacked bar and the prompt view
+SECTION_STYLE = {
+    "template": "$text-muted",
+    "system": "$accent",
+    "summary": "$warning",
+    "history": "$phase-prefill",
+    "new": "$phase-decode",
+}
+
+
+def section_widths(anatomy: Anatomy, width: int) -> list[int]:
+    """Each section's share of `width` cells, by its tokens (one at least, if it has any)."""
+    total = anatomy.prompt_tokens or 1
+    widths = [max(1, round(s.tokens * width / total)) if s.tokens else 0 for s in anatomy.sections]
+    while sum(widths) > width and max(widths) > 1:
+        widths[widths.index(max(widths))] -= 1
+    return widths
+
+
+def anatomy_line(anatomy: Anatomy, width: int = 40, hint: str = "  (F8: the prompt)") -> Content:
+    """The prompt as a stacked bar, one colour per section, each cached part light (░)
+    and its read part solid (█); then the sections the prefill paid most for."""
+    parts: list[str | tuple[str, str]] = [("prompt ", "dim")]
+    for section, cells in zip(anatomy.sections, section_widths(anatomy, width), strict=True):
+        style = SECTION_STYLE[section.kind]
+        cached = section.cached_tokens
+        light = round(cells * cached / section.tokens) if cached and section.tokens else 0
+        parts += [("░" * light, style), ("█" * (cells - light), style)]
+    approx = "~" if anatomy.source == "estimate" else ""
+    reading = sorted(
+        (s for s in anatomy.sections if s.evaluated_tokens),
+        key=lambda s: -(s.evaluated_tokens or 0),
+    )
+    read = sum(s.evaluated_tokens or 0 for s in anatomy.sections)
+    if anatomy.sections and anatomy.sections[0].cached_tokens is None:
+        parts.append((f"  {approx}{anatomy.prompt_tokens:,} tokens, cache not reported", "dim"))
+    elif read:
+        share = ", ".join(
+            f"{name_of(s.kind, s.message_index)} {100 * (s.evaluated_tokens or 0) / read:.0f}%"
+            for s in reading[:3]
+        )
+        parts.append(f"  read {approx}{read:,} of {approx}{anatomy.prompt_tokens:,}: {share}")
+    parts.append((hint, "dim"))
+    return Content.assemble(*parts)
+
+
 def panel_content(exchange: Exchange, forecast: Content | None, trim: TrimStats | None) -> Content:
     """The whole live panel for `exchange`: its live figures; once it is over (a
     `forecast` of the draft is given then), the engine's account, a server's window and
     the forecast; the trimmer's line when it has done something."""
-    parts = [live_content(live := exchange.live(), exchange.kv), Content(live.threads_note)]
+    live = exchange.live()
+    section = exchange.prefill_section() if live.phase == "prefill" else ""
+    parts = [live_content(live, exchange.kv, section), Content(live.threads_note)]
     if forecast is not None:
         if exchange.metrics is not None:
             if exchange.kv is None:  # a server: its window instead of the KV cache
                 parts.append(context_gauge(exchange.metrics))
             parts.append(engine_line(exchange.metrics))
+        if (anatomy := exchange.anatomy) is not None and anatomy.sections:
+            parts.append(anatomy_line(anatomy))
+            if (brk := anatomy.cache_break) is not None:
+                parts.append(Content.styled(f"⚠ {one_line(brk.line())}", "$warning"))
         parts.append(forecast)
     if trim is not None:
         parts.append(trim_line(trim))
