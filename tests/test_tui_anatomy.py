@@ -1,20 +1,32 @@
-"""Prompt anatomy in the chat UI, on the bundled model: while a question is edited the
+"""Prompt anatomy in the chat UI, mostly on the bundled model: while a question is edited the
 panel says what the edit keeps cached and what it reads again, and the send then reads
 exactly that; the system prompt's edit says it re-reads the whole chat."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator
 
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from phasechat.backends.base import RenderedPrompt
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    PrefillProgress,
+    TextDelta,
+)
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.prompt_view import CACHE_MARK, PromptView
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 from tests.helpers import wait_for
+from tests.scripted import ScriptedBackend
 
 
 def panel_text(app: PhasechatApp) -> str:
@@ -86,3 +98,42 @@ async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
         await pilot.press("e")
         line = await edit_forecast(pilot, app, "Answer in French.")
         assert line.startswith("edit a new system prompt re-reads the whole chat:"), line
+
+
+class SlowPrefill(ScriptedBackend):
+    """One token per character of a simple template; a prefill that stops midway in
+    the new message until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    @staticmethod
+    def templated(messages: tuple[Message, ...]) -> str:
+        return "".join(f"<{m.role}>{m.content}</>" for m in messages)
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        text = self.templated(messages)
+        return RenderedPrompt(text, tuple(c.encode() for c in text), "tokenizer")
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        text = self.templated(request.messages)
+        midway = text.rindex("</>") - 2  # two characters before the new message's end
+        yield PrefillProgress(len(text), 0, midway, 5.0)
+        await self.go.wait()
+        yield TextDelta("ok")
+        yield Finished("stop")
+
+
+async def test_a_long_prefill_says_which_section_it_is_reading() -> None:
+    backend = SlowPrefill()
+    app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.send("A long question.")
+        await wait_for(pilot, lambda: "reading new message 1" in panel_text(app))
+        assert "prefilling" in panel_text(app)
+        backend.go.set()
+        await settled(pilot, app, 1)
+        assert "reading" not in panel_text(app)
