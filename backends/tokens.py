@@ -36,7 +36,9 @@ def estimate_text(text: str) -> int:
 
 
 @functools.lru_cache(maxsize=512)
-def _history_text(text: str) -> int:
+def estimate_once(text: str) -> int:
+    """`estimate_text`, remembered: a chat's earlier messages are counted once, not at
+    every turn."""
     return estimate_text(text)
 
 
@@ -50,5 +52,5 @@ def estimate_messages(messages: Iterable[Message]) -> int:
     listed = list(messages)
     if not listed:
         return _REPLY_PRIMER
-    earlier = sum(_PER_MESSAGE + _history_text(m.content) for m in listed[:-1])
+    earlier = sum(_PER_MESSAGE + estimate_once(m.content) for m in listed[:-1])
     return _REPLY_PRIMER + earlier + _PER_MESSAGE + estimate_text(listed[-1].content)

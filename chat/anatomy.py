@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
-from phasechat.backends.tokens import estimate_text
+from phasechat.backends.tokens import estimate_once
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
     Anatomy,
@@ -89,7 +89,7 @@ def anatomy_of(
         pieces = (b"",) * (total - len(rendered.pieces)) + rendered.pieces
         anatomy = split_exact(rendered.text, pieces, parts, cached, ms, rendered.source)
     if anatomy is None:
-        anatomy = split_estimated(parts, total, cached, ms, estimate_text)
+        anatomy = split_estimated(parts, total, cached, ms, estimate_once)
         text = _JOIN.join(p.text for p in parts)
         spans = [(s, e, i) for i, (s, e) in enumerate(locate(text, parts) or [])]
         # the estimate's sections are in `parts` order: map each part to its section

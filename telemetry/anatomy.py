@@ -252,6 +252,19 @@ def _tally(
 # -- cache breaks ------------------------------------------------------------------------
 
 
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b`: a binary search whose
+    comparisons are C's (a long chat's prompt is compared at every turn)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def find_break(
     held: str,
     sent: str,
@@ -267,8 +280,8 @@ def find_break(
     engine held something else since (a summary, a side trip on the same engine)."""
     if tokens_read_again is not None and tokens_read_again < BREAK_MIN_TOKENS:
         return None
-    at = next((i for i, (a, b) in enumerate(zip(held, sent, strict=False)) if a != b), None)
-    if at is None:  # one is a prefix of the other
+    at = common_prefix(held, sent)
+    if at == min(len(held), len(sent)):  # one is a prefix of the other
         if tokens_read_again is None or len(sent) < len(held):
             return None
         return CacheBreak(None, 0, "", "", tokens_read_again, estimated)
