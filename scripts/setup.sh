@@ -14,6 +14,15 @@ VENV=.venv
 EXTRAS=${1:-}
 log() { printf 'phasechat setup: %s\n' "$*" >&2; }
 
+# A clone made without symlinks has phasechat/backends, ... as small text files, and
+# phasechat/__init__.py refuses to import: stop here with its one line (which names the
+# fix), before creating or building anything. (-S: only this folder's phasechat counts.)
+"$PYTHON" -S -c 'import sys
+try:
+    import phasechat
+except ImportError as exc:
+    sys.exit(str(exc))'
+
 if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"

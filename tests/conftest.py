@@ -15,12 +15,29 @@ import pytest
 
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
-from tests.llama_server import BUILD_HINT, LlamaServer, free_port, llama_server_binary
+from tests.llama_server import (
+    BUILD_HINT,
+    NO_BINARY,
+    SKIP_ENV,
+    SKIPPED_ON_REQUEST,
+    LlamaServer,
+    free_port,
+    llama_server_binary,
+    skipped_summary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # Raw SSE bodies and JSON answers recorded from a real llama-server
 # (tests/fixtures/record.py; tests/fixtures/README.md says what each file is).
 FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """End the run with how many tests against llama-server it skipped, and why."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    line = skipped_summary([str(report.longrepr) for report in skipped])
+    if line:
+        terminalreporter.write_line(line, yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -133,14 +150,20 @@ def start_llama_server(
     waits for /health and returns its base URL (ending in /v1). The same arguments give
     the same server for the whole run; all are stopped at the end.
 
-    The binary is $PHASECHAT_LLAMA_SERVER (scripts/test.sh sets it). Without one the
-    tests that need it skip, saying how to build it; under CI (CI=true) they fail.
+    The binary is $PHASECHAT_LLAMA_SERVER (scripts/test.sh builds it and sets it).
+    Without one, or with PHASECHAT_SKIP_SERVER_TESTS=1 (a quick edit loop), the tests that
+    need it skip, and the run ends saying so; under CI (CI=true) they fail instead.
     """
+    ci = os.environ.get("CI") == "true"
+    if os.environ.get(SKIP_ENV) == "1":
+        if ci:
+            pytest.fail(f"CI runs every test: {SKIP_ENV}=1 is for a quick edit loop")
+        pytest.skip(SKIPPED_ON_REQUEST)
     binary = llama_server_binary()
     if binary is None:
-        if os.environ.get("CI") == "true":
+        if ci:
             pytest.fail(f"CI: no llama-server binary. {BUILD_HINT}")
-        pytest.skip(f"no llama-server binary. {BUILD_HINT}")
+        pytest.skip(NO_BINARY)
     logs = tmp_path_factory.mktemp("llama-server")
     servers: dict[tuple[str, ...], LlamaServer] = {}
 

@@ -16,8 +16,11 @@ ENV = "PHASECHAT_LLAMA_SERVER"
 BUILD_HINT = (
     "Build it once (about 8 minutes on 2 cores, cached in ~/.cache/phasechat/llama-server) "
     f"and point {ENV} at it: {ENV}=$(scripts/llama_server.sh) .venv/bin/pytest ... "
-    "(CI=true scripts/test.sh builds it and sets it)."
+    "(scripts/test.sh builds it and sets it)."
 )
+SKIP_ENV = "PHASECHAT_SKIP_SERVER_TESTS"
+SKIPPED_ON_REQUEST = f"{SKIP_ENV}=1 skips the tests against llama-server"
+NO_BINARY = f"no llama-server binary. {BUILD_HINT}"
 # The base command's options: one slot with the whole context, 2 threads (the
 # development machine's 2 cores). Extra arguments follow them; one that names an option
 # here (in any spelling) replaces it, since llama-server warns about repeated options.
@@ -34,6 +37,28 @@ def llama_server_binary() -> Path | None:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise RuntimeError(f"{ENV}={value} is not an executable file. {BUILD_HINT}")
     return path
+
+
+def skipped_summary(reasons: list[str]) -> str | None:
+    """The line a run ends with when it skipped tests against llama-server (each skip's
+    reason is one of `reasons`): how many, why, and how to run them; None if it skipped none."""
+    asked = sum(SKIPPED_ON_REQUEST in reason for reason in reasons)
+    missing = sum(NO_BINARY in reason for reason in reasons)
+    if asked:
+        return (
+            f"{_tests(asked)} against llama-server skipped: {SKIP_ENV}=1 is set; "
+            "without it scripts/test.sh runs every test"
+        )
+    if missing:
+        return (
+            f"{_tests(missing)} against llama-server skipped: no binary in {ENV}; "
+            "scripts/test.sh builds one once and runs every test"
+        )
+    return None
+
+
+def _tests(n: int) -> str:
+    return f"{n} test" if n == 1 else f"{n} tests"
 
 
 def free_port() -> int:

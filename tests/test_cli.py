@@ -1,11 +1,15 @@
-"""`phasechat ask` and `doctor`, run as a user runs them: in a subprocess."""
+"""`phasechat ask`, `doctor` and `--version`, run as a user runs them: in a subprocess."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +89,24 @@ def test_doctor_reports_build_and_geometry() -> None:
     assert "30" in r.stdout and "3 KV" in r.stdout  # 30 layers, 3 KV heads
     # which flash attention the local backend uses, and the measurement behind it
     assert re.search(r"flash attention (on|off) \((cached measurement|measured at load)", r.stdout)
+
+
+def test_version_names_phasechat_and_the_llama_build_and_touches_nothing(tmp_path: Path) -> None:
+    dirs = {var: tmp_path / var for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")}
+    r = subprocess.run(
+        [sys.executable, "-m", "phasechat", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **{var: str(path) for var, path in dirs.items()}},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # no model load, no warning: the lines below and nothing else
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    name, llama, info, offload = r.stdout.splitlines()
+    assert name.split() == ["phasechat", pyproject["project"]["version"]]
+    assert llama.split()[:2] == ["llama-cpp-python", metadata.version("llama-cpp-python")]
+    assert "(libllama " in llama and info.startswith("system info") and "CPU" in info
+    assert offload.startswith("GPU offload")
+    # nothing measured or saved: no bandwidth probe, no flash-attention timing, no config
+    assert not any(path.exists() for path in dirs.values())

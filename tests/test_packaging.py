@@ -9,8 +9,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from phasechat import LAYERS
+
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("backends", "telemetry", "chat", "tui", "themes")
 
 
 def test_each_layer_is_linked_into_the_one_package() -> None:

@@ -15,24 +15,22 @@ from phasechat.chat.roofline import (
     machine_bandwidth,
     mem_available,
 )
+from phasechat.cli.build_info import llama_build, not_importable
 
 
 def report() -> str:
     """A human-readable report, one fact per line."""
     lines: list[str] = []
     try:
-        import llama_cpp
-
-        info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-        offload = bool(llama_cpp.llama_supports_gpu_offload())
+        build = llama_build()
+    except ImportError as exc:
+        lines.append(not_importable(exc))
+    else:
+        offload = build.gpu_offload
         lines += [
-            f"llama-cpp-python  {llama_cpp.__version__}",
-            f"system info       {info}",
-            f"GPU offload       {'yes' if offload else 'no (CPU-only build)'}",
+            *build.lines(),
             f"--gpu-layers      default {'-1 (all layers)' if offload else '0'}",
         ]
-    except ImportError as exc:
-        lines.append(f"llama-cpp-python  not importable: {exc}")
     cores = physical_cores()
     lines.append(
         f"physical cores    {cores} (default --threads: up to {cores}, fewer while other "

@@ -25,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Chat with an LLM and see where the time goes: prefill vs decode.",
     )
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print phasechat's version and the llama.cpp build (no model is loaded), then exit",
+    )
     add_backend_options(parser)
     sub = parser.add_subparsers(dest="command")
     ask_cli.add_parser(sub)
@@ -59,6 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.version:
+        from phasechat.cli.build_info import version_text
+
+        print(version_text())
+        return 0
     if args.command == "ask":
         return asyncio.run(ask_cli.run(args))
     if args.command == "doctor":

@@ -1,0 +1,62 @@
+"""PHASECHAT_SKIP_SERVER_TESTS=1, the quick edit loop: the tests against llama-server
+skip, and the run ends saying how many and how to run them; CI refuses it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.llama_server import NO_BINARY, SKIPPED_ON_REQUEST, skipped_summary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_run(**env: str) -> subprocess.CompletedProcess[str]:
+    """A nested run of tests/test_llama_server.py (two tests, both against llama-server)."""
+    base = {k: v for k, v in os.environ.items() if k not in {"CI", "PHASECHAT_LLAMA_SERVER"}}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_llama_server.py",
+        ],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_skipping_says_so_at_the_end_of_the_run() -> None:
+    r = pytest_run(PHASECHAT_SKIP_SERVER_TESTS="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    *_, line, stats = r.stdout.strip().splitlines()
+    assert re.fullmatch(r"2 skipped in [\d.]+s", stats), stats
+    assert line == (
+        "2 tests against llama-server skipped: PHASECHAT_SKIP_SERVER_TESTS=1 is set; "
+        "without it scripts/test.sh runs every test"
+    )
+
+
+def test_ci_refuses_to_skip() -> None:
+    r = pytest_run(PHASECHAT_SKIP_SERVER_TESTS="1", CI="true")
+    assert r.returncode == 1
+    assert "CI runs every test: PHASECHAT_SKIP_SERVER_TESTS=1 is for a quick edit loop" in r.stdout
+    assert "skipped" not in r.stdout.strip().splitlines()[-1]
+
+
+def test_the_summary_counts_only_llama_server_skips() -> None:
+    other = "('tests/test_faults.py', 343, 'Skipped: openssl is needed')"
+    assert skipped_summary([other]) is None
+    asked = skipped_summary([SKIPPED_ON_REQUEST, other, SKIPPED_ON_REQUEST])
+    assert asked is not None and asked.startswith("2 tests against llama-server skipped")
+    missing = skipped_summary([NO_BINARY, other])
+    assert missing is not None and missing.startswith("1 test against") and "no binary" in missing
