@@ -233,3 +233,10 @@ def test_the_prompt_view_shows_sections_and_where_the_cache_ended(
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(100, 40), run_before=show)
+
+
+def test_the_first_screen_teaches_until_the_first_answer(
+    snap_compare: Any, local_backend: LocalBackend
+) -> None:
+    app = SteadyApp(settings=Settings(), backend=local_backend)
+    assert snap_compare(app, terminal_size=(110, 36))

@@ -50,6 +50,7 @@ from phasechat.tui.telemetry_view import (
     panel_content,
     status_content,
 )
+from phasechat.tui.welcome import Welcome
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
@@ -110,6 +111,7 @@ class PhasechatApp(ChatHost):
 
     # -- layout ----------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        yield Welcome(id="welcome")
         yield ChatLog(id="log")
         yield LivePanel(id="telemetry")
         yield PromptInput(id="prompt", show_line_numbers=False)
@@ -174,6 +176,7 @@ class PhasechatApp(ChatHost):
         """Draw `conversation` (the workspace's, just opened or made) from the top."""
         self._stop_editing()
         await self.query_one(ChatLog).show(conversation)
+        self.refresh_welcome()
 
     # -- sending ---------------------------------------------------------------------
     @on(PromptInput.Submitted)
@@ -330,6 +333,15 @@ class PhasechatApp(ChatHost):
         last = self.turns.exchanges[-1].metrics if self.turns.exchanges else None
         status = status_content(self.backend, self.generating, last)
         self.query_one("#status", Static).update(status)
+        self.refresh_welcome()
+
+    def refresh_welcome(self) -> None:
+        """The first screen, while the chat on screen has no answer."""
+        welcome = self.query_one(Welcome)
+        shown = self.query_one(ChatLog).query_children(MessageView)
+        welcome.display = not any(v.message.role == "assistant" for v in shown)
+        if welcome.display:
+            welcome.show_for(self.backend)
 
     # -- actions ---------------------------------------------------------------------
     async def stop_and_wait(self) -> None:
