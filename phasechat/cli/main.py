@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
-from phasechat.cli import ask_cli, bench_cli, chats_cli, compare_cli
+from phasechat.cli import ablate_cli, ask_cli, bench_cli, chats_cli, compare_cli
 from phasechat.cli.options import add_backend_options, build_workspace, fail
 
 
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_options(bench_p, top=False)
     bench_cli.add_options(bench_p)
     compare_cli.add_parser(sub)
+    ablate_cli.add_parser(sub)
     sub.add_parser(
         "doctor", help="llama.cpp build, GPU offload and the default model", allow_abbrev=False
     )
@@ -79,6 +80,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return bench_cli.run(args)
     if args.command == "compare":
         return compare_cli.run(args)
+    if args.command == "ablate":
+        return ablate_cli.run(args)
     try:
         workspace = build_workspace(args)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:

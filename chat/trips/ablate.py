@@ -1,0 +1,226 @@
+"""Ablation: what each part of a prompt is worth. A chat's last turn is run again with
+each section removed in turn (the system prompt, the trimmer's summary, each earlier
+exchange: a question and its answer together, so the roles still alternate for strict
+templates), beside the full prompt, and the differences reported.
+
+Every run is cold (its own first line, as compare's cold rounds: `cold_messages`), so
+each variant pays its own prefill; rounds interleave the variants (full, cut 1, cut 2,
+..., then again), so a machine whose speed drifts moves them all alike. A side trip:
+each run is a turn on a controller of its own; the chat is never touched. The engine's
+cache then holds the last variant, not the chat: the next turn of the chat pays a cold
+prefill (the caller says so).
+
+A section's tokens are the full prompt's sections (telemetry/anatomy.py; an exchange is
+its question's and its answer's), so the rows and the kept rest (the new question and
+the template) add up to the prompt.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from phasechat.backends.base import Backend
+from phasechat.backends.events import Message
+from phasechat.chat.anatomy import anatomy_of
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trips.compare import cold_messages
+from phasechat.chat.turns import TurnController
+from phasechat.telemetry.anatomy import Anatomy
+from phasechat.telemetry.metrics import Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """One section of the prompt, and the prompt without it."""
+
+    name: str  # "system prompt", "summary", "exchange 2" (question 2 and its answer)
+    kind: str  # "system", "summary", "exchange"
+    #: the request's indices of its messages (0: the system message)
+    message_indices: tuple[int, ...]
+    messages: tuple[Message, ...]
+
+
+def cuts_of(messages: Sequence[Message]) -> list[Cut]:
+    """Each section that can be removed from a request, with the request without it."""
+    messages = tuple(messages)
+    out: list[Cut] = []
+    first = messages[0] if messages else None
+    if first is not None and first.role == "system":
+        rest = messages[1:]
+        system, header, summary = first.content.partition(SUMMARY_HEADER)
+        system = system.removesuffix("\n\n") if header else first.content
+        if system and header:
+            out.append(
+                Cut("system prompt", "system", (0,), (Message("system", header + summary), *rest))
+            )
+            out.append(Cut("summary", "summary", (0,), (Message("system", system), *rest)))
+        elif header:
+            out.append(Cut("summary", "summary", (0,), rest))
+        elif system:
+            out.append(Cut("system prompt", "system", (0,), rest))
+    start = 1 if first is not None and first.role == "system" else 0
+    last = len(messages) - 1
+    number = 0
+    for i in range(start, last - 1):
+        if messages[i].role == "user" and messages[i + 1].role == "assistant":
+            number += 1
+            without = (*messages[:i], *messages[i + 2 :])
+            out.append(Cut(f"exchange {number}", "exchange", (i, i + 1), without))
+    return out
+
+
+def section_tokens(anatomy: Anatomy, cut: Cut) -> int:
+    """The tokens of `cut` in the full prompt's sections (its messages' own text)."""
+    kinds = {"system": ("system",), "summary": ("summary",), "exchange": ("history",)}[cut.kind]
+    return sum(
+        s.tokens
+        for s in anatomy.sections
+        if s.kind in kinds and s.message_index in cut.message_indices
+    )
+
+
+def words_in_common(a: str, b: str) -> float:
+    """The share of words two answers have in common (multisets; 1.0: the same words)."""
+    wa, wb = Counter(a.split()), Counter(b.split())
+    most = max(sum(wa.values()), sum(wb.values()))
+    return sum((wa & wb).values()) / most if most else 1.0
+
+
+@dataclass
+class Variant:
+    """The full prompt, or the prompt without one section, and its runs."""
+
+    cut: Cut | None  # None: the full prompt
+    messages: tuple[Message, ...]
+    runs: list[tuple[Metrics, str]] = field(default_factory=list)  # (metrics, answer)
+
+    def median(self, key: Callable[[Metrics], float | None]) -> float | None:
+        values = [v for m, _ in self.runs if (v := key(m)) is not None]
+        return statistics.median(values) if values else None
+
+
+def _prefill_ms(m: Metrics) -> float | None:
+    return m.server_prompt_ms if m.server_prompt_ms is not None else m.ttft_ms
+
+
+def _decode_ms(m: Metrics) -> float | None:
+    if m.e2e_ms is None or m.ttft_ms is None:
+        return None
+    return m.e2e_ms - m.ttft_ms
+
+
+#: The figures compared: (key in the report, how it is read from an answer's metrics)
+FIGURES: tuple[tuple[str, Callable[[Metrics], float | None]], ...] = (
+    ("ttft_ms", lambda m: m.ttft_ms),
+    ("prefill_ms", _prefill_ms),
+    ("output_tokens", lambda m: float(m.output_tokens)),
+    ("decode_ms", _decode_ms),
+    ("e2e_ms", lambda m: m.e2e_ms),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One section: its tokens and what removing it changed (cut minus full, medians)."""
+
+    section: str
+    kind: str
+    message_indices: tuple[int, ...]
+    tokens: int | None
+    deltas: dict[str, float | None]
+    #: the answers without it: identical to the full prompt's (at temperature 0), else None
+    answer_identical: bool | None
+    #: the share of words in common with the full prompt's answer (first runs)
+    words_in_common: float | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "section": self.section,
+            "kind": self.kind,
+            "message_indices": list(self.message_indices),
+            "tokens": self.tokens,
+            **{f"{k}_delta": v for k, v in self.deltas.items()},
+            "answer_identical": self.answer_identical,
+            "words_in_common": self.words_in_common,
+        }
+
+
+class Ablation:
+    """Runs the full prompt and each cut, `repeat` cold rounds, interleaved."""
+
+    def __init__(self, backend: Backend, settings: Settings, messages: Sequence[Message]) -> None:
+        self.backend, self.settings = backend, settings
+        self.full = Variant(None, tuple(messages))
+        self.variants = [self.full] + [Variant(c, c.messages) for c in cuts_of(messages)]
+        self.anatomy: Anatomy | None = None  # the full prompt's sections (its first run)
+
+    async def run(
+        self, repeat: int, on_run: Callable[[Variant, Metrics], None] | None = None
+    ) -> None:
+        for _ in range(repeat):
+            for variant in self.variants:
+                turns = TurnController(self.backend, self.settings, name=self.backend.name)
+                turns.trimmer.enabled = False  # the messages as given
+                exchange = turns.ask_over(cold_messages(variant.messages, secrets.token_hex(4)))
+                async for _event in turns.run(exchange):
+                    pass
+                metrics = exchange.metrics
+                assert metrics is not None
+                if metrics.finish in ("error", "cancelled"):
+                    raise RuntimeError(exchange.answer.error or f"a run ended {metrics.finish}")
+                variant.runs.append((metrics, exchange.answer.content))
+                if variant is self.full and self.anatomy is None:
+                    self.anatomy = await self._sections(metrics)
+                if on_run is not None:
+                    on_run(variant, metrics)
+
+    async def _sections(self, metrics: Metrics) -> Anatomy | None:
+        """The full prompt's sections as the chat sends it (without a cold run's first
+        line): exact where the backend renders prompts, else estimated over the count."""
+        messages = self.full.messages
+        rendered = await self.backend.render(messages)
+        total = len(rendered.pieces) if rendered is not None else metrics.prompt_tokens
+        counted = replace(metrics, prompt_tokens=total, cache_reported=False)
+        return anatomy_of(messages, rendered, counted, None)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.anatomy.prompt_tokens if self.anatomy is not None else None
+
+    def rows(self) -> list[Row]:
+        """One row per section, the one whose removal saved the most end-to-end first."""
+        full_answer = self.full.runs[0][1] if self.full.runs else ""
+        greedy = self.settings.temperature == 0
+        out = []
+        for v in self.variants[1:]:
+            assert v.cut is not None
+            deltas: dict[str, float | None] = {}
+            for key, read in FIGURES:
+                cut, whole = v.median(read), self.full.median(read)
+                deltas[key] = cut - whole if cut is not None and whole is not None else None
+            answer = v.runs[0][1] if v.runs else ""
+            same = answer == full_answer
+            out.append(
+                Row(
+                    v.cut.name,
+                    v.cut.kind,
+                    v.cut.message_indices,
+                    section_tokens(self.anatomy, v.cut) if self.anatomy else None,
+                    deltas,
+                    same if greedy else None,
+                    words_in_common(answer, full_answer),
+                )
+            )
+        out.sort(key=lambda r: r.deltas["e2e_ms"] if r.deltas["e2e_ms"] is not None else 0.0)
+        return out
+
+    def kept_tokens(self) -> int | None:
+        """The prompt's tokens no row removes: the new question and the template's own."""
+        if self.anatomy is None:
+            return None
+        return sum(s.tokens for s in self.anatomy.sections if s.kind in ("new", "template"))

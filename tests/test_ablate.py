@@ -1,0 +1,119 @@
+"""Ablation (chat/trips/ablate.py): the sections a prompt can lose, the answers compared,
+and, on the bundled model, one row per section whose tokens add up to the prompt, a long
+system prompt's removal saving cold TTFT, and `phasechat ablate --json` on a saved chat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phasechat.backends.events import Message
+from phasechat.backends.local import LocalBackend
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trips.ablate import Ablation, cuts_of, words_in_common
+
+LONG_SYSTEM = "You are a careful tutor. " + " ".join(
+    f"Rule {i}: answer plainly, in short sentences, with no lists and no headings."
+    for i in range(12)
+)
+
+
+def chat(system: str) -> tuple[Message, ...]:
+    """A 4-turn chat's last request: three exchanges, then the fourth question."""
+    out = [Message("system", system)]
+    for q, a in (("What is a lighthouse?", "A tower with a light."),
+                 ("Who keeps it?", "A keeper, once."),
+                 ("Is it used today?", "Yes, automated.")):  # fmt: skip
+        out += [Message("user", q), Message("assistant", a)]
+    return (*out, Message("user", "Name one famous lighthouse."))
+
+
+def test_each_section_is_cut_with_the_roles_still_alternating() -> None:
+    messages = chat("Be brief.")
+    cuts = cuts_of(messages)
+    assert [c.name for c in cuts] == ["system prompt", "exchange 1", "exchange 2", "exchange 3"]
+    for cut in cuts:
+        roles = [m.role for m in cut.messages if m.role != "system"]
+        assert roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
+        assert cut.messages[-1] == messages[-1]  # the question stays
+    assert cuts[0].messages == messages[1:]
+    assert cuts[2].messages == (*messages[:3], *messages[5:])  # exchange 2 is messages 3-4
+    assert cuts[2].message_indices == (3, 4)
+
+
+def test_a_summary_and_the_system_prompt_are_cut_apart() -> None:
+    system = Message("system", f"Be brief.\n\n{SUMMARY_HEADER}They spoke of towers.")
+    messages = (system, Message("user", "And now?"))
+    cuts = {c.name: c for c in cuts_of(messages)}
+    assert set(cuts) == {"system prompt", "summary"}
+    assert cuts["summary"].messages[0] == Message("system", "Be brief.")
+    assert cuts["system prompt"].messages[0].content == f"{SUMMARY_HEADER}They spoke of towers."
+
+
+def test_words_in_common_counts_repeats_once_each() -> None:
+    assert words_in_common("a b c d", "a b c d") == 1.0
+    assert words_in_common("a a b", "a b b") == pytest.approx(2 / 3)
+    assert words_in_common("one two", "three four five six") == 0.0
+
+
+@pytest.mark.model
+def test_ablation_on_the_bundled_model(local_backend: LocalBackend) -> None:
+    messages = chat(LONG_SYSTEM)
+    ablation = Ablation(local_backend, Settings(max_tokens=8, temperature=0, seed=1), messages)
+    asyncio.run(ablation.run(repeat=2))
+    rows = {r.section: r for r in ablation.rows()}
+    assert set(rows) == {"system prompt", "exchange 1", "exchange 2", "exchange 3"}
+    # the rows and what stays in every variant are the prompt, by the engine's own count
+    total = local_backend.count_tokens(messages).tokens
+    assert ablation.prompt_tokens == total
+    assert sum(r.tokens or 0 for r in rows.values()) + (ablation.kept_tokens() or 0) == total
+    system = rows["system prompt"]
+    assert system.tokens is not None and system.tokens > 150  # the long one
+    # cold runs: without ~200 of ~320 tokens, the prefill (and so TTFT) is shorter
+    ttft, prefill = system.deltas["ttft_ms"], system.deltas["prefill_ms"]
+    assert ttft is not None and ttft < 0 and prefill is not None and prefill < 0
+    # every run was cold: none found more cached than the template's first tokens and the
+    # first line's "[" (4 tokens on this model)
+    for variant in ablation.variants:
+        assert len(variant.runs) == 2
+        assert all((m.cached_tokens or 0) <= 4 for m, _ in variant.runs)
+    assert ablation.rows()[0].deltas["e2e_ms"] == min(
+        r.deltas["e2e_ms"] or 0.0 for r in rows.values()
+    )
+
+
+@pytest.mark.model
+def test_ablate_a_saved_chat_as_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    fast = ("--max-tokens", "4", "--n-ctx", "512", "--temperature", "0")
+
+    def phasechat(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "phasechat", *args], capture_output=True, text=True, timeout=300
+        )
+
+    first = phasechat("ask", "--json", *fast, "--system", "Be brief.", "What is a lighthouse?")
+    chat_id = str(json.loads(first.stdout)["chat_id"])
+    assert phasechat("ask", "--json", *fast, "--chat", chat_id, "Who keeps it?").returncode == 0
+    r = phasechat("ablate", *fast, "--chat", chat_id, "--repeat", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s["section"] for s in doc["sections"]].count("exchange 1") == 1
+    assert {s["section"] for s in doc["sections"]} == {"system prompt", "exchange 1"}
+    assert doc["sections_source"] == "tokenizer"
+    assert sum(s["tokens"] for s in doc["sections"]) + doc["kept_tokens"] == doc["prompt_tokens"]
+    for s in doc["sections"]:
+        assert set(s) >= {"ttft_ms_delta", "prefill_ms_delta", "output_tokens_delta",
+                          "decode_ms_delta", "e2e_ms_delta", "answer_identical"}  # fmt: skip
+    # nothing was added to the chat
+    exported = phasechat("chats", "export", chat_id, "--format", "json")
+    assert len(json.loads(exported.stdout)["messages"]) == 5  # system, 2 questions, 2 answers
+
+    bad = phasechat("ablate", *fast, "--chat", "999")
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "999" in bad.stderr
