@@ -11,12 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.types import SUMMARY_HEADER
-from phasechat.chat.trips.ablate import Ablation, cuts_of, words_in_common
+from phasechat.chat.trips.ablate import CACHE_AFTER, Ablation, cuts_of, words_in_common
+from phasechat.tui.ablate_screen import AblateScreen
+from phasechat.tui.app import PhasechatApp
+from tests.helpers import wait_for
 
 LONG_SYSTEM = "You are a careful tutor. " + " ".join(
     f"Rule {i}: answer plainly, in short sentences, with no lists and no headings."
@@ -117,3 +121,27 @@ def test_ablate_a_saved_chat_as_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     bad = phasechat("ablate", *fast, "--chat", "999")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "999" in bad.stderr
+
+
+@pytest.mark.model
+async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
+    local_backend: LocalBackend,
+) -> None:
+    settings = Settings(system="Be brief.", max_tokens=4, temperature=0)
+    app = PhasechatApp(settings=settings, backend=local_backend)
+    async with app.run_test(size=(160, 40)) as pilot:
+        for i, q in enumerate(("Name a colour.", "Name a fruit."), 1):
+            app.send(q)
+            await wait_for(pilot, lambda i=i: len(app.turns.exchanges) == i and not app.generating)
+        before = [m.id for m in app.turns.conversation.every()]
+        app.action_ablate()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, AblateScreen)
+        table = screen.query_one("#table", Static)
+        await wait_for(pilot, lambda: "kept in every variant" in str(table.render()))
+        text = str(table.render())
+        assert "system prompt" in text and "exchange 1" in text and CACHE_AFTER in text
+        assert screen.runs == 3 * 3  # the full prompt and two cuts, 3 runs each
+        await pilot.press("escape")
+        assert [m.id for m in app.turns.conversation.every()] == before

@@ -38,6 +38,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
+from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
@@ -470,6 +471,17 @@ class PhasechatApp(ChatHost):
             return
         number = [m.id for m in answers].index(chosen.id) + 1
         self.push_screen(PromptView(chosen.anatomy, f"the prompt of answer {number}"))
+
+    def action_ablate(self) -> None:
+        """The chat's last turn again without each part of its prompt (cold, side trip)."""
+        if self.generating:
+            self.notify("still answering: press Esc to stop it first", severity="warning")
+            return
+        last = self.turns.last_request()
+        if last is None:
+            self.notify("no answered question yet: ablation re-runs the last turn")
+            return
+        self.push_screen(AblateScreen(self.backend, self.turns.settings, last[0]))
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.turns.exchanges))

@@ -41,6 +41,11 @@ COMMANDS = (
         "What the engine read for the selected answer: sections, cache break, exact text (F8)",
         "action_prompt_view",
     ),
+    (
+        "What each part of the prompt is worth",
+        "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
+        "action_ablate",
+    ),
     ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
     (
         "Replay the last prompt on ...",

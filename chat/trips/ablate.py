@@ -27,6 +27,7 @@ from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
 from phasechat.chat.anatomy import anatomy_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages
 from phasechat.chat.turns import TurnController
@@ -224,3 +225,59 @@ class Ablation:
         if self.anatomy is None:
             return None
         return sum(s.tokens for s in self.anatomy.sections if s.kind in ("new", "template"))
+
+
+UNITS = {"output_tokens": "tok"}
+TITLES = {
+    "ttft_ms": "TTFT",
+    "prefill_ms": "prefill",
+    "output_tokens": "output",
+    "decode_ms": "decode",
+    "e2e_ms": "e2e",
+}
+#: What a user is told after an ablation: it is a side trip, but the engine's cache moved.
+CACHE_AFTER = "the engine's cache now holds the last variant: the chat's next turn reads cold"
+
+
+def _delta(value: float | None, key: str) -> str:
+    if value is None:
+        return "-"
+    unit = UNITS.get(key, "ms")
+    return f"{value:+,.1f} {unit}" if unit == "ms" else f"{value:+,.1f}"
+
+
+def _answer(row: Row) -> str:
+    if row.answer_identical:
+        return "same answer"
+    share = row.words_in_common
+    return "changed" + (f" ({share:.0%} words in common)" if share is not None else "")
+
+
+def ablation_title(ablation: Ablation, repeat: int) -> str:
+    backend = ablation.backend
+    approx = "~" if ablation.anatomy is not None and ablation.anatomy.source == "estimate" else ""
+    return (
+        f"{one_line(backend.name)} ({one_line(backend.model)}), {repeat} cold runs of each "
+        f"variant, medians; prompt {approx}{ablation.prompt_tokens} tokens"
+    )
+
+
+def report_lines(ablation: Ablation) -> list[str]:
+    """The table: one line per section (what removing it changed), then what every
+    variant keeps, the full prompt's figures and the cache's state."""
+    approx = "~" if ablation.anatomy is not None and ablation.anatomy.source == "estimate" else ""
+    head = f"{'without':<16}{'tokens':>8}" + "".join(f"{TITLES[k] + ' Δ':>14}" for k, _ in FIGURES)
+    lines = [head + "  answer"]
+    for row in ablation.rows():
+        tokens = "-" if row.tokens is None else f"{approx}{row.tokens:,}"
+        cells = "".join(f"{_delta(row.deltas[k], k):>14}" for k, _ in FIGURES)
+        lines.append(f"{one_line(row.section):<16}{tokens:>8}{cells}  {_answer(row)}")
+    lines.append(
+        f"kept in every variant: the question and the template, {approx}{ablation.kept_tokens()} "
+        "tokens"
+    )
+    full = [(k, ablation.full.median(read)) for k, read in FIGURES]
+    shown = (f"{TITLES[k]} {v:,.1f} {UNITS.get(k, 'ms')}" for k, v in full if v is not None)
+    lines.append("the full prompt: " + ", ".join(shown))
+    lines.append(CACHE_AFTER)
+    return lines

@@ -13,20 +13,16 @@ from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.store.export import dumps
-from phasechat.chat.text import one_line
-from phasechat.chat.trips.ablate import FIGURES, Ablation, Row
+from phasechat.chat.trips.ablate import (
+    CACHE_AFTER,
+    FIGURES,
+    Ablation,
+    ablation_title,
+    report_lines,
+)
 from phasechat.chat.turns import InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
-
-UNITS = {"output_tokens": "tok"}
-TITLES = {
-    "ttft_ms": "TTFT",
-    "prefill_ms": "prefill",
-    "output_tokens": "output",
-    "decode_ms": "decode",
-    "e2e_ms": "e2e",
-}
 
 
 def add_parser(sub: Any) -> None:
@@ -122,45 +118,11 @@ def _record(ablation: Ablation, chat_id: int, repeat: int) -> dict[str, object]:
         "sections_source": anatomy.source if anatomy is not None else None,
         "full": {key: ablation.full.median(read) for key, read in FIGURES},
         "sections": [row.as_dict() for row in ablation.rows()],
-        "cache_after": "the engine holds the last variant: the chat's next turn reads cold",
+        "cache_after": CACHE_AFTER,
     }
 
 
-def _delta(value: float | None, key: str) -> str:
-    if value is None:
-        return "-"
-    unit = UNITS.get(key, "ms")
-    return f"{value:+,.1f} {unit}" if unit == "ms" else f"{value:+,.1f}"
-
-
-def _answer(row: Row) -> str:
-    if row.answer_identical:
-        return "same answer"
-    share = row.words_in_common
-    return "changed" + (f" ({share:.0%} words in common)" if share is not None else "")
-
-
 def _print(ablation: Ablation, chat_id: int, repeat: int) -> None:
-    backend = ablation.backend
-    approx = "~" if ablation.anatomy is not None and ablation.anatomy.source == "estimate" else ""
-    print(
-        f"chat {chat_id}'s last turn on {one_line(backend.name)} ({one_line(backend.model)}): "
-        f"{repeat} cold runs of each variant, medians; "
-        f"prompt {approx}{ablation.prompt_tokens} tokens"
-    )
-    head = f"{'without':<16}{'tokens':>8}" + "".join(f"{TITLES[k] + ' Δ':>14}" for k, _ in FIGURES)
-    print(head + "  answer")
-    for row in ablation.rows():
-        tokens = "-" if row.tokens is None else f"{approx}{row.tokens:,}"
-        cells = "".join(f"{_delta(row.deltas[k], k):>14}" for k, _ in FIGURES)
-        print(f"{row.section:<16}{tokens:>8}{cells}  {_answer(row)}")
-    kept = ablation.kept_tokens()
-    print(f"kept in every variant: the question and the template, {approx}{kept} tokens")
-    full = {k: ablation.full.median(read) for k, read in FIGURES}
-    print(
-        "the full prompt: "
-        + ", ".join(
-            f"{TITLES[k]} {v:,.1f} {UNITS.get(k, 'ms')}" for k, v in full.items() if v is not None
-        )
-    )
-    print("the engine's cache now holds the last variant: the chat's next turn reads cold")
+    print(f"chat {chat_id}'s last turn: {ablation_title(ablation, repeat)}")
+    for line in report_lines(ablation):
+        print(line)
