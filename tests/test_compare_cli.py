@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
-from phasechat.chat.trips.compare import METRICS
+from phasechat.chat.trips.compare import METRICS, word_diff
 from tests.test_cli import phasechat
 
 KEYS = [key for key, _, _ in METRICS]
@@ -133,3 +134,53 @@ def test_warm_rounds_find_the_prompt_cached_and_cold_ones_do_not() -> None:
     # not find A's prompt either (each side has its own first line)
     assert all(x > 0.9 for x in reuse("--warm"))
     assert all(x < 0.5 for x in reuse())
+
+
+@pytest.mark.model
+def test_two_system_prompts_on_one_model(tmp_path: Path) -> None:
+    short = tmp_path / "short.txt"
+    long = tmp_path / "long.txt"
+    short.write_text("Answer briefly, in plain words.\n")
+    long.write_text(" ".join(["Answer briefly, in plain words."] * 10) + "\n")
+    r = phasechat(
+        "compare",
+        "What is a lighthouse?",
+        "--backend",
+        f"local:system=@{short}",
+        "--backend",
+        f"local:system=@{long}",
+        *("--repeat", "2", "--max-tokens", "8", "--n-ctx", "1024"),
+        *("--temperature", "0", "--seed", "1", "--json"),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    a, b = out["sides"]
+    assert a["system"] == "Answer briefly, in plain words."
+    assert b["system"] == " ".join(["Answer briefly, in plain words."] * 10)
+    # every run cold: the longer system prompt is read whole each time
+    prompt_a = {run["prompt_tokens"] for run in a["runs"]}
+    prompt_b = {run["prompt_tokens"] for run in b["runs"]}
+    assert min(prompt_b) > max(prompt_a) + 50
+    assert b["stats"]["ttft_ms"]["median"] > a["stats"]["ttft_ms"]["median"]
+    for side in (a, b):
+        assert side["stats"]["output_tokens"]["median"] == statistics.median(
+            run["output_tokens"] for run in side["runs"]
+        )
+    assert isinstance(out["answer_diff"], str)  # temperature 0 and a seed: a word diff
+
+
+def test_a_prompt_variant_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    r = phasechat(
+        "compare", "Hi", "--backend", "local", "--backend", f"local:system=@{tmp_path}/none.txt"
+    )
+    assert r.returncode == 2 and "none.txt" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_word_diff_marks_what_b_changed() -> None:
+    assert word_diff("a tall white tower", "a short white tower") == (
+        "a [-tall-] {+short+} white tower"
+    )
+    assert word_diff("same words", "same words") == "same words"
+    assert word_diff("", "new") == "{+new+}"

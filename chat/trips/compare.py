@@ -15,6 +15,7 @@ medians; a metric whose spread is wider than the difference says so.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("decode_tok_s", "decode", "tok/s"),
     ("cache_reuse", "cache reuse", "%"),
     ("chars_per_s", "chars/s", "chars/s"),
+    ("output_tokens", "output", "tok"),
     ("e2e_ms", "e2e", "ms"),
 )
 
@@ -58,6 +60,8 @@ class Side:
     name: str  # the profile's name, with its overrides: "local", "local(threads=1)"
     backend: Backend
     settings: Settings
+    #: this side's own messages (a prompt variant), else the comparison's
+    messages: tuple[Message, ...] | None = None
 
 
 @dataclass
@@ -171,12 +175,13 @@ class Comparison:
         """One round: A and B on the same messages (together, or A then B). Cold, both get
         the round's own first line (each its own when they share a backend). An unmeasured
         round (a warm-up) is not kept among the answers."""
-        for_a = for_b = self.messages
+        for_a, for_b = (s.messages or self.messages for s in self.sides)
         if self.cold:
-            for_a = for_b = cold_messages(self.messages, secrets.token_hex(4))
-            if self.sides[0].backend is self.sides[1].backend:
-                # one engine, one cache: with A's first line, B would find A's prompt
-                for_b = cold_messages(self.messages, secrets.token_hex(4))
+            tag = secrets.token_hex(4)
+            # one engine, one cache: with A's first line, B would find A's prompt
+            shared = self.sides[0].backend is self.sides[1].backend
+            for_a = cold_messages(for_a, tag)
+            for_b = cold_messages(for_b, secrets.token_hex(4) if shared else tag)
         a, b = self._answer(0, round_, for_a), self._answer(1, round_, for_b)
         self.answers += (a, b)
         try:
@@ -323,3 +328,25 @@ def fmt_spread(s: Spread, unit: str) -> str:
     if s.n < 2 or s.lo is None or s.hi is None:
         return fmt(s.median, unit)
     return f"{fmt(s.median, unit)} [{fmt(s.lo, unit)}-{fmt(s.hi, unit)}]"
+
+
+def word_diff(a: str, b: str) -> str:
+    """B's answer against A's, word by word: `[-A's words-]{+B's words+}` where they
+    differ, the words in common as they are (wdiff's notation)."""
+    wa, wb = a.split(), b.split()
+    out: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
+        if op == "equal":
+            out += wa[i1:i2]
+            continue
+        if i2 > i1:
+            out.append("[-" + " ".join(wa[i1:i2]) + "-]")
+        if j2 > j1:
+            out.append("{+" + " ".join(wb[j1:j2]) + "+}")
+    return " ".join(out)
+
+
+def greedy(c: Comparison) -> bool:
+    """Both sides decode deterministically (temperature 0, a seed): their answers differ
+    only where their prompts or engines make them."""
+    return all(s.settings.temperature == 0 and s.settings.seed is not None for s in c.sides)

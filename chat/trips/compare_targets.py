@@ -1,5 +1,7 @@
 """What a comparison can be run against: a backend profile, or a profile with other
-settings (a derived profile: threads, n_ctx, flash attention, temperature...).
+settings (a derived profile: threads, n_ctx, flash attention, temperature...), or with
+another prompt (`system=TEXT`, `system=@FILE`, `prompt=TEXT`, `prompt=@FILE`: prompt
+variants on one backend).
 
 On the command line a derived profile is written `NAME:key=value,key=value`
 (`local:threads=1`, `local:flash_attn=off`, `server:temperature=0`); the replay picker
@@ -11,6 +13,7 @@ max_tokens, seed) apply to any backend and keep the same backend instance; load 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
@@ -19,6 +22,11 @@ from phasechat.chat.config.settings import Settings
 ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}
 #: keys that change how a local model is loaded (another instance of it)
 LOCAL_KEYS = {"threads": int, "n_ctx": int, "gpu_layers": int, "flash_attn": bool}
+#: keys that change the prompt: the system prompt, or the message being compared; TEXT
+#: or @FILE (UTF-8; a text with a comma needs a file: commas separate the keys)
+PROMPT_KEYS = ("system", "prompt")
+#: the most characters of a prompt read from a file
+MAX_PROMPT_CHARS = 1_000_000
 
 _TRUE, _FALSE = {"on", "true", "1", "yes"}, {"off", "false", "0", "no"}
 
@@ -33,6 +41,8 @@ class Target:
     profile: str  # the profile it derives from
     #: whether it needs a backend of its own (load keys), else the profile's is used
     own_backend: bool = False
+    #: the message compared instead of the one given to all (`prompt=`), None: that one
+    prompt: str | None = None
 
 
 def split_name(text: str) -> tuple[str, dict[str, str]]:
@@ -62,6 +72,35 @@ def _value(key: str, text: str) -> object:
         raise ValueError(f"{key}={text!r}: expected a number") from None
 
 
+def prompt_text(key: str, text: str) -> str:
+    """A `system=` or `prompt=` value: TEXT, or the contents of @FILE. Raises ValueError
+    for a file that cannot be read, is not UTF-8 text, or is too long."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:]).expanduser()
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROMPT_CHARS * 4 + 1)
+    except OSError as exc:
+        raise ValueError(f"{key}={text}: {exc.strerror or exc}") from None
+    try:
+        value = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{key}={text}: not UTF-8 text") from None
+    if len(value) > MAX_PROMPT_CHARS:
+        raise ValueError(f"{key}={text}: longer than {MAX_PROMPT_CHARS:,} characters")
+    if key == "prompt" and not value.strip():
+        raise ValueError(f"{key}={text}: the prompt is empty")
+    return value.rstrip("\n") if key == "system" else value
+
+
+def _short(value: str) -> str:
+    """An override as a side's name shows it: @FILE by its file's name, a long TEXT cut."""
+    if value.startswith("@"):
+        return "@" + Path(value[1:]).name
+    return value if len(value) <= 24 else value[:23] + "…"
+
+
 def derive(
     profile: str, spec: BackendSpec, settings: Settings, overrides: dict[str, str]
 ) -> Target:
@@ -71,28 +110,36 @@ def derive(
         return Target(profile, spec, settings, profile)
     engine: dict[str, object] = {}
     local: dict[str, object] = {}
+    prompt: str | None = None
     for key, text in overrides.items():
-        if key in ENGINE_KEYS:
+        if key == "system":
+            engine["system"] = prompt_text(key, text)
+        elif key == "prompt":
+            prompt = prompt_text(key, text)
+        elif key in ENGINE_KEYS:
             engine[key] = _value(key, text)
         elif key in LOCAL_KEYS:
             if spec.kind != "local":
                 raise ValueError(f"{key} applies to a local model, not to {profile!r}")
             local[key] = _value(key, text)
         else:
-            known = ", ".join([*ENGINE_KEYS, *LOCAL_KEYS])
+            known = ", ".join([*ENGINE_KEYS, *LOCAL_KEYS, *PROMPT_KEYS])
             raise ValueError(f"unknown setting {key!r}: expected one of {known}")
     settings = replace(settings, **engine)  # type: ignore[arg-type]
     problems = settings.problems()
     if problems:
         raise ValueError(f"{problems[0][0]}: {problems[0][1]}")
-    name = f"{profile}({','.join(f'{k}={v}' for k, v in overrides.items())})"
+    shown = {k: _short(v) for k, v in overrides.items()}
+    name = f"{profile}({','.join(f'{k}={v}' for k, v in shown.items())})"
     if local:
         renamed = {"n_gpu_layers": local.pop("gpu_layers")} if "gpu_layers" in local else {}
         config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
         if config.n_ctx < 64 or (config.threads is not None and config.threads < 1):
             raise ValueError(f"{name}: n_ctx must be at least 64 and threads at least 1")
-        return Target(name, replace(spec, local=config, local_name=name), settings, profile, True)
-    return Target(name, spec, settings, profile)
+        return Target(
+            name, replace(spec, local=config, local_name=name), settings, profile, True, prompt
+        )
+    return Target(name, spec, settings, profile, prompt=prompt)
 
 
 def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:

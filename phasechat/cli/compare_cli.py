@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from phasechat.backends.base import Backend
@@ -29,7 +30,9 @@ from phasechat.chat.trips.compare import (
     Side,
     fmt,
     fmt_spread,
+    greedy,
     metric_value,
+    word_diff,
 )
 from phasechat.chat.trips.compare_targets import Target, derive, split_name
 from phasechat.chat.turns import InputError
@@ -104,8 +107,10 @@ def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
         spec = backend_spec(_with_backend(args, name), config)
         out.append(derive(name, spec, settings, overrides))
     a, b = out
-    if a.name == b.name:
+    if a == b:
         raise ValueError(f"A and B are the same: {a.name!r}")
+    if a.name == b.name:  # two texts or files shown alike: tell them apart
+        a, b = replace(a, name=f"{a.name} A"), replace(b, name=f"{b.name} B")
     return a, b
 
 
@@ -122,13 +127,10 @@ async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target,
             await backend.start()
             if backend.state == "failed":
                 return fail(f"{backend.name}: {backend.state_detail}")
-        system = ta.settings.system
-        messages = [Message("system", system)] if system else []
-        messages.append(Message("user", prompt))
         comparison = Comparison(
-            Side(ta.name, a, ta.settings),
-            Side(tb.name, b, tb.settings),
-            messages,
+            Side(ta.name, a, ta.settings, _messages(ta, prompt)),
+            Side(tb.name, b, tb.settings, _messages(tb, prompt)),
+            _messages(ta, prompt),
             together=args.together,
             cold=not args.warm,
         )
@@ -153,6 +155,13 @@ async def _compare(args: argparse.Namespace, prompt: str, targets: tuple[Target,
         _table(comparison, rows, load_before, load_after)
     # figures were printed; a failed run still fails the command, as `ask` does
     return 0 if all(x.complete for x in comparison.answers) else 1
+
+
+def _messages(target: Target, prompt: str) -> tuple[Message, ...]:
+    """A side's request: its system prompt, then its prompt (`prompt=`) or the one given."""
+    system = target.settings.system
+    head = (Message("system", system),) if system else ()
+    return (*head, Message("user", target.prompt if target.prompt is not None else prompt))
 
 
 def _backend_line(label: str, side: Side) -> str:
@@ -206,11 +215,18 @@ def _table(
         if x.trace.error is not None:
             label = "AB"[x.side]
             print(f"{label} run {x.round + 1} failed: {visible_controls(x.trace.error.message)}")
-    for label, side in zip("AB", (0, 1), strict=True):
-        first = c.latest(side)
-        if first is not None and first.text:
-            shown = one_line(first.text)
-            print(f"{label} said (last run): {shown[:100]}{'…' if len(shown) > 100 else ''}")
+    a, b = c.latest(0), c.latest(1)
+    if greedy(c) and a is not None and b is not None:
+        same = a.text == b.text
+        print("answers (temperature 0, seeded): " + ("identical" if same else "B against A,"))
+        if not same:
+            print(one_line(word_diff(a.text, b.text)))
+    else:
+        for label, side in zip("AB", (0, 1), strict=True):
+            first = c.latest(side)
+            if first is not None and first.text:
+                shown = one_line(first.text)
+                print(f"{label} said (last run): {shown[:100]}{'…' if len(shown) > 100 else ''}")
     print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
 
 
@@ -264,9 +280,18 @@ def _record(
         "ratio": {row.key: row.ratio for row in rows},
         "delta": {row.key: row.delta for row in rows},
         "warnings": [w for row in rows if (w := row.warning())],
+        "answer_diff": _diff(c),
         "loadavg_before": list(before),
         "loadavg_after": list(after),
     }
+
+
+def _diff(c: Comparison) -> str | None:
+    """B's last answer against A's, word by word, when both decode deterministically."""
+    a, b = c.latest(0), c.latest(1)
+    if not greedy(c) or a is None or b is None:
+        return None
+    return word_diff(a.text, b.text)
 
 
 def _side_record(side: Side, runs: list[dict[str, Any]], stats: dict[str, Any]) -> dict[str, Any]:
@@ -275,6 +300,9 @@ def _side_record(side: Side, runs: list[dict[str, Any]], stats: dict[str, Any]) 
         "name": side.name,
         "model": backend.model,
         "temperature": side.settings.temperature,
+        "system": side.messages[0].content
+        if side.messages and side.messages[0].role == "system"
+        else None,
         "max_tokens": side.settings.max_tokens,
         "runs": runs,
         "stats": stats,
