@@ -55,9 +55,12 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class ResponseStarted:
-    """The server answered with streaming headers (remote only): the first byte."""
+    """The server answered with streaming headers (remote only): the first byte.
+    `connect_ms`: the time this request spent opening its connection (TCP and TLS; 0 on
+    a kept-alive one), None where the transport did not say."""
 
     status: int
+    connect_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

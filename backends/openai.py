@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -59,6 +60,27 @@ class RemoteConfig:
     #: the server's context window, for a server that does not say it (None: ask it)
     context_window: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+class ConnectTimer:
+    """How long a request spent opening its connection, from httpx's trace extension
+    (httpcore's `connection.connect_tcp.*` and `connection.start_tls.*` events): 0 when
+    it went out on a kept-alive connection."""
+
+    def __init__(self) -> None:
+        self.started: int | None = None
+        self.ended: int | None = None
+
+    async def trace(self, event: str, info: dict[str, object]) -> None:
+        if event == "connection.connect_tcp.started" and self.started is None:
+            self.started = time.perf_counter_ns()
+        elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            self.ended = time.perf_counter_ns()
+
+    def ms(self) -> float:
+        if self.started is None or self.ended is None:
+            return 0.0
+        return (self.ended - self.started) / 1e6
 
 
 class RemoteBackend:
@@ -271,12 +293,14 @@ class RemoteBackend:
 
     async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:
         client = self._http()
+        connect = ConnectTimer()
         try:
             req = client.build_request(
                 "POST",
                 f"{self.base_url}/chat/completions",
                 json=self.request_body(request),
                 headers=self._headers(),
+                extensions={"trace": connect.trace},
             )
             try:
                 response = await client.send(req, stream=True)
@@ -303,7 +327,7 @@ class RemoteBackend:
                     error = dataclasses.replace(error, kind="context_overflow", detail=refusal)
                 yield error
                 return
-            yield ResponseStarted(response.status_code)
+            yield ResponseStarted(response.status_code, connect.ms())
             ctype = response.headers.get("content-type", "")
             events = (
                 self._sse(response, request)

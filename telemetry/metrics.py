@@ -100,6 +100,12 @@ class Metrics:
     thread_changes: int | None
     threads_reason: str | None
     warnings: tuple[str, ...]
+    #: remote: the request's own phases before its first token (connect: TCP and TLS,
+    #: 0 on a kept-alive connection; headers: the response's status line arrived)
+    connect_ms: float | None = None
+    headers_ms: float | None = None
+    #: the second token event, after the request was sent
+    time_to_second_token_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -226,6 +232,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         thread_changes=trace.thread_changes if trace.threads else None,
         threads_reason=trace.threads.reason if trace.threads else None,
         warnings=tuple(_disagreements(trace, prompt_tokens)),
+        connect_ms=trace.connect_ms,
+        headers_ms=ms(trace.t_first_byte),
+        time_to_second_token_ms=ms(trace.t_second_token),
     )
 
 

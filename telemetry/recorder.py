@@ -53,6 +53,10 @@ class Trace:
     #: set while the request waits before it is sent (for a history summary): since when
     t_queued: int | None = None
     t_first_byte: int | None = None
+    #: the time the request spent opening its connection (remote; see ResponseStarted)
+    connect_ms: float | None = None
+    #: the second token event: with the first, how the stream starts (a burst, a pause)
+    t_second_token: int | None = None
     #: first and last token of any kind (thinking or answer): the decode window
     t_first_token: int | None = None
     t_last_token: int | None = None
@@ -132,8 +136,9 @@ class Trace:
                 self._token(now, tokens)
                 if text:
                     self.reasoning_parts.append(text)
-            case ResponseStarted():
+            case ResponseStarted(connect_ms=connect_ms):
                 self.t_first_byte = now
+                self.connect_ms = connect_ms
             case PromptEvaluated():
                 self.prompt = event
             case PrefillProgress():
@@ -162,6 +167,8 @@ class Trace:
         """A token event of either kind: the decode window and the token count."""
         if self.t_first_token is None:
             self.t_first_token = now
+        elif self.t_second_token is None:
+            self.t_second_token = now
         self.t_last_token = now
         self.deltas += 1
         if tokens is None:

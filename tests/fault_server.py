@@ -307,6 +307,14 @@ class FaultServer(ThinkBehaviours):
         await self._tokens(c.w, 3, delay=0.001)
         c.w.write(chunk(finish="stop") + DONE)
 
+    async def _b_lateheads(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """The response's headers only after `arg` seconds (a proxy, a queue), then a
+        normal answer at once: the request's phases before its first token."""
+        await c.idle(float(arg or 0.3))
+        c.w.write(SSE_HEAD)
+        await self._tokens(c.w, 3, delay=0.001)
+        c.w.write(chunk(finish="stop") + DONE)
+
     async def _b_nohead(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """Accepts the request and sends nothing at all, not even headers."""
         await c.idle(float(arg or 30))

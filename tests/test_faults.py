@@ -209,6 +209,18 @@ async def test_slow_prefill_is_not_a_stall(server: FaultServer) -> None:
     assert ex.metrics.ttft_ms > 300  # the wait was longer than a stall, yet allowed
 
 
+async def test_the_requests_own_phases_come_before_the_first_token(server: FaultServer) -> None:
+    # The headers come 0.3 s after the request (with a 0.3 s stall limit: not a stall).
+    ex, _ = await ask(server.base_url, "lateheads-0.3")
+    m = ex.metrics
+    assert m is not None and ex.answer.content == "tok tok tok "
+    assert m.headers_ms is not None and m.headers_ms >= 300
+    assert m.connect_ms is not None and 0 < m.connect_ms < m.headers_ms  # a new connection
+    assert m.ttft_ms is not None and m.headers_ms <= m.ttft_ms
+    assert m.time_to_second_token_ms is not None and m.time_to_second_token_ms >= m.ttft_ms
+    assert m.first_byte_ms == m.headers_ms
+
+
 async def test_a_slow_event_that_keeps_coming_is_not_a_stall(server: FaultServer) -> None:
     # One event trickles in over a second, with a 0.3 s stall limit: bytes, not events,
     # show that the server is still talking (comments do not: see pingstall above).
