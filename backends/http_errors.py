@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from phasechat.backends.events import StreamError
+from phasechat.backends.wire_numbers import as_retry_after
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
@@ -85,11 +86,12 @@ def status_error(
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date)."""
+    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date): None
+    when it is neither, or not finite (`1e999`); never more than MAX_RETRY_AFTER_S."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        return as_retry_after(float(value))
     except ValueError:
         from datetime import UTC, datetime
         from email.utils import parsedate_to_datetime
@@ -100,7 +102,7 @@ def parse_retry_after(value: str | None) -> float | None:
             return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return max(0.0, round((when - datetime.now(UTC)).total_seconds()))
+        return as_retry_after(round((when - datetime.now(UTC)).total_seconds()))
 
 
 def causes(exc: BaseException) -> list[str]:
