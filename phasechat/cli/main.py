@@ -77,8 +77,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail("the chat UI needs a terminal; use `phasechat ask` for headless use")
     from phasechat.tui.app import PhasechatApp
 
-    PhasechatApp(workspace=workspace).run()
-    return 0
+    app = PhasechatApp(workspace=workspace)
+    app.run()
+    return app.return_code or 0
 
 
 if __name__ == "__main__":  # pragma: no cover
