@@ -171,9 +171,12 @@ class EngineThreads:
 @dataclass(frozen=True, slots=True)
 class Notice:
     """Something the user should know that does not end the stream
-    (e.g. the server ignored `stream: true` and sent its answer whole)."""
+    (e.g. the server ignored `stream: true` and sent its answer whole). `doubt`: it
+    names figures of the server's that were not believed (backends/wire_numbers.py),
+    which the answer's figures then carry as a warning."""
 
     text: str
+    doubt: bool = False
 
 
 @dataclass(frozen=True, slots=True)

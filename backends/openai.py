@@ -297,7 +297,7 @@ class RemoteBackend:
         if not self.config.verify_tls:
             yield Notice(TLS_OFF)
         for line in self._pending:
-            yield Notice(self._scrub(line))
+            yield Notice(self._scrub(line), doubt=True)
         self._pending.clear()
         notice = self.key_notice()
         if notice is not None:
@@ -310,7 +310,7 @@ class RemoteBackend:
             if isinstance(event, StreamError):
                 event = dataclasses.replace(event, message=self._scrub(event.message))
             elif isinstance(event, Notice):
-                event = Notice(self._scrub(event.text))
+                event = dataclasses.replace(event, text=self._scrub(event.text))
             yield event
 
     async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:

@@ -90,7 +90,7 @@ def parse_chunk(data: str, server: str = "the server") -> list[Event]:
     if isinstance(timings, dict) and "prompt_n" in timings:
         out.append(_timings(timings, said, f))
     if (line := f.notice(server)) is not None:
-        out.append(Notice(line))
+        out.append(Notice(line, doubt=True))
     return out
 
 
@@ -201,6 +201,6 @@ async def whole_reply(
         f = Fields()
         yield _usage(usage, f)
         if (line := f.notice(server)) is not None:
-            yield Notice(line)
+            yield Notice(line, doubt=True)
     reason = choice.get("finish_reason") or "stop"
     yield Finished(_FINISH.get(str(reason), "other"))

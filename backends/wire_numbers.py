@@ -128,4 +128,6 @@ class Fields:
 def _digits(n: int) -> int:
     """How many decimal digits `n` has, without converting it to a string (which
     Python refuses beyond 4,300 digits)."""
-    return max(1, int(abs(n).bit_length() * math.log10(2)) + 1)
+    n = abs(n)
+    digits = int(n.bit_length() * math.log10(2)) + 1  # right, or one too many
+    return digits - 1 if digits > 1 and n < 10 ** (digits - 1) else digits

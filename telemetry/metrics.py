@@ -363,7 +363,7 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
         out.append(f"{trace.tokens} tokens exceed max_tokens {trace.max_tokens}")
     if prompt_tokens is None:
         out.append("no prompt token count from the server")
-    return out
+    return out + trace.doubts
 
 
 def _cut_to_window(trace: Trace) -> list[str]:
