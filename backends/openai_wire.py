@@ -35,6 +35,8 @@ from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_PROMPT_DETAILS = "usage.prompt_tokens_details"
+_OUT_DETAILS = "usage.completion_tokens_details"
 #: Where servers put the chain of thought, in the order we look.
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -100,8 +102,8 @@ def _progress(progress: dict[str, object], f: Fields) -> list[Event]:
     cache = f.count(progress, "cache", "prompt_progress")
     done = f.count(progress, "processed", "prompt_progress")
     time_ms = f.ms(progress, "time_ms", "prompt_progress")
-    cache = f.at_most(cache, total, "prompt_progress.cache", "total")
-    done = f.at_most(done, total, "prompt_progress.processed", "total")
+    cache = f.at_most(cache, total, "prompt_progress.cache", "prompt_progress.total")
+    done = f.at_most(done, total, "prompt_progress.processed", "prompt_progress.total")
     if total is None or cache is None or done is None:
         return []
     return [PrefillProgress(total, cache, done, time_ms or 0.0)]
@@ -137,21 +139,21 @@ def _usage(usage: dict[str, object], f: Fields) -> Usage:
     completion = f.count(usage, "completion_tokens", "usage")
     details = usage.get("prompt_tokens_details")
     cached = (
-        f.count(details, "cached_tokens", "usage.prompt_tokens_details")
-        if isinstance(details, dict)
-        else None
+        f.count(details, "cached_tokens", _PROMPT_DETAILS) if isinstance(details, dict) else None
     )
     out_details = usage.get("completion_tokens_details")
     thought = (
-        f.count(out_details, "reasoning_tokens", "usage.completion_tokens_details")
+        f.count(out_details, "reasoning_tokens", _OUT_DETAILS)
         if isinstance(out_details, dict)
         else None
     )
     return Usage(
         prompt,
         completion,
-        f.at_most(cached, prompt, "usage cached_tokens", "prompt_tokens"),
-        f.at_most(thought, completion, "usage reasoning_tokens", "completion_tokens"),
+        f.at_most(cached, prompt, f"{_PROMPT_DETAILS}.cached_tokens", "usage.prompt_tokens"),
+        f.at_most(
+            thought, completion, f"{_OUT_DETAILS}.reasoning_tokens", "usage.completion_tokens"
+        ),
     )
 
 
@@ -171,7 +173,7 @@ def _timings(timings: dict[str, object], usage: Usage | None, f: Fields) -> Serv
         f.ms(timings, "predicted_ms", "timings"),
         f.at_most(cache_n, total, "timings.cache_n", "usage.prompt_tokens"),
         drafted,
-        f.at_most(accepted, drafted, "timings.draft_n_accepted", "draft_n"),
+        f.at_most(accepted, drafted, "timings.draft_n_accepted", "timings.draft_n"),
     )
 
 
