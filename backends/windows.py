@@ -108,11 +108,12 @@ async def fetch_json(
     url: str,
     headers: dict[str, str],
     body: dict[str, Any] | None = None,
+    limit: int = MAX_BODY,
 ) -> object:
-    """The JSON of a 200 answer of at most MAX_BODY bytes, else `NOT_JSON`. The caller
+    """The JSON of a 200 answer of at most `limit` bytes, else `NOT_JSON`. The caller
     bounds the time (`asyncio.timeout`); each read also gives up after DEADLINE_S."""
     async with client.stream(method, url, headers=headers, json=body, timeout=DEADLINE_S) as r:
-        data = await read_body(r) if r.status_code == 200 else None
+        data = await read_body(r, limit) if r.status_code == 200 else None
     return load_json(data) if data is not None else NOT_JSON
 
 

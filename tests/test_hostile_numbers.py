@@ -14,9 +14,11 @@ import math
 import re
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from phasechat.backends.events import (
+    Message,
     Notice,
     PrefillProgress,
     ServerTimings,
@@ -26,6 +28,7 @@ from phasechat.backends.events import (
 from phasechat.backends.http_errors import parse_retry_after
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.openai_wire import parse_chunk
+from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.wire_numbers import MAX_RETRY_AFTER_S, as_count, as_ms, load_json
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
@@ -305,3 +308,31 @@ async def test_an_unhandled_error_ends_the_tui_with_status_1_in_one_line() -> No
         ("user", "complete"),
         ("assistant", "complete"),
     ]
+
+
+# -- the prompt as llama-server renders it --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "tokenized", "pieces"),
+    [
+        ('{"prompt":"a\\ud800"}', '{"tokens":[{"piece":"a"},{"piece":"\\ud800"}]}', 2),
+        ('{"prompt":"ab"}', "[" * 200_000, None),
+        ("[" * 200_000, "{}", None),
+        ('{"prompt":"ab"}', '{"tokens":[{"piece":"a"},{"piece":7}]}', None),
+    ],
+)
+async def test_a_hostile_render_is_unknown_or_replaced_never_raised(
+    template: str, tokenized: str, pieces: int | None
+) -> None:
+    def reply(request: httpx.Request) -> httpx.Response:
+        said = template if request.url.path == "/apply-template" else tokenized
+        return httpx.Response(200, content=said.encode())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
+        rendered = await render_on_llama_server(client, "http://x", {}, (Message("user", "a"),))
+    if pieces is None:
+        assert rendered is None
+    else:
+        assert rendered is not None and rendered.text == "a\ufffd"
+        assert b"".join(rendered.pieces).decode() == rendered.text
