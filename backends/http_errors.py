@@ -7,14 +7,13 @@ whether trying again can help.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import httpx
 
 from phasechat.backends.events import StreamError
-from phasechat.backends.wire_numbers import as_retry_after
+from phasechat.backends.wire_numbers import NOT_JSON, as_retry_after, load_json
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
@@ -37,10 +36,9 @@ def error_text(obj: Any) -> str:
 
 def body_text(body: str) -> str:
     """A short, one-line summary of an error body: JSON error, HTML title, or text."""
-    try:
-        return error_text(json.loads(body))
-    except ValueError:
-        pass
+    said = load_json(body)  # a body of 4,000 `[` is not JSON either
+    if said is not NOT_JSON:
+        return error_text(said)
     if "<html" in body[:512].lower() or "<!doctype" in body[:512].lower():
         # A proxy's or load balancer's error page: its title says more than its markup.
         title = _TITLE.search(body)

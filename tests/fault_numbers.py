@@ -112,6 +112,22 @@ class NumberBehaviours:
         finish = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
         c.w.write(SSE_HEAD + tok * 3 + finish + _event(raw) + DONE)
 
+    async def _b_deep(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """200,000 `[`: as a 500's body (`deep-status`), as a reply that did not stream
+        (`deep-whole`), or as one event of a stream (`deep-event`)."""
+        deep = b"[" * 200_000
+        if arg == "event":
+            c.w.write(SSE_HEAD + b"data: " + deep + b"\n\n" + DONE)
+            return
+        status = b"500 Error" if arg == "status" else b"200 OK"
+        c.w.write(
+            b"HTTP/1.1 "
+            + status
+            + b"\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(deep)}\r\nconnection: close\r\n\r\n".encode()
+            + deep
+        )
+
     async def _window(self, case: str, path: str, c: Conn) -> None:
         """The metadata endpoints under `/window-<case>/`."""
         server, _, how = case.partition("_")

@@ -336,3 +336,21 @@ async def test_a_hostile_render_is_unknown_or_replaced_never_raised(
     else:
         assert rendered is not None and rendered.text == "a\ufffd"
         assert b"".join(rendered.pieces).decode() == rendered.text
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "says"),
+    [
+        ("status", "server", "HTTP 500 server error at"),
+        ("whole", "protocol", "server did not stream (sent application/json"),
+        ("event", "protocol", "malformed event from server: '[[[["),
+    ],
+)
+async def test_json_nested_200000_deep_is_one_line(
+    server: FaultServer, case: str, kind: str, says: str
+) -> None:
+    ex, _ = await ask(server.base_url, f"deep-{case}")
+    assert ex.answer.status == "error" and ex.trace.error is not None
+    assert ex.trace.error.kind == kind
+    error = ex.answer.error or ""
+    assert says in error and "\n" not in error and len(error) < 400
