@@ -33,6 +33,7 @@ from phasechat.backends.wire_numbers import MAX_RETRY_AFTER_S, as_count, as_ms, 
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
+from phasechat.cli import main as cli_main
 from phasechat.cli.main import main
 from phasechat.telemetry.metrics import Metrics
 from phasechat.tui.app import PhasechatApp
@@ -354,3 +355,14 @@ async def test_json_nested_200000_deep_is_one_line(
     assert ex.trace.error.kind == kind
     error = ex.answer.error or ""
     assert says in error and "\n" not in error and len(error) < 400
+
+
+def test_a_defect_in_a_command_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken() -> int:  # stands for any defect no handler expected
+        raise RuntimeError("boom\n\x1b[31m")
+
+    monkeypatch.setattr(cli_main, "doctor", broken)
+    assert main(["doctor"]) == 1
+    assert capsys.readouterr().err == "phasechat: internal error: RuntimeError: boom ␛[31m\n"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
+from phasechat.chat.text import one_line
 from phasechat.cli import ask_cli, bench_cli, chats_cli, compare_cli
 from phasechat.cli.options import add_backend_options, build_workspace, fail
 
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `phasechat doctor | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # a defect: one line and a failure, never a traceback
+        # (each verb saves as it goes and closes its store in `finally`)
+        return fail(one_line(f"internal error: {type(exc).__name__}: {exc}")[:400], 1)
 
 
 def _main(argv: Sequence[str] | None) -> int:
