@@ -69,6 +69,8 @@ class RemoteConfig:
     connect_timeout_s: float = 10.0
     first_token_timeout_s: float = 300.0  # a long prefill is not a stall
     stall_timeout_s: float = 15.0  # the longest gap allowed between events, mid-answer
+    #: `GET /models` at start, headers and all (its body: the window look-up's deadline)
+    listing_timeout_s: float = 10.0
     verify_tls: bool = True  # turning it off is explicit and announced on every answer
     #: the server's context window, for a server that does not say it (None: ask it)
     context_window: int | None = None
@@ -193,12 +195,18 @@ class RemoteBackend:
             self._state, self._detail = "failed", problem
             return
         listing: object = NOT_JSON
+        wait = self.config.listing_timeout_s
         try:
-            async with self._http().stream(
-                "GET", f"{self.base_url}/models", headers=self._headers(), timeout=10.0
-            ) as r:
+            # One deadline for the headers: a server that drips them a byte at a time
+            # must not hold the start for a timeout per read.
+            async with (
+                asyncio.timeout(wait),
+                self._http().stream(
+                    "GET", f"{self.base_url}/models", headers=self._headers(), timeout=wait
+                ) as r,
+            ):
                 if r.status_code != 200:
-                    raw = (await read_body(r, 4000) or b"")[:4000]
+                    raw = await _prefix(r, 64 * 1024)
                     # Scrubbed before anything cuts it short: a cut key would not match.
                     body = self._scrub(raw.decode("utf-8", errors="replace"))
                     key_env = self.config.api_key_env
@@ -206,8 +214,14 @@ class RemoteBackend:
                     self._state, self._detail = "failed", self._scrub(err.message)
                     return
                 listing = await self._listing(r)
+        except TimeoutError:
+            self._state, self._detail = (
+                "failed",
+                f"no answer from {self.shown_url} within {wait:g} s",
+            )
+            return
         except httpx.HTTPError as exc:
-            err = connect_error(exc, self.shown_url, 10.0)
+            err = connect_error(exc, self.shown_url, wait)
             self._state, self._detail = "failed", self._scrub(err.message)
             return
         data = listing.get("data") if isinstance(listing, dict) else None
@@ -447,6 +461,16 @@ class RemoteBackend:
         else:
             msg = f"stream ended early after {plural(chunks, 'chunk')}, with no finish reason"
             yield StreamError("connection", msg, retryable=True)
+
+
+async def _prefix(response: httpx.Response, size: int) -> bytes:
+    """The first `size` bytes (or so) of a streamed `response`'s body."""
+    data = bytearray()
+    async for piece in response.aiter_bytes():
+        data += piece
+        if len(data) >= size:
+            break
+    return bytes(data)
 
 
 def _once(events: list[Event], said: set[str]) -> list[Event]:

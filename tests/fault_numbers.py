@@ -133,8 +133,8 @@ class NumberBehaviours:
         server, _, how = case.partition("_")
         owner = {"props": "llamacpp", "ollama": "library", "show": "library"}.get(server, "x")
         if path.endswith("/v1/models"):
-            if how == "drip" and server == "models":
-                await self._drip(c)
+            if server == "models" and how in ("drip", "headdrip"):
+                await self._drip(c, head=how == "headdrip")
                 return
             entry = f'{{"id":"scripted","owned_by":"{owner}"'
             if server == "vllm":
@@ -167,21 +167,23 @@ class NumberBehaviours:
             + data
         )
 
-    async def _drip(self, c: Conn) -> None:
-        """A 200 with a valid body sent one byte every 0.5 s (a minute in all), ended at
-        once when the client leaves."""
+    async def _drip(self, c: Conn, head: bool = False) -> None:
+        """A 200 with a valid body sent one byte every 0.5 s (a minute in all; `head`:
+        the headers too), ended at once when the client leaves."""
         body = b'{"object":"list","data":[]' + b" " * 120 + b"}"
-        c.w.write(
+        start = (
             b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
             + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
         )
-        for i in range(len(body)):
-            c.w.write(body[i : i + 1])
+        if not head:
+            c.w.write(start)
+            start = b""
+        sent = start + body
+        for i in range(len(sent)):
+            c.w.write(sent[i : i + 1])
             try:
                 await c.w.drain()
             except ConnectionError:
-                break
-            if c.r.at_eof():
                 break
             await c.idle(0.5)
             if c.r.at_eof():

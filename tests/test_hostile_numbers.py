@@ -366,3 +366,18 @@ def test_a_defect_in_a_command_is_one_line_and_exit_1(
     monkeypatch.setattr(cli_main, "doctor", broken)
     assert main(["doctor"]) == 1
     assert capsys.readouterr().err == "phasechat: internal error: RuntimeError: boom ␛[31m\n"
+
+
+async def test_a_listing_whose_headers_drip_fails_the_start_in_one_line(
+    server: FaultServer,
+) -> None:
+    base = f"http://127.0.0.1:{server.port}/window-models_headdrip/v1"
+    backend = RemoteBackend(RemoteConfig(base_url=base, model="ok-3", listing_timeout_s=1.0))
+    try:
+        await backend.start()
+    finally:
+        await backend.aclose()
+    assert backend.state == "failed"
+    assert backend.state_detail == f"no answer from {base} within 1 s"
+    async with asyncio.timeout(60):  # the server sees the client leave; a leak fails here
+        await server.drip_cut.wait()
