@@ -363,7 +363,8 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
         out.append(f"{trace.tokens} tokens exceed max_tokens {trace.max_tokens}")
     if prompt_tokens is None:
         out.append("no prompt token count from the server")
-    return out + trace.doubts
+    # first: a figure the server sent and we did not believe explains the others
+    return trace.doubts + out
 
 
 def _cut_to_window(trace: Trace) -> list[str]:

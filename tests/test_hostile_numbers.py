@@ -271,19 +271,32 @@ async def test_metadata_that_drips_leaves_the_window_unknown_and_the_chat_goes_o
 # -- in the TUI ---------------------------------------------------------------------------
 
 
-async def test_the_tui_names_what_it_ignored_and_draws_no_negative_figure() -> None:
+@pytest.mark.parametrize(
+    ("path", "model", "shown"),
+    [
+        ("", "numbers-usage_negative", "ignored usage.prompt_tokens (-100)"),
+        ("", "numbers-cache_huge", "ignored timings.cache_n (99999999)"),
+        ("", "numbers-choices_int", "ignored choices (7)"),
+        ("", "numbers-surrogate", "tok tok tok \ufffd!"),
+        ("/window-props_digits", "ok-3", "ignored /props n_ctx (a 4000-digit number)"),
+    ],
+)
+async def test_the_tui_names_what_it_ignored_and_draws_no_negative_figure(
+    path: str, model: str, shown: str
+) -> None:
     with fault_server_thread() as srv:
-        config = RemoteConfig(base_url=srv.base_url, model="numbers-usage_negative", name="bad")
+        base = f"http://127.0.0.1:{srv.port}{path}/v1"
+        config = RemoteConfig(base_url=base, model=model, name="bad")
         app = PhasechatApp(BackendSpec("openai", remote=config), Settings(max_tokens=8))
         async with app.run_test(size=(160, 50)) as pilot:
             await wait_for(lambda: app.backend.state == "ready")
             app.send("hi")
             await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
-            shown = await screen_text(pilot)
+            screen = await screen_text(pilot)
             assert app.is_running
     assert app.turns.exchanges[0].answer.status == "complete"
-    assert "ignored usage.prompt_tokens (-100)" in shown
-    assert re.search(r"-\d[\d,.]* (tok|cached|evaluated)", shown) is None, shown
+    assert shown in screen
+    assert re.search(r"-\d[\d,.]* (tok|cached|evaluated)", screen) is None, screen
 
 
 async def test_an_unhandled_error_ends_the_tui_with_status_1_in_one_line() -> None:
