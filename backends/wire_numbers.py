@@ -112,17 +112,25 @@ class Fields:
 
     def ignore(self, name: str, value: object) -> None:
         """Note field `name`, whose `value` was not believed."""
-        if isinstance(value, int) and abs(value) >= 10**12:
-            shown = f"a {_digits(value)}-digit number"  # repr() refuses 4,300 digits
-        else:
-            shown = repr(value)[:40]
-        self.ignored.append(f"{name} ({shown})")
+        self.ignored.append(f"{name} ({_shown(value)})")
 
     def notice(self, server: str) -> str | None:
         """One line naming every ignored field and `server`, or None when none was."""
         if not self.ignored:
             return None
         return f"ignored {', '.join(self.ignored)} from {server}: not a plausible value"
+
+
+def _shown(value: object) -> str:
+    """`value` in a few characters: never the whole of a long string, nor the repr of
+    a container (one nested 900 deep would exceed the recursion limit)."""
+    if isinstance(value, int) and abs(value) >= 10**12:
+        return f"a {_digits(value)}-digit number"  # repr() refuses 4,300 digits
+    if isinstance(value, str):
+        return repr(value[:40])
+    if isinstance(value, list | dict):
+        return "a list" if isinstance(value, list) else "an object"
+    return repr(value)[:40]
 
 
 def _digits(n: int) -> int:

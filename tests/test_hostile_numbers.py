@@ -394,3 +394,11 @@ async def test_a_listing_whose_headers_drip_fails_the_start_in_one_line(
     assert backend.state_detail == f"no answer from {base} within 1 s"
     async with asyncio.timeout(60):  # the server sees the client leave; a leak fails here
         await server.drip_cut.wait()
+
+
+def test_a_value_is_named_in_a_few_characters_whatever_it_is() -> None:
+    deep = "[" * 900 + "]" * 900
+    for choices, shown in [(deep, "a list"), ('"' + "x" * 10**6 + '"', repr("x" * 40))]:
+        (notice,) = parse_chunk('{"choices":[' + choices + "]}", SERVER)
+        assert isinstance(notice, Notice)
+        assert notice.text == f"ignored choices[] ({shown}) from {SERVER}: not a plausible value"
