@@ -123,22 +123,24 @@ class ReasoningDelta:
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts reported by the server (OpenAI `usage`). `completion_tokens`
-    includes `reasoning_tokens` (`completion_tokens_details`), where a server says."""
+    includes `reasoning_tokens` (`completion_tokens_details`), where a server says.
+    None: not said, or not believed (backends/wire_numbers.py)."""
 
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
     cached_tokens: int | None = None
     reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ServerTimings:
-    """llama.cpp's own `timings` object, as the server reported it."""
+    """llama.cpp's own `timings` object, as the server reported it (None: a value that
+    was missing or not believed, backends/wire_numbers.py)."""
 
-    prompt_n: int
-    prompt_ms: float
-    predicted_n: int
-    predicted_ms: float
+    prompt_n: int | None
+    prompt_ms: float | None
+    predicted_n: int | None
+    predicted_ms: float | None
     cache_n: int | None = None
     #: speculative decoding (a draft model): tokens drafted and how many were accepted
     draft_n: int | None = None
@@ -172,9 +174,12 @@ class EngineThreads:
 @dataclass(frozen=True, slots=True)
 class Notice:
     """Something the user should know that does not end the stream
-    (e.g. the server ignored `stream: true` and sent its answer whole)."""
+    (e.g. the server ignored `stream: true` and sent its answer whole). `doubt`: it
+    names figures of the server's that were not believed (backends/wire_numbers.py),
+    which the answer's figures then carry as a warning."""
 
     text: str
+    doubt: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,13 @@ whether trying again can help.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import httpx
 
 from phasechat.backends.events import StreamError
+from phasechat.backends.wire_numbers import NOT_JSON, as_retry_after, load_json
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")
@@ -36,10 +36,9 @@ def error_text(obj: Any) -> str:
 
 def body_text(body: str) -> str:
     """A short, one-line summary of an error body: JSON error, HTML title, or text."""
-    try:
-        return error_text(json.loads(body))
-    except ValueError:
-        pass
+    said = load_json(body)  # a body of 4,000 `[` is not JSON either
+    if said is not NOT_JSON:
+        return error_text(said)
     if "<html" in body[:512].lower() or "<!doctype" in body[:512].lower():
         # A proxy's or load balancer's error page: its title says more than its markup.
         title = _TITLE.search(body)
@@ -85,11 +84,12 @@ def status_error(
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date)."""
+    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date): None
+    when it is neither, or not finite (`1e999`); never more than MAX_RETRY_AFTER_S."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        return as_retry_after(float(value))
     except ValueError:
         from datetime import UTC, datetime
         from email.utils import parsedate_to_datetime
@@ -100,7 +100,7 @@ def parse_retry_after(value: str | None) -> float | None:
             return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
-        return max(0.0, round((when - datetime.now(UTC)).total_seconds()))
+        return as_retry_after(round((when - datetime.now(UTC)).total_seconds()))
 
 
 def causes(exc: BaseException) -> list[str]:

@@ -88,6 +88,21 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def check_base_url(url: str) -> None:
+    """Raise ValueError, in one line that shows no password, when `url` cannot be a
+    server's base URL: a control character (a pasted `\\r`), a broken IPv6 bracket, a
+    port beyond 65535."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValueError("bad base URL: it holds a control character (a pasted newline?)")
+    try:
+        shown = redact_url(url)
+        port = httpx.URL(url).port
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise ValueError(f"bad base URL: {' '.join(str(exc).split())[:120]}") from None
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"bad base URL {shown}: port {port} is not 1-65535")
+
+
 async def log_request(request: httpx.Request) -> None:
     """httpx request hook: method, URL, redacted headers and body size."""
     if logger.isEnabledFor(logging.DEBUG):

@@ -36,11 +36,25 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.http_errors import connect_error, lost_message, plural, status_error
-from phasechat.backends.httplog import event_hooks, key_problem, redact_url, scrub_key
-from phasechat.backends.openai_wire import parse_chunk, whole_reply
+from phasechat.backends.httplog import (
+    check_base_url,
+    event_hooks,
+    key_problem,
+    redact_url,
+    scrub_key,
+)
+from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
 from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.sse import SSEParser
-from phasechat.backends.windows import Window, ask_window, context_refusal, root_of
+from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
+from phasechat.backends.windows import (
+    Window,
+    ask_window,
+    context_refusal,
+    read_body,
+    root_of,
+)
+from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -56,10 +70,20 @@ class RemoteConfig:
     connect_timeout_s: float = 10.0
     first_token_timeout_s: float = 300.0  # a long prefill is not a stall
     stall_timeout_s: float = 15.0  # the longest gap allowed between events, mid-answer
+    #: `GET /models` at start, headers and all (its body: the window look-up's deadline)
+    listing_timeout_s: float = 10.0
     verify_tls: bool = True  # turning it off is explicit and announced on every answer
     #: the server's context window, for a server that does not say it (None: ask it)
     context_window: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse, in one line, a base URL no request could go to and an absurd window:
+        every backend, dialog and log line after this may rely on both."""
+        check_base_url(self.base_url)
+        window = self.context_window
+        if window is not None and not 0 <= window <= MAX_TOKENS:
+            raise ValueError(f"context window {window:.3g} is not 0-{MAX_TOKENS:,} tokens")
 
 
 class ConnectTimer:
@@ -102,6 +126,8 @@ class RemoteBackend:
         self._state: LoadState = "idle"
         self._detail = self._with_tls("not connected")
         self._client: httpx.AsyncClient | None = None
+        #: notices from `start` (numbers not believed, a slow listing), for the next answer
+        self._pending: list[str] = []
         #: the context window and where it came from (None: unknown)
         self.window: Window | None = None
         if self.config.context_window:
@@ -190,35 +216,64 @@ class RemoteBackend:
         if problem is not None:
             self._state, self._detail = "failed", problem
             return
+        listing: object = NOT_JSON
+        wait = self.config.listing_timeout_s
         try:
-            r = await self._http().get(
-                f"{self.base_url}/models", headers=self._headers(), timeout=10.0
+            # One deadline for the headers: a server that drips them a byte at a time
+            # must not hold the start for a timeout per read.
+            async with (
+                asyncio.timeout(wait),
+                self._http().stream(
+                    "GET", f"{self.base_url}/models", headers=self._headers(), timeout=wait
+                ) as r,
+            ):
+                if r.status_code != 200:
+                    raw = await _prefix(r, 64 * 1024)
+                    # Scrubbed before anything cuts it short: a cut key would not match.
+                    body = self._scrub(raw.decode("utf-8", errors="replace"))
+                    key_env = self.config.api_key_env
+                    err = status_error(r.status_code, body, self.shown_url, key_env)
+                    self._state, self._detail = "failed", self._scrub(err.message)
+                    return
+                listing = await self._listing(r)
+        except TimeoutError:
+            self._state, self._detail = (
+                "failed",
+                f"no answer from {self.shown_url} within {wait:g} s",
             )
+            return
         except httpx.HTTPError as exc:
-            err = connect_error(exc, self.shown_url, 10.0)
+            err = connect_error(exc, self.shown_url, wait)
             self._state, self._detail = "failed", self._scrub(err.message)
             return
-        if r.status_code != 200:
-            # Scrubbed before anything cuts it short: a cut key would no longer match.
-            body = self._scrub(r.text)
-            err = status_error(r.status_code, body, self.shown_url, self.config.api_key_env)
-            self._state, self._detail = "failed", self._scrub(err.message)
-            return
-        entries: list[dict[str, Any]] = []
-        try:
-            body = r.json()
-            entries = [m for m in body.get("data", []) if isinstance(m, dict)]
-            self.models = [str(m["id"]) for m in entries]
-            self.is_llama_server = any(m.get("owned_by") == "llamacpp" for m in entries)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            self.models = []
+        data = listing.get("data") if isinstance(listing, dict) else None
+        entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        self.models = [as_text(m["id"]) for m in entries if isinstance(m.get("id"), str)]
+        self.is_llama_server = any(m.get("owned_by") == "llamacpp" for m in entries)
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
+            f = Fields()
             self.window = await ask_window(
-                self._http(), self.base_url, self._headers(), entries, self._model
+                self._http(), self.base_url, self._headers(), entries, self._model, f
             )
+            if (line := f.notice(self.shown_url)) is not None:
+                self._pending.append(line)
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
+
+    async def _listing(self, r: httpx.Response) -> object:
+        """The `/models` listing's JSON, read within the window look-up's deadline: a
+        server that drips it leaves the model list and the window unknown."""
+        try:
+            async with asyncio.timeout(WINDOW_DEADLINE_S):
+                body = await read_body(r)
+        except TimeoutError:
+            body = None
+            self._pending.append(
+                f"{self.shown_url}/models took over {WINDOW_DEADLINE_S:g} s: "
+                "its model list and context window are unknown"
+            )
+        return load_json(body) if body is not None else NOT_JSON
 
     @property
     def context_window(self) -> int | None:
@@ -277,6 +332,9 @@ class RemoteBackend:
         """Stream one answer; closing the iterator closes the HTTP response."""
         if not self.config.verify_tls:
             yield Notice(TLS_OFF)
+        for line in self._pending:
+            yield Notice(self._scrub(line), doubt=True)
+        self._pending.clear()
         notice = self.key_notice()
         if notice is not None:
             yield Notice(notice)
@@ -288,7 +346,7 @@ class RemoteBackend:
             if isinstance(event, StreamError):
                 event = dataclasses.replace(event, message=self._scrub(event.message))
             elif isinstance(event, Notice):
-                event = Notice(self._scrub(event.text))
+                event = dataclasses.replace(event, text=self._scrub(event.text))
             yield event
 
     async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:
@@ -332,7 +390,7 @@ class RemoteBackend:
             events = (
                 self._sse(response, request)
                 if "text/event-stream" in ctype
-                else whole_reply(response, ctype)
+                else whole_reply(response, ctype, self.shown_url)
             )
             async for event in events:
                 yield event
@@ -361,6 +419,7 @@ class RemoteBackend:
         # task of its own after the request is over. (httpx types it as an iterator; it
         # is an async generator.)
         raw_reads = cast(AsyncGenerator[bytes, None], response.aiter_raw())
+        said: set[str] = set()  # a server that sends NaN in every event is told once
         async with contextlib.aclosing(raw_reads) as reads:
             seen = 0  # parser.payload_bytes when the stall deadline last moved
             while True:
@@ -391,7 +450,7 @@ class RemoteBackend:
                     if sse.data == "[DONE]":
                         yield Finished(finish or "stop")
                         return
-                    events = parse_chunk(sse.data)
+                    events = _once(parse_chunk(sse.data, self.shown_url), said)
                     if any(isinstance(e, TextDelta | ReasoningDelta) for e in events):
                         chunks += 1
                         # Every chunk with text (answer or thinking) holds at least one
@@ -414,13 +473,37 @@ class RemoteBackend:
                 seen = parser.payload_bytes
         for sse in parser.close():
             if sse.data != "[DONE]":
-                for event in parse_chunk(sse.data):
+                for event in _once(parse_chunk(sse.data, self.shown_url), said):
                     if isinstance(event, Finished):
                         finish = event.reason
-                    elif isinstance(event, TextDelta | ReasoningDelta | Usage | ServerTimings):
+                    elif isinstance(
+                        event, TextDelta | ReasoningDelta | Usage | ServerTimings | Notice
+                    ):
                         yield event
         if finish is not None:
             yield Finished(finish)
         else:
             msg = f"stream ended early after {plural(chunks, 'chunk')}, with no finish reason"
             yield StreamError("connection", msg, retryable=True)
+
+
+async def _prefix(response: httpx.Response, size: int) -> bytes:
+    """The first `size` bytes (or so) of a streamed `response`'s body."""
+    data = bytearray()
+    async for piece in response.aiter_bytes():
+        data += piece
+        if len(data) >= size:
+            break
+    return bytes(data)
+
+
+def _once(events: list[Event], said: set[str]) -> list[Event]:
+    """`events` without the notices already in `said` (which gains the new ones)."""
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, Notice):
+            if event.text in said:
+                continue
+            said.add(event.text)
+        out.append(event)
+    return out

@@ -12,7 +12,7 @@ A thinking model's chain of thought arrives beside the answer: `reasoning_conten
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -31,8 +31,12 @@ from phasechat.backends.events import (
 )
 from phasechat.backends.http_errors import body_text, error_text
 from phasechat.backends.windows import context_refusal
+from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PROMPT_DETAILS = "usage.prompt_tokens_details"
+_OUT_DETAILS = "usage.completion_tokens_details"
 #: Where servers put the chain of thought, in the order we look.
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
@@ -42,96 +46,149 @@ def reasoning_of(delta: dict[str, object]) -> str:
     for key in REASONING_KEYS:
         value = delta.get(key)
         if isinstance(value, str) and value:
-            return value
+            return as_text(value)
     return ""
 
 
-def parse_chunk(data: str) -> list[Event]:
-    """Events in one `data:` payload of a chat-completion stream."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
+def as_text(value: object) -> str:
+    """Text from the wire as a str that can be printed, stored and encoded: JSON may
+    carry a lone surrogate (`"\\ud800"`), which no UTF-8 stream accepts."""
+    text = value if isinstance(value, str) else str(value)
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def parse_chunk(data: str, server: str = "the server") -> list[Event]:
+    """Events in one `data:` payload of a chat-completion stream. Numbers that are not
+    plausible are dropped and named in one `Notice` (which names `server`)."""
+    obj = load_json(data)
+    if obj is NOT_JSON:
         return [StreamError("protocol", f"malformed event from server: {data[:80]!r}")]
     if not isinstance(obj, dict):
         return [StreamError("protocol", f"unexpected event from server: {data[:80]!r}")]
     if "error" in obj:
         err = obj["error"]
         code = err.get("code") if isinstance(err, dict) else None
-        status = code if isinstance(code, int) else None
+        status = code if isinstance(code, int) and 100 <= code <= 599 else None
         refusal = context_refusal(data)
         if refusal is not None:  # the prompt does not fit the server's window
             return [StreamError("context_overflow", error_text(obj), False, status, None, refusal)]
         # The server failed mid-answer (a crash, an overload): trying again may work.
         return [StreamError("server", f"server error: {error_text(obj)}", True, status)]
+    f = Fields()
     out: list[Event] = []
     progress = obj.get("prompt_progress")
     if isinstance(progress, dict):
-        out.append(
-            PrefillProgress(
-                int(progress.get("total", 0)),
-                int(progress.get("cache", 0)),
-                int(progress.get("processed", 0)),
-                float(progress.get("time_ms", 0.0)),
-            )
-        )
-    for choice in obj.get("choices") or ():
-        delta = choice.get("delta") or {}
-        # llama-server puts reasoning before content when one diff holds both
-        # (server-chat.cpp: server_chat_msg_diff_to_json_oaicompat), as it was generated.
-        thought = reasoning_of(delta)
-        if thought:
-            out.append(ReasoningDelta(thought))
-        content = delta.get("content")
-        if content:
-            out.append(TextDelta(str(content)))
-        reason = choice.get("finish_reason")
-        if reason:
-            out.append(Finished(_FINISH.get(str(reason), "other")))
+        out += _progress(progress, f)
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        f.ignore("choices", choices)
+    for choice in choices if isinstance(choices, list) else ():
+        out += _choice(choice, f)
     usage = obj.get("usage")
-    if isinstance(usage, dict):
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        out_details = usage.get("completion_tokens_details") or {}
-        thought_n = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
-        out.append(
-            Usage(
-                int(usage.get("prompt_tokens") or 0),
-                int(usage.get("completion_tokens") or 0),
-                int(cached) if cached is not None else None,
-                int(thought_n) if isinstance(thought_n, int | float) else None,
-            )
-        )
+    said = _usage(usage, f) if isinstance(usage, dict) else None
+    if said is not None:
+        out.append(said)
     timings = obj.get("timings")
     if isinstance(timings, dict) and "prompt_n" in timings:
-        out.append(
-            ServerTimings(
-                int(timings.get("prompt_n", 0)),
-                float(timings.get("prompt_ms", 0.0)),
-                int(timings.get("predicted_n", 0)),
-                float(timings.get("predicted_ms", 0.0)),
-                int(timings["cache_n"]) if "cache_n" in timings else None,
-                # only with a draft model (llama.cpp tools/server/server-common.cpp,
-                # server_slot_stats::to_json: "if (n_draft_tokens > 0)")
-                _int_or_none(timings.get("draft_n")),
-                _int_or_none(timings.get("draft_n_accepted")),
-            )
-        )
+        out.append(_timings(timings, said, f))
+    if (line := f.notice(server)) is not None:
+        out.append(Notice(line, doubt=True))
     return out
 
 
-def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _progress(progress: dict[str, object], f: Fields) -> list[Event]:
+    """llama-server's `prompt_progress`: dropped whole when a number is not plausible."""
+    total = f.count(progress, "total", "prompt_progress")
+    cache = f.count(progress, "cache", "prompt_progress")
+    done = f.count(progress, "processed", "prompt_progress")
+    time_ms = f.ms(progress, "time_ms", "prompt_progress")
+    cache = f.at_most(cache, total, "prompt_progress.cache", "prompt_progress.total")
+    done = f.at_most(done, total, "prompt_progress.processed", "prompt_progress.total")
+    if total is None or cache is None or done is None:
+        return []
+    return [PrefillProgress(total, cache, done, time_ms or 0.0)]
 
 
-async def whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Event]:
+def _choice(choice: object, f: Fields) -> list[Event]:
+    """The text, thinking and finish of one element of `choices`."""
+    if not isinstance(choice, dict):
+        f.ignore("choices[]", choice)
+        return []
+    out: list[Event] = []
+    delta = choice.get("delta") or {}
+    if not isinstance(delta, dict):
+        f.ignore("choices[].delta", delta)
+        delta = {}
+    # llama-server puts reasoning before content when one diff holds both
+    # (server-chat.cpp: server_chat_msg_diff_to_json_oaicompat), as it was generated.
+    thought = reasoning_of(delta)
+    if thought:
+        out.append(ReasoningDelta(thought))
+    content = delta.get("content")
+    if content:
+        out.append(TextDelta(as_text(content)))
+    reason = choice.get("finish_reason")
+    if reason:
+        out.append(Finished(_FINISH.get(str(reason), "other")))
+    return out
+
+
+def _usage(usage: dict[str, object], f: Fields) -> Usage:
+    """OpenAI's `usage`: each count checked, and the parts no larger than their wholes."""
+    prompt = f.count(usage, "prompt_tokens", "usage")
+    completion = f.count(usage, "completion_tokens", "usage")
+    details = usage.get("prompt_tokens_details")
+    cached = (
+        f.count(details, "cached_tokens", _PROMPT_DETAILS) if isinstance(details, dict) else None
+    )
+    out_details = usage.get("completion_tokens_details")
+    thought = (
+        f.count(out_details, "reasoning_tokens", _OUT_DETAILS)
+        if isinstance(out_details, dict)
+        else None
+    )
+    return Usage(
+        prompt,
+        completion,
+        f.at_most(cached, prompt, f"{_PROMPT_DETAILS}.cached_tokens", "usage.prompt_tokens"),
+        f.at_most(
+            thought, completion, f"{_OUT_DETAILS}.reasoning_tokens", "usage.completion_tokens"
+        ),
+    )
+
+
+def _timings(timings: dict[str, object], usage: Usage | None, f: Fields) -> ServerTimings:
+    """llama.cpp's `timings`; `usage` from the same event bounds what it says was read."""
+    prompt_n = f.count(timings, "prompt_n", "timings")
+    cache_n = f.count(timings, "cache_n", "timings")
+    total = usage.prompt_tokens if usage is not None else None
+    # only with a draft model (llama.cpp tools/server/server-common.cpp,
+    # server_slot_stats::to_json: "if (n_draft_tokens > 0)")
+    drafted = f.count(timings, "draft_n", "timings")
+    accepted = f.count(timings, "draft_n_accepted", "timings")
+    return ServerTimings(
+        f.at_most(prompt_n, total, "timings.prompt_n", "usage.prompt_tokens"),
+        f.ms(timings, "prompt_ms", "timings"),
+        f.count(timings, "predicted_n", "timings"),
+        f.ms(timings, "predicted_ms", "timings"),
+        f.at_most(cache_n, total, "timings.cache_n", "usage.prompt_tokens"),
+        drafted,
+        f.at_most(accepted, drafted, "timings.draft_n_accepted", "timings.draft_n"),
+    )
+
+
+async def whole_reply(
+    response: httpx.Response, ctype: str, server: str = "the server"
+) -> AsyncIterator[Event]:
     """A server that ignored `stream: true`: keep its answer, and say so."""
     body = (await response.aread())[: 64 * 1024 * 1024]
+    obj = load_json(body)
     try:
-        obj = json.loads(body)
+        assert isinstance(obj, dict)
         choice = obj["choices"][0]
-        text = str(choice["message"].get("content") or "")
+        text = as_text(choice["message"].get("content") or "")
         thought = reasoning_of(choice["message"])
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (AssertionError, KeyError, IndexError, TypeError, AttributeError):
         kind = ctype.split(";")[0] or "no content type"
         said = body_text(body[:4000].decode("utf-8", errors="replace"))
         msg = f"server did not stream (sent {kind}, not text/event-stream)"
@@ -141,8 +198,11 @@ async def whole_reply(response: httpx.Response, ctype: str) -> AsyncIterator[Eve
     if thought:
         yield ReasoningDelta(thought)
     yield TextDelta(text)
-    if isinstance(obj.get("usage"), dict):
-        for event in parse_chunk(json.dumps({"usage": obj["usage"]})):
-            yield event
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        f = Fields()
+        yield _usage(usage, f)
+        if (line := f.notice(server)) is not None:
+            yield Notice(line, doubt=True)
     reason = choice.get("finish_reason") or "stop"
     yield Finished(_FINISH.get(str(reason), "other"))

@@ -8,12 +8,16 @@ values. Anything unexpected in the replies means "cannot say" (None), never a gu
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
+from phasechat.backends.openai_wire import as_text
+from phasechat.backends.windows import fetch_json
+from phasechat.backends.wire_numbers import NOT_JSON
 
 #: One deadline for both calls: the prompt's sections are a nicety, never a wait.
 TIMEOUT_S = 5.0
@@ -27,9 +31,10 @@ async def render_on_llama_server(
     """`messages` through llama-server's template and tokenizer (None: it cannot say)."""
     body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
     rendered = await _post(client, f"{root}/apply-template", headers, body)
-    text = rendered.get("prompt") if isinstance(rendered, dict) else None
-    if not isinstance(text, str):
+    said = rendered.get("prompt") if isinstance(rendered, dict) else None
+    if not isinstance(said, str):
         return None
+    text = as_text(said)  # a lone surrogate cannot be encoded, nor shown
     tokenized = await _post(
         client, f"{root}/tokenize", headers, {"content": text, "with_pieces": True}
     )
@@ -40,7 +45,7 @@ async def render_on_llama_server(
     for token in tokens:
         piece = token.get("piece") if isinstance(token, dict) else None
         if isinstance(piece, str):
-            pieces.append(piece.encode("utf-8"))
+            pieces.append(as_text(piece).encode("utf-8"))
         elif isinstance(piece, list) and all(isinstance(b, int) and 0 <= b < 256 for b in piece):
             pieces.append(bytes(piece))
         else:
@@ -50,11 +55,12 @@ async def render_on_llama_server(
 
 async def _post(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any]
-) -> Any:
+) -> object:
+    """The JSON reply of `url`, or None: an error status, a body over MAX_BYTES, not JSON,
+    or not all there within TIMEOUT_S (a server that drips it)."""
     try:
-        r = await client.post(url, json=body, headers=headers, timeout=TIMEOUT_S)
-        if r.status_code != 200 or len(r.content) > MAX_BYTES:
-            return None
-        return r.json()
-    except (httpx.HTTPError, ValueError, RecursionError):
+        async with asyncio.timeout(TIMEOUT_S):
+            said = await fetch_json(client, "POST", url, headers, body, MAX_BYTES)
+    except (httpx.HTTPError, TimeoutError):
         return None
+    return None if said is NOT_JSON else said

@@ -15,7 +15,9 @@ from urllib.parse import urlsplit
 
 # C0 controls except TAB and LF, DEL, the C1 block (which some terminals honour), and the
 # bidi embeddings, overrides and isolates (U+202A-202E, U+2066-2069: "Trojan Source").
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates too: JSON can carry one (`"\\ud800"`), and no terminal, file or
+# database that speaks UTF-8 accepts it.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 #: The URL schemes a click on a link in an answer may open.
 LINK_SCHEMES = ("http", "https")
@@ -30,6 +32,8 @@ def _visible(match: re.Match[str]) -> str:
         return "\u2421"  # ␡
     if code <= 0x9F:
         return f"\\x{code:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        return "\ufffd"  # a lone surrogate: the replacement character, as a decoder does
     return f"<U+{code:04X}>"  # a bidi control, shown by name
 
 

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from phasechat.backends.tokens import estimate_text
+from phasechat.backends.wire_numbers import as_rate
 from phasechat.telemetry.recorder import Trace
 
 _NS_PER_MS = 1_000_000
@@ -161,9 +162,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     answer = max(0, output - thought) if thought is not None else output
 
     decode_s = _window_s(trace.t_first_token, trace.t_last_token)
-    decode_tok_s = (output - 1) / decode_s if decode_s and output > 1 else None
+    decode_tok_s = _rate(output - 1, decode_s)
     tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
-    prefill_tok_s = evaluated / (ttft / 1000) if evaluated and ttft else None
+    prefill_tok_s = _rate(evaluated, ttft / 1000 if ttft else None) if evaluated else None
 
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
@@ -173,7 +174,11 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     chars_per_s = window_chars / answer_s if answer_s else None
     chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
     share = ttft / e2e if ttft is not None and e2e else None
-    reasoning_end = trace.t_first_answer or trace.t_last_reasoning
+    # Thinking that goes on after the answer began (a server that interleaves them) ends
+    # at its last token: the span is never negative.
+    first, answered = trace.t_first_reasoning, trace.t_first_answer
+    reasoning_end = answered if first is not None and answered and answered > first else None
+    reasoning_end = reasoning_end or trace.t_last_reasoning
 
     s = trace.server
     return Metrics(
@@ -219,8 +224,12 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_prompt_ms=s.prompt_ms if s else None,
         server_predicted_n=s.predicted_n if s else None,
         server_predicted_ms=s.predicted_ms if s else None,
-        server_prefill_tok_s=s.prompt_n / s.prompt_ms * 1000 if s and s.prompt_ms else None,
-        server_decode_tok_s=s.predicted_n / s.predicted_ms * 1000 if s and s.predicted_ms else None,
+        server_prefill_tok_s=_rate(s.prompt_n, s.prompt_ms / 1000 if s.prompt_ms else None)
+        if s
+        else None,
+        server_decode_tok_s=_rate(s.predicted_n, s.predicted_ms / 1000 if s.predicted_ms else None)
+        if s
+        else None,
         server_draft_n=s.draft_n if s else None,
         server_draft_accepted=s.draft_n_accepted if s else None,
         draft_acceptance=s.draft_n_accepted / s.draft_n
@@ -247,6 +256,14 @@ def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:
     return decode_tok_s * (kv.model_bytes + kv.used_bytes) / 1e9
 
 
+def _rate(n: int | None, seconds: float | None) -> float | None:
+    """`n` tokens over `seconds` a second: None unless both are positive and the rate is
+    believable (never negative, never astronomically large)."""
+    if not n or n < 0 or not seconds or seconds <= 0:
+        return None
+    return as_rate(n / seconds)
+
+
 def _window_s(first: int | None, last: int | None) -> float | None:
     """Seconds from `first` to `last` (ns), None when not a positive span."""
     if first is None or last is None or last <= first:
@@ -271,11 +288,14 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
         p = trace.prompt
         return p.prompt_tokens, "tokenizer", p.cached_tokens, p.evaluated_tokens
     s, u = trace.server, trace.usage
-    if s is not None:  # llama-server: prompt_n is what it evaluated, cache_n what it reused
+    if s is not None and s.prompt_n is not None:
+        # llama-server: prompt_n is what it evaluated, cache_n what it reused
         cache = s.cache_n or 0
-        total = u.prompt_tokens if u is not None else s.prompt_n + cache
-        return total, "server", cache, s.prompt_n
-    if u is not None:  # what it cached, only where it says (else: unknown, not zero)
+        said = u.prompt_tokens if u is not None else None
+        return said if said is not None else s.prompt_n + cache, "server", cache, s.prompt_n
+    if (
+        u is not None and u.prompt_tokens is not None
+    ):  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
         evaluated = u.prompt_tokens - cached if cached is not None else None
         return u.prompt_tokens, "server", cached, evaluated
@@ -329,7 +349,7 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
     out: list[str] = []
     s, u = trace.server, trace.usage
     if trace.prompt is None:
-        if s is not None and u is not None and u.prompt_tokens:
+        if s is not None and s.prompt_n is not None and u is not None and u.prompt_tokens:
             seen = s.prompt_n + (s.cache_n or 0)
             if seen < u.prompt_tokens:
                 out.append(
@@ -352,14 +372,17 @@ def _disagreements(trace: Trace, prompt_tokens: int | None) -> list[str]:
         out.append(f"{trace.tokens} tokens exceed max_tokens {trace.max_tokens}")
     if prompt_tokens is None:
         out.append("no prompt token count from the server")
-    return out
+    # first: a figure the server sent and we did not believe explains the others
+    return trace.doubts + out
 
 
 def _cut_to_window(trace: Trace) -> list[str]:
     """A server that read fewer prompt tokens than we sent (Ollama cuts to num_ctx
     silently), judged against its real window where we know it."""
     s, u, sent = trace.server, trace.usage, trace.prompt_estimate
-    read = u.prompt_tokens if u is not None else (s.prompt_n + (s.cache_n or 0) if s else None)
+    read = u.prompt_tokens if u is not None else None
+    if read is None and s is not None and s.prompt_n is not None:
+        read = s.prompt_n + (s.cache_n or 0)
     if not sent or read is None or read >= sent:
         return []
     approx = "" if trace.prompt_estimate_exact else "~"

@@ -88,6 +88,8 @@ class Trace:
     threads: EngineThreads | None = None
     thread_changes: int = 0
     notices: list[str] = field(default_factory=list)
+    #: the notices that name a server's figures that were not believed
+    doubts: list[str] = field(default_factory=list)
     finish: FinishReason | None = None
     error: StreamError | None = None
     _skip: int = 0
@@ -153,8 +155,10 @@ class Trace:
                 if self.threads is not None and event.threads != self.threads.threads:
                     self.thread_changes += 1
                 self.threads = event
-            case Notice(text=text):
+            case Notice(text=text, doubt=doubt):
                 self.notices.append(text)
+                if doubt:
+                    self.doubts.append(text)
             case Finished(reason=reason):
                 self.finish = reason
                 self.t_done = now

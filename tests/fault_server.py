@@ -6,6 +6,7 @@ than any real model. Used by tests and by the UI-ingest benchmark; it answers on
 loopback and every behaviour ends by itself or as soon as the client goes away.
 
 `model` is `name-arg`: `_b_<name>` handles it with `arg` (e.g. `stall-30`, `status-429`).
+A base URL under `/window-<case>/` serves hostile window metadata (tests/fault_numbers.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from email.utils import formatdate
 from typing import Any
 
+from tests.fault_numbers import NumberBehaviours
 from tests.fault_think import DONE, SSE_HEAD, Conn, ThinkBehaviours, Writer
 
 
@@ -63,7 +65,7 @@ def http(status: int, body: bytes, ctype: str = "application/json", extra: str =
     return head.encode() + body
 
 
-class FaultServer(ThinkBehaviours):
+class FaultServer(ThinkBehaviours, NumberBehaviours):
     """`async with FaultServer() as s:` then point a backend at `s.base_url`.
 
     With `tls` (a server-side SSL context, e.g. a self-signed certificate) it speaks https.
@@ -80,6 +82,7 @@ class FaultServer(ThinkBehaviours):
         self.tokens_sent = 0
         self.last_byte_ns = 0
         self.fast_requests = 0
+        self.drip_cut = asyncio.Event()
 
     @property
     def base_url(self) -> str:
@@ -114,7 +117,11 @@ class FaultServer(ThinkBehaviours):
             }
             self.headers.append(headers)
             body = await reader.readexactly(int(headers.get("content-length", "0")))
-            if path.endswith("/models"):
+            if "/window-" in path and not path.endswith("/chat/completions"):
+                # metadata that lies about the window, or drips (tests/fault_numbers.py)
+                case = path.split("/window-", 1)[1].split("/", 1)[0]
+                await self._window(case, path, Conn(reader, writer, headers))
+            elif path.endswith("/models"):
                 # Under /hostile/ the only model's id is an attack on the terminal and on
                 # markup; a chat request naming it gets a 404 that quotes it back.
                 model = HOSTILE_MODEL if "/hostile/" in path else "scripted"

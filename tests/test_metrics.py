@@ -8,6 +8,7 @@ from phasechat.backends.events import (
     Finished,
     KVStats,
     PromptEvaluated,
+    ReasoningDelta,
     ServerTimings,
     StreamError,
     TextDelta,
@@ -157,3 +158,27 @@ def test_live_snapshot_phases_and_stall() -> None:
     assert snapshot(t, 3000 * MS).stall == "stuck"
     t.observe(Finished("stop"), 3000 * MS)
     assert snapshot(t, 4000 * MS).phase == "done"
+
+
+def test_thinking_after_the_answer_began_has_a_positive_span() -> None:
+    # a server that interleaves: answer at 100 ms, thinking from 150 to 190 ms
+    t = Trace("remote", "m")
+    t.observe(TextDelta("a"), 100 * MS)
+    t.observe(ReasoningDelta("hm"), 150 * MS)
+    t.observe(ReasoningDelta("hm"), 190 * MS)
+    t.observe(Finished("stop"), 200 * MS)
+    assert compute(t).reasoning_ms == pytest.approx(40.0)
+
+
+def test_no_rate_is_negative_or_beyond_belief() -> None:
+    t = Trace("remote", "m")
+    t.observe(TextDelta("a"), 100 * MS)
+    t.observe(TextDelta("b"), 110 * MS)
+    # the wire lets these counts through (each within a window); the rates they imply
+    # (16M tokens in a nanosecond by the server's clock, in 100 ms by ours) reach no view
+    t.observe(ServerTimings(16_000_000, 0.000001, 2, 0.0), 120 * MS)
+    t.observe(Finished("stop"), 130 * MS)
+    m = compute(t)
+    assert m.server_prefill_tok_s is None and m.server_decode_tok_s is None
+    assert m.prefill_tok_s is None
+    assert m.decode_tok_s == pytest.approx(100.0)  # 1 token in 10 ms: believable, kept

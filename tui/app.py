@@ -33,6 +33,7 @@ from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.costs import DraftForecast, EditForecast
+from phasechat.chat.text import one_line
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
@@ -513,6 +514,20 @@ class PhasechatApp(ChatHost):
             self.last_error = f"{type(error).__name__}: {error}"
             self.notify(self.last_error, title="internal error", severity="error", markup=False)
             self.refresh_status()
+
+    def _fatal_error(self) -> None:
+        """An error nothing handled ends the app (Textual's rule; the exit status is 1),
+        in one line instead of Textual's traceback, which lists local variables (an API
+        key among them, maybe). `on_unmount` still saves the answer in progress."""
+        import sys
+
+        from rich.text import Text
+
+        error = sys.exc_info()[1]
+        self.last_error = one_line(f"{type(error).__name__}: {error}")[:300]
+        self.bell()
+        self._exit_renderables.append(Text(f"phasechat: internal error: {self.last_error}"))
+        self._close_messages_no_wait()
 
     async def on_unmount(self) -> None:
         self._forecast.close()

@@ -118,6 +118,9 @@ async def run(args: argparse.Namespace) -> int:
         print(dumps(_record(workspace, exchange, metrics)))
     elif exchange.answer.content and not exchange.answer.content.endswith("\n"):
         print()
+    sys.stdout.flush()
+    for line in exchange.trace.notices:  # e.g. a server's numbers that were not believed
+        print(f"phasechat: note: {visible_controls(line)}", file=sys.stderr)
     if args.stats:
         print_stats(metrics)
     if exchange.answer.status == "error":

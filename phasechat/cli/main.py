@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
+from phasechat.chat.text import one_line
 from phasechat.cli import ablate_cli, ask_cli, bench_cli, chats_cli, compare_cli
 from phasechat.cli.options import add_backend_options, build_workspace, fail
 
@@ -61,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `phasechat doctor | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # a defect: one line and a failure, never a traceback
+        # (each verb saves as it goes and closes its store in `finally`)
+        return fail(one_line(f"internal error: {type(exc).__name__}: {exc}")[:400], 1)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -90,8 +94,9 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail("the chat UI needs a terminal; use `phasechat ask` for headless use")
     from phasechat.tui.app import PhasechatApp
 
-    PhasechatApp(workspace=workspace).run()
-    return 0
+    app = PhasechatApp(workspace=workspace)
+    app.run()
+    return app.return_code or 0
 
 
 if __name__ == "__main__":  # pragma: no cover
