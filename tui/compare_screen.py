@@ -190,7 +190,8 @@ class CompareScreen(Screen[None]):
         shown = tuple((r.a.median, r.b.median) for r in rows)
         if shown != self._bars:  # plotext builds the whole chart: only when it changed
             self._bars = shown
-            draw_bars(self.query_one(PlotextPlot), rows)
+            # the timings and rates as bars (output tokens: the table's), one per text row
+            draw_bars(self.query_one(PlotextPlot), [r for r in rows if r.key != "output_tokens"])
 
     def action_back(self) -> None:
         self.workers.cancel_group(self, "compare")
