@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
 
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.timeline import STALL_X, Timeline
+from phasechat.tui.report_screen import ReportScreen
 
 #: the shades' backgrounds, from the shortest gaps (dark green) to the longest (red)
 SHADE_COLOURS = ("#1e3b2a", "#2d5a2d", "#6b6520", "#8a4a1a", "#a3261c")
@@ -95,33 +92,24 @@ def shaded_text(t: Timeline) -> Content:
     return Content.assemble(*parts)
 
 
-class TimelineView(ModalScreen[None]):
+class TimelineView(ReportScreen):
     """One answer's timeline; Esc (or `t`) closes it."""
 
-    DEFAULT_CSS = """
-    TimelineView { align: center middle; }
-    TimelineView > #box { width: 95%; height: 90%; background: $surface; border: thick $primary; }
-    TimelineView #text { padding: 1 0; }
-    """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "Close", id="timeline-close"),
-        Binding("t", "dismiss", "Close", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("t", "dismiss", "Close", show=False)]
 
     def __init__(self, timeline: Timeline, metrics: Metrics, title: str, remote: bool) -> None:
         super().__init__()
         self.timeline, self.metrics, self.title_text, self.remote = timeline, metrics, title, remote
 
-    def compose(self) -> ComposeResult:
+    def head(self) -> Content:
         t = self.timeline
-        head = [
+        lines = [
             Content.styled(self.title_text, "bold"),
             phases_line(self.metrics),
             legend(t),
             summary(t, self.remote),
         ]
-        with Vertical(id="box"):
-            with VerticalScroll():
-                yield Static(Content("\n").join(head), id="head")
-                yield Static(shaded_text(t), id="text")
-            yield Footer()
+        return Content("\n").join(lines)
+
+    def body(self) -> Content:
+        return shaded_text(self.timeline)
