@@ -67,6 +67,11 @@ class Trace:
     #: arrival time of each token event (answer or thinking; token or chunk), ns after
     #: t_sent; decimated by `stride` once it holds MAX_TIMES entries (bounded memory).
     times: array[int] = field(default_factory=lambda: array("q"))
+    #: beside each entry of `times`: the event's tokens (the backend's count; 0: it did
+    #: not say), its characters, and whether it was thinking (1) or answer (0)
+    sizes: array[int] = field(default_factory=lambda: array("I"))
+    lengths: array[int] = field(default_factory=lambda: array("I"))
+    kinds: array[int] = field(default_factory=lambda: array("b"))
     stride: int = 1
     deltas: int = 0  # token events of both kinds
     tokens: int = 0  # tokens the backend vouched for, thinking included (local: exact)
@@ -121,7 +126,7 @@ class Trace:
                 if self.t_first_answer is None:
                     self.t_first_answer = now
                     self.chars_first = len(text)
-                self._token(now, tokens)
+                self._token(now, tokens, len(text), 0)
                 if text:
                     self.text_parts.append(text)
                     self.chars += len(text)
@@ -135,7 +140,7 @@ class Trace:
                     self.reasoning_tokens_known = False
                 else:
                     self.reasoning_tokens += tokens
-                self._token(now, tokens)
+                self._token(now, tokens, len(text), 1)
                 if text:
                     self.reasoning_parts.append(text)
             case ResponseStarted(connect_ms=connect_ms):
@@ -167,7 +172,7 @@ class Trace:
                 self.finish = "error"
                 self.t_done = now
 
-    def _token(self, now: int, tokens: int | None) -> None:
+    def _token(self, now: int, tokens: int | None, chars: int, kind: int) -> None:
         """A token event of either kind: the decode window and the token count."""
         if self.t_first_token is None:
             self.t_first_token = now
@@ -180,18 +185,24 @@ class Trace:
         else:
             self.tokens += tokens
         if tokens != 0:
-            self._stamp(now)
+            self._stamp(now, tokens if tokens is not None else 0, chars, kind)
 
-    def _stamp(self, now: int) -> None:
+    def _stamp(self, now: int, size: int, chars: int, kind: int) -> None:
         if self._skip:
             self._skip -= 1
             return
         times = self.times
         times.append(now - self.t_sent)
+        self.sizes.append(size)
+        self.lengths.append(chars)
+        self.kinds.append(kind)
         if len(times) >= MAX_TIMES:
             # Keep every other time and sample half as often from now on. MAX_TIMES is
             # even, so the time just appended goes and the next one keeps the spacing.
             del times[1::2]
+            del self.sizes[1::2]
+            del self.lengths[1::2]
+            del self.kinds[1::2]
             self.stride *= 2
             self._skip = 0
         else:

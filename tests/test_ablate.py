@@ -138,7 +138,7 @@ async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, AblateScreen)
-        table = screen.query_one("#table", Static)
+        table = screen.query_one("#text", Static)
         await wait_for(pilot, lambda: "kept in every variant" in str(table.render()))
         text = str(table.render())
         assert "system prompt" in text and "exchange 1" in text and CACHE_AFTER in text

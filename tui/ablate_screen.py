@@ -5,80 +5,54 @@ screen says so."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from textual import work
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.ablate import Ablation, Variant, ablation_title, report_lines
 from phasechat.telemetry.metrics import Metrics
+from phasechat.tui.report_screen import ReportScreen
 
 REPEAT = 3
 
 
-class AblateScreen(ModalScreen[None]):
+class AblateScreen(ReportScreen):
     """Runs the ablation when shown; Esc stops it and goes back."""
-
-    DEFAULT_CSS = """
-    AblateScreen { align: center middle; }
-    AblateScreen > #box { width: 98%; height: 80%; background: $surface; border: thick $primary; }
-    AblateScreen #table { padding: 1 0; }
-    """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "Close", id="ablate-close"),
-    ]
 
     def __init__(self, backend: Backend, settings: Settings, messages: tuple[Message, ...]) -> None:
         super().__init__()
         self.ablation = Ablation(backend, settings, messages)
         self.runs = 0
+        self.total = len(self.ablation.variants) * REPEAT
 
-    def compose(self) -> ComposeResult:
-        total = len(self.ablation.variants) * REPEAT
-        with Vertical(id="box"):
-            yield Static(
-                Content.assemble(
-                    ("What each part of the prompt is worth", "bold"),
-                    f"   {ablation_title(self.ablation, REPEAT)}",
-                ),
-                id="title",
-            )
-            with VerticalScroll():
-                yield Static(Content(f"run 0/{total}…"), id="table")
-            yield Static(
-                Content.styled("A side trip: nothing is added to the chat. Esc stops.", "dim")
-            )
-            yield Footer()
+    def head(self) -> Content:
+        return Content.assemble(
+            ("What each part of the prompt is worth", "bold"),
+            f"   {ablation_title(self.ablation, REPEAT)}\n",
+            ("A side trip: nothing is added to the chat. Esc stops.", "dim"),
+        )
+
+    def body(self) -> Content:
+        return Content(f"run 0/{self.total}…")
 
     def on_mount(self) -> None:
         self.run_ablation()
 
     @work(exclusive=True, group="ablate")
     async def run_ablation(self) -> None:
-        total = len(self.ablation.variants) * REPEAT
-        table = self.query_one("#table", Static)
+        table = self.query_one("#text", Static)
 
         def progress(_variant: Variant, _metrics: Metrics) -> None:
             self.runs += 1
-            table.update(Content(f"run {self.runs}/{total}…"))
+            table.update(Content(f"run {self.runs}/{self.total}…"))
 
         try:
             await self.ablation.run(REPEAT, progress)
         except RuntimeError as exc:
             table.update(Content.styled(f"stopped: {exc}", "$error"))
             return
-        self.query_one("#title", Static).update(
-            Content.assemble(
-                ("What each part of the prompt is worth", "bold"),
-                f"   {ablation_title(self.ablation, REPEAT)}",
-            )
-        )
+        self.query_one("#head", Static).update(self.head())  # the prompt's tokens now known
         table.update(Content("\n".join(report_lines(self.ablation))))

@@ -37,6 +37,7 @@ from phasechat.chat.text import one_line
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
+from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
 from phasechat.tui.ablate_screen import AblateScreen
@@ -52,6 +53,7 @@ from phasechat.tui.telemetry_view import (
     panel_content,
     status_content,
 )
+from phasechat.tui.timeline_view import TimelineView
 from phasechat.tui.welcome import Welcome
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
@@ -404,6 +406,19 @@ class PhasechatApp(ChatHost):
         if restore:
             prompt.text = self._draft
         self._draft = ""
+
+    @on(MessageView.TimelineRequested)
+    def show_timeline(self, event: MessageView.TimelineRequested) -> None:
+        """An answer's own timeline: the gap before each token, stalls, bursts."""
+        exchange = next((e for e in self.turns.exchanges if e.answer.id == event.message.id), None)
+        if exchange is None or exchange.metrics is None or not exchange.trace.times:
+            self.notify("the timeline is kept for the answers of this session, once finished")
+            return
+        number = [e.answer.id for e in self.turns.exchanges].index(exchange.answer.id) + 1
+        title = f"the timeline of answer {number} · {one_line(exchange.metrics.backend)}"
+        remote = exchange.metrics.connect_ms is not None
+        view = TimelineView(timeline_of(exchange.trace), exchange.metrics, title, remote)
+        self.push_screen(view)
 
     @on(MessageView.SiblingRequested)
     async def show_sibling(self, event: MessageView.SiblingRequested) -> None:

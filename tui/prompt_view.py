@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
 
 from phasechat.chat.anatomy import name_of
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.anatomy import Anatomy
+from phasechat.tui.report_screen import ReportScreen
 from phasechat.tui.telemetry_view import SECTION_STYLE, anatomy_line, fmt
 
 SOURCES = {
@@ -85,25 +82,17 @@ def marked_text(anatomy: Anatomy) -> Content:
     return Content.assemble(*parts)
 
 
-class PromptView(ModalScreen[None]):
+class PromptView(ReportScreen):
     """One answer's prompt: its sections, the cache break, and the exact text read."""
 
-    DEFAULT_CSS = """
-    PromptView { align: center middle; }
-    PromptView > #box { width: 95%; height: 90%; background: $surface; border: thick $primary; }
-    PromptView #text { padding: 1 0; }
-    """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "Close", id="prompt-close"),
-        Binding("f8", "dismiss", "Close", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("f8", "dismiss", "Close", show=False)]
 
     def __init__(self, anatomy: Anatomy, title: str) -> None:
         super().__init__()
         self.anatomy = anatomy
         self.title_text = title
 
-    def compose(self) -> ComposeResult:
+    def head(self) -> Content:
         a = self.anatomy
         head = [
             Content.assemble((self.title_text, "bold"), f"   ({SOURCES.get(a.source, a.source)})"),
@@ -114,13 +103,9 @@ class PromptView(ModalScreen[None]):
             head.append(Content.styled(f"⚠ {one_line(a.cache_break.line())}", "$warning"))
         elif a.cached_chars is not None:
             head.append(Content.styled(f"{CACHE_MARK}: the engine read from there on", "dim"))
-        body = (
-            marked_text(a)
-            if a.text
-            else Content.styled("(the prompt's text is kept only while the chat is open)", "dim")
-        )
-        with Vertical(id="box"):
-            with VerticalScroll():
-                yield Static(Content("\n\n").join(head), id="head")
-                yield Static(body, id="text")
-            yield Footer()
+        return Content("\n\n").join(head)
+
+    def body(self) -> Content:
+        if self.anatomy.text:
+            return marked_text(self.anatomy)
+        return Content.styled("(the prompt's text is kept only while the chat is open)", "dim")

@@ -47,6 +47,7 @@ class MessageView(Vertical):
         Binding("left", "sibling(-1)", "‹ branch", id="message-previous-branch"),
         Binding("right", "sibling(1)", "branch ›", id="message-next-branch"),
         Binding("e", "edit", "Edit", id="message-edit"),
+        Binding("t", "timeline", "Timeline", id="message-timeline"),
         Binding("up", "move(-1)", "Up", id="message-up", show=False),
         Binding("down", "move(1)", "Down", id="message-down", show=False),
         Binding("escape", "leave", "Prompt", id="message-leave"),
@@ -54,6 +55,13 @@ class MessageView(Vertical):
 
     class EditRequested(Message):
         """`e` on a message: edit it (a question, or the system prompt)."""
+
+        def __init__(self, message: ChatMessage) -> None:
+            super().__init__()
+            self.message = message
+
+    class TimelineRequested(Message):
+        """`t` on an answer: its own timeline (each token's gap, stalls, bursts)."""
 
         def __init__(self, message: ChatMessage) -> None:
             super().__init__()
@@ -150,6 +158,8 @@ class MessageView(Vertical):
             return self.branch[1] > 1
         if action == "edit":
             return self.message.role != "assistant"
+        if action == "timeline":
+            return self.message.role == "assistant"
         return True
 
     def action_sibling(self, step: int) -> None:
@@ -158,6 +168,9 @@ class MessageView(Vertical):
 
     def action_edit(self) -> None:
         self.post_message(self.EditRequested(self.message))
+
+    def action_timeline(self) -> None:
+        self.post_message(self.TimelineRequested(self.message))
 
     def action_move(self, step: int) -> None:
         """Focus the message above (-1) or below (1)."""
