@@ -233,7 +233,12 @@ def perf_counters(llm: Any) -> tuple[float, float, int, int]:
     # this, a request's delta would include the previous request's final batch.
     llama_cpp.llama_synchronize(llm.ctx)
     d = llama_cpp.llama_perf_context(llm.ctx)
-    return float(d.t_p_eval_ms), float(d.t_eval_ms), int(d.n_p_eval), int(d.n_eval)
+    # llama_perf_context reports a count of 0 as 1 (std::max(1, n)): a kind of eval that
+    # has not run yet has taken no time, so its count is 0. (Without this, the first
+    # answer after a load counts one decode too few.)
+    n_p_eval = int(d.n_p_eval) if d.t_p_eval_ms > 0 else 0
+    n_eval = int(d.n_eval) if d.t_eval_ms > 0 else 0
+    return float(d.t_p_eval_ms), float(d.t_eval_ms), n_p_eval, n_eval
 
 
 def engine_timings(llm: Any, before: tuple[float, float, int, int], cached: int) -> ServerTimings:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
+
+import numpy as np
 import pytest
 
 from phasechat.backends.events import Message
@@ -32,6 +35,28 @@ def test_spread_is_min_max_below_ten_runs_and_p10_p90_from_ten() -> None:
     assert none.n == 0 and none.median is None and fmt_spread(none, "ms") == "n/a"
 
 
+def test_an_even_count_has_the_mean_of_the_middle_two_as_its_median() -> None:
+    values = [4.0, 1.0, 3.0, 10.0]
+    four = spread_of(values)
+    assert four.median == statistics.median(values) == 3.5
+    assert (four.n, four.lo, four.hi, four.kind) == (4, 1.0, 10.0, "min-max")
+    six = spread_of([7.0, 2.0, None, 5.0, 11.0, 3.0, 40.0])
+    assert six.n == 6 and six.median == statistics.median([7.0, 2.0, 5.0, 11.0, 3.0, 40.0])
+
+
+@pytest.mark.parametrize("n", [9, 10, 11, 12])
+def test_the_spread_is_numpys_p10_p90_from_exactly_ten_runs(n: int) -> None:
+    values = [3.0, 41.0, 7.0, 12.0, 5.0, 30.0, 9.0, 18.0, 2.0, 25.0, 60.0, 1.0][:n]
+    s = spread_of(values)
+    assert s.median == pytest.approx(float(np.median(values)))
+    if n >= 10:
+        assert s.kind == "p10-p90"
+        assert s.lo == pytest.approx(float(np.percentile(values, 10)))
+        assert s.hi == pytest.approx(float(np.percentile(values, 90)))
+    else:
+        assert (s.kind, s.lo, s.hi) == ("min-max", min(values), max(values))
+
+
 def row(a: list[float | None], b: list[float | None]) -> MetricRow:
     return MetricRow("decode_tok_s", "decode", "tok/s", spread_of(a), spread_of(b))
 
@@ -40,6 +65,8 @@ def test_ratio_is_b_over_a_of_the_medians_and_unknown_stays_unknown() -> None:
     r = row([10.0, 20.0, 30.0], [40.0, 41.0, 42.0])
     assert r.ratio == pytest.approx(41.0 / 20.0)
     assert r.delta == pytest.approx(21.0)
+    even = row([10.0, 20.0, 30.0, 40.0], [40.0, 41.0, 42.0, 45.0])  # medians 25 and 41.5
+    assert (even.ratio, even.delta) == (pytest.approx(41.5 / 25.0), pytest.approx(16.5))
     assert row([None], [5.0]).ratio is None  # prefill hidden by a server: n/a, never 0
     assert row([0.0], [5.0]).ratio is None
     assert fmt(None, "tok/s") == "n/a"
@@ -59,6 +86,9 @@ def test_warning_when_the_spread_is_wider_than_the_difference() -> None:
 def test_cache_reuse_is_cached_over_prompt_and_unknown_when_not_reported() -> None:
     base = {"backend": "x", "model": "m", "prompt_tokens": 40}
     assert metric_value(metrics_from_dict({**base, "cached_tokens": 30}), "cache_reuse") == 0.75
+    # over the whole prompt, not over what was evaluated (30 / 10 would be 300%)
+    counted = {**base, "cached_tokens": 30, "evaluated_prompt_tokens": 10}
+    assert metric_value(metrics_from_dict(counted), "cache_reuse") == 0.75
     assert metric_value(metrics_from_dict(base), "cache_reuse") is None
     rows = compare_metrics(
         [metrics_from_dict({**base, "cached_tokens": 0, "ttft_ms": 100.0})],

@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from phasechat.backends.base import TokenCount
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
@@ -51,6 +53,7 @@ def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> For
     raise AssertionError("no forecast")
 
 
+@pytest.mark.model
 def test_the_draft_forecast_counts_as_the_whole_prompt_would(local_backend: LocalBackend) -> None:
     counting = Counting(local_backend)
     session = session_with_history(counting)
@@ -71,6 +74,7 @@ def test_the_draft_forecast_counts_as_the_whole_prompt_would(local_backend: Loca
         forecasts.close()
 
 
+@pytest.mark.model
 def test_a_1mb_paste_is_counted_off_the_calling_thread(local_backend: LocalBackend) -> None:
     counting = Counting(local_backend)
     session = session_with_history(counting)

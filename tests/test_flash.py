@@ -10,9 +10,8 @@ import pytest
 
 from phasechat.backends import flash
 
-pytestmark = pytest.mark.model
 
-
+@pytest.mark.model
 def test_measured_once_then_cached_per_model_build_and_threads(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -33,6 +32,7 @@ def test_measured_once_then_cached_per_model_build_and_threads(
     assert str(model_path.resolve()) in key and key.endswith("|1")
 
 
+@pytest.mark.model
 def test_a_setting_or_a_gpu_skips_the_measurement(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,3 +54,28 @@ def test_a_changed_model_file_is_measured_again(tmp_path: Path) -> None:
     model.write_bytes(b"GGUF" * 11)
     os.utime(model, ns=(1, 1))
     assert len({key, touched, flash.cache_key(model, 1)}) == 3
+
+
+def test_the_measurement_is_the_median_step_and_the_rounds_off_won() -> None:
+    """Step timers that return set times, as a fake clock: on takes 10, 10, 10, 16 ms over
+    and over (median 10, mean 11.5); off takes 9 ms for three rounds, then 20 ms for one
+    (median 9, mean 11.75, faster in 3 of the 4 rounds)."""
+    assert (flash.ROUNDS, flash.STEPS) == (4, 16)
+    on_times = iter([10.0, 10.0, 10.0, 16.0] * 16)
+    off_times = iter([9.0] * 48 + [20.0] * 16)
+    on_ms, off_ms, off_wins = flash.measure(lambda: next(on_times), lambda: next(off_times))
+    assert (on_ms, off_ms, off_wins) == (10.0, 9.0, 3)
+
+
+def test_a_cached_choice_comes_back_with_its_own_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" * 10)
+    choice = flash.FlashChoice(False, 10.25, 9.5, "2026-01-02T03:04:05Z")
+    flash.store(model, 2, choice)
+    assert flash.cached(model, 2) == flash.FlashChoice(
+        False, 10.25, 9.5, "2026-01-02T03:04:05Z", cached=True
+    )
+    assert flash.cached(model, 1) is None

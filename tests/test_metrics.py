@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from phasechat.backends.events import (
@@ -74,7 +75,9 @@ def test_itl_percentiles_with_one_outlier() -> None:
     m = compute(t)
     assert m.itl_ms_p50 == pytest.approx(10.0)
     assert m.itl_ms_max == pytest.approx(500.0)
-    assert m.itl_ms_p99 is not None and 400 < m.itl_ms_p99 <= 500
+    # numpy's linear percentile of the ten gaps: 10 + 0.91 x 490 = 455.9
+    assert m.itl_ms_p99 == pytest.approx(455.9)
+    assert m.itl_ms_p95 == pytest.approx(10 + 0.55 * 490)
 
 
 def test_remote_chunks_use_server_usage_not_chunk_count() -> None:
@@ -95,7 +98,8 @@ def test_remote_without_usage_is_an_estimate() -> None:
     t.observe(TextDelta(" You are a bold one."), 150 * MS)
     t.observe(Finished("stop"), 151 * MS)
     m = compute(t)
-    assert m.output_tokens_estimated and m.output_tokens >= 8
+    # cl100k_base: Hello|there|,|general|Ken|obi|.|You|are|a|bold|one|. = 13 tokens
+    assert m.output_tokens_estimated and m.output_tokens == 13
     assert m.prompt_tokens == 12 and m.prompt_tokens_source == "estimate"
 
 
@@ -182,3 +186,149 @@ def test_no_rate_is_negative_or_beyond_belief() -> None:
     assert m.server_prefill_tok_s is None and m.server_decode_tok_s is None
     assert m.prefill_tok_s is None
     assert m.decode_tok_s == pytest.approx(100.0)  # 1 token in 10 ms: believable, kept
+
+
+# -- known answers that tell neighbouring formulas apart ---------------------------------
+# Each trace below is built so that a plausible slip (p90 for p95, the wrong window, a
+# count off by one, cached tokens counted as evaluated) moves the figure by far more than
+# 5%; the right figure is computed by hand or by numpy, never by the product's own code.
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        [0, 7, 19, 22, 40, 41, 75, 83, 130, 133, 200],  # 10 gaps: an even count
+        [0, 7, 19, 22, 40, 41, 75, 83, 130, 133, 200, 204],  # 11 gaps: an odd count
+    ],
+)
+def test_itl_percentiles_of_distinct_gaps_are_numpys(times: list[int]) -> None:
+    t = Trace("local", "m")
+    t.observe(PromptEvaluated(10, 0, 10), 1 * MS)
+    for ms in times:
+        t.observe(TextDelta("x", 1), (100 + ms) * MS)
+    t.observe(Finished("stop"), (101 + times[-1]) * MS)
+    m = compute(t)
+    gaps = np.diff(times).astype(float)
+    assert m.itl_ms_p50 == pytest.approx(float(np.percentile(gaps, 50)))
+    assert m.itl_ms_p95 == pytest.approx(float(np.percentile(gaps, 95)))
+    assert m.itl_ms_p99 == pytest.approx(float(np.percentile(gaps, 99)))
+    assert m.itl_ms_max == float(gaps.max())
+    # the four figures differ here, so no one of them can stand in for another
+    assert len({m.itl_ms_p50, m.itl_ms_p95, m.itl_ms_p99, m.itl_ms_max}) == 4
+    assert m.decode_tok_s == pytest.approx((len(times) - 1) / (times[-1] / 1000))
+    assert m.tpot_ms == pytest.approx(times[-1] / (len(times) - 1))
+
+
+def thinking_trace() -> Trace:
+    """5 thinking tokens 20 ms apart from 100 ms, then 5 answer tokens of 3 characters
+    10 ms apart from 190 ms: the answer's window (40 ms) is not the decode window (130)."""
+    t = Trace("local", "m")
+    t.observe(PromptEvaluated(50, 0, 50), 1 * MS)
+    for i in range(5):
+        t.observe(ReasoningDelta("hmm ", 1), (100 + 20 * i) * MS)
+    for i in range(5):
+        t.observe(TextDelta("abc", 1), (190 + 10 * i) * MS)
+    t.observe(Finished("stop"), 240 * MS)
+    return t
+
+
+def test_a_thinking_answer_has_its_character_rate_over_the_answer_alone() -> None:
+    m = compute(thinking_trace())
+    assert (m.output_tokens, m.reasoning_tokens, m.answer_tokens) == (10, 5, 5)
+    assert m.reasoning_tokens_source == "tokenizer"
+    assert (m.ttft_ms, m.ttfo_ms, m.reasoning_ms) == (100, 190, 90)
+    assert m.decode_tok_s == pytest.approx(9 / 0.130)  # every token, thinking included
+    # 4 answer events after the first, 12 characters, over 190 -> 230 ms
+    assert m.chars == 15
+    assert m.chars_per_s == pytest.approx(12 / 0.040)
+    assert m.chars_per_token == pytest.approx(12 / 4)
+
+
+def test_a_zero_token_event_moves_the_end_of_the_decode_window() -> None:
+    # the local backend's tail (text held back until the stream ends) has no token of its
+    # own: it ends the window, and adds no gap
+    t = Trace("local", "m")
+    for i in range(10):
+        t.observe(TextDelta("ab", 1), (100 + 10 * i) * MS)
+    t.observe(TextDelta("!", 0), 210 * MS)
+    t.observe(Finished("stop"), 211 * MS)
+    assert t.t_last_token == 210 * MS
+    m = compute(t)
+    assert m.output_tokens == 10
+    assert m.decode_tok_s == pytest.approx(9 / 0.110)
+    assert m.chars_per_s == pytest.approx(19 / 0.110)
+    assert m.itl_ms_max == pytest.approx(10.0)  # the tail is no token: no 20 ms gap
+
+
+def server_trace(
+    timings: ServerTimings, usage: Usage | None, tokens: int = 10, **trace: object
+) -> Trace:
+    """A remote answer of `tokens` one-token chunks 10 ms apart from 100 ms."""
+    t = Trace("remote", "m", **trace)  # type: ignore[arg-type]
+    for i in range(tokens):
+        t.observe(TextDelta("w ", 1), (100 + 10 * i) * MS)
+    t.observe(timings, (100 + 10 * tokens) * MS)
+    if usage is not None:
+        t.observe(usage, (100 + 10 * tokens) * MS)
+    t.observe(Finished("stop"), (101 + 10 * tokens) * MS)
+    return t
+
+
+def test_llama_server_timings_without_usage_count_the_cached_prompt() -> None:
+    timings = ServerTimings(
+        prompt_n=60, prompt_ms=30.0, predicted_n=10, predicted_ms=90.0, cache_n=40
+    )
+    m = compute(server_trace(timings, None))
+    assert (m.prompt_tokens, m.cached_tokens, m.evaluated_prompt_tokens) == (100, 40, 60)
+    assert m.prompt_tokens_source == "server"
+    # the rates count what was evaluated, not what was reused from the cache
+    assert m.server_prefill_tok_s == pytest.approx(60 / 0.030)
+    assert m.prefill_tok_s == pytest.approx(60 / 0.100)
+    assert m.server_decode_tok_s == pytest.approx(10 / 0.090)
+    assert m.warnings == ()
+
+
+def test_a_mostly_cached_prompt_is_not_called_truncated() -> None:
+    timings = ServerTimings(
+        prompt_n=10, prompt_ms=5.0, predicted_n=10, predicted_ms=90.0, cache_n=90
+    )
+    m = compute(server_trace(timings, Usage(100, 10)))
+    assert (m.prompt_tokens, m.cached_tokens, m.evaluated_prompt_tokens) == (100, 90, 10)
+    assert m.warnings == ()
+    cut = ServerTimings(prompt_n=10, prompt_ms=5.0, predicted_n=10, predicted_ms=90.0, cache_n=80)
+    (warning,) = compute(server_trace(cut, Usage(100, 10))).warnings
+    assert warning.startswith("server evaluated + cached 90 of 100 prompt tokens")
+
+
+@pytest.mark.parametrize(("predicted", "alarm"), [(8, True), (9, False), (11, False), (12, True)])
+def test_the_generated_count_check_allows_one_token_either_way(predicted: int, alarm: bool) -> None:
+    timings = ServerTimings(prompt_n=5, prompt_ms=5.0, predicted_n=predicted, predicted_ms=90.0)
+    m = compute(server_trace(timings, Usage(5, 10)))
+    expected = (f"server generated {predicted} tokens, 10 arrived",) if alarm else ()
+    assert m.warnings == expected
+
+
+def test_counted_tokens_are_preferred_over_the_servers_usage() -> None:
+    timings = ServerTimings(prompt_n=5, prompt_ms=5.0, predicted_n=10, predicted_ms=90.0)
+    m = compute(server_trace(timings, Usage(5, 12)))
+    assert m.output_tokens == 10 and not m.output_tokens_estimated
+    assert m.decode_tok_s == pytest.approx(9 / 0.090)
+
+
+def remote_read(read: int, sent: int, window: int | None) -> tuple[str, ...]:
+    t = Trace("remote", "m", prompt_estimate=sent, prompt_estimate_exact=True, window=window)
+    t.observe(TextDelta("w", 1), 100 * MS)
+    t.observe(Usage(read, 1), 101 * MS)
+    t.observe(Finished("stop"), 102 * MS)
+    return compute(t).warnings
+
+
+def test_the_window_check_starts_above_the_window() -> None:
+    # a prompt exactly the window's size fits: 900 read of 1,000 is a count difference
+    assert remote_read(900, 1000, window=1000) == ()
+    assert remote_read(900, 1001, window=1000)[0].startswith("the server's window is 1,000")
+    # a server that read all we sent was not cut, whatever we thought its window was
+    assert remote_read(1000, 1000, window=800) == ()
+    # with no window known: cut below half of what we sent, a count difference above it
+    assert remote_read(500, 1000, window=None) == ()
+    assert "probably truncated" in remote_read(499, 1000, window=None)[0]

@@ -219,6 +219,7 @@ def edited_chat(backend: LocalBackend) -> Conversation:
     return c
 
 
+@pytest.mark.model
 def test_the_prompt_view_shows_sections_and_where_the_cache_ended(
     snap_compare: Any, local_backend: LocalBackend
 ) -> None:

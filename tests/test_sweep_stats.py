@@ -3,6 +3,9 @@ on numbers chosen by hand."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
@@ -37,11 +40,13 @@ def test_tpot_is_vllms_first_token_excluded() -> None:
 
 
 def test_a_level_counts_throughput_and_percentiles() -> None:
+    # rates 10, 20, 60: the median (20) is not the mean (30); the failed request's gaps
+    # (5,000 ms) would move every ITL figure if they were pooled
     samples = [
         sample(100, 1100, 11, prompt=20, rate=10.0, itl=(90.0, 110.0)),
         sample(200, 2200, 21, prompt=30, rate=20.0, itl=(100.0,)),
-        sample(300, 1300, 11, prompt=40, rate=30.0),
-        sample(50, 60, 0, error="Server disconnected"),
+        sample(300, 1300, 11, prompt=40, rate=60.0),
+        sample(50, 60, 0, error="Server disconnected", itl=(5000.0, 5000.0)),
     ]
     lv = level(2, samples, duration_s=4.0, slo=Slo())
     assert (lv.completed, lv.failed) == (3, 1)
@@ -56,8 +61,26 @@ def test_a_level_counts_throughput_and_percentiles() -> None:
     assert lv.ttft["mean"] == pytest.approx(200.0)
     assert lv.ttft["p99"] == pytest.approx(200 + 100 * 0.98)  # linear, as numpy
     assert lv.tpot["mean"] == pytest.approx(100.0)  # all three: 100 ms per token
-    assert lv.itl["median"] == pytest.approx(100.0)  # pooled gaps of every request
+    # pooled gaps of every request that completed: 90, 110, 100
+    assert lv.itl["median"] == pytest.approx(100.0)
+    assert lv.itl["p99"] == pytest.approx(float(np.percentile([90.0, 110.0, 100.0], 99)))
+    assert lv.itl["std"] == pytest.approx(float(np.std([90.0, 110.0, 100.0])))
     assert lv.e2el["median"] == pytest.approx(1300.0)
+
+
+def test_per_user_rate_is_the_median_of_an_even_count() -> None:
+    rates = [10.0, 20.0, 35.0, 95.0]  # median 27.5, mean 40
+    lv = level(4, [sample(100, 1100, 11, rate=r) for r in rates], 2.0, Slo())
+    assert lv.per_user_decode_tok_s == pytest.approx(float(np.median(rates))) == 27.5
+
+
+def test_std_is_the_population_std_as_numpys_and_vllms() -> None:
+    ttfts = [100.0, 150.0, 400.0]  # population std 131.4, sample std 160.7
+    lv = level(3, [sample(t, t + 1000, 11) for t in ttfts], 1.0, Slo())
+    assert lv.ttft["std"] == pytest.approx(float(np.std(ttfts)))
+    assert lv.ttft["mean"] == pytest.approx(float(np.mean(ttfts)))
+    assert lv.ttft["p99"] == pytest.approx(float(np.percentile(ttfts, 99)))
+    assert lv.record()["std_ttft_ms"] == pytest.approx(float(np.std(ttfts)))
 
 
 def test_goodput_needs_every_slo_given() -> None:
@@ -96,6 +119,11 @@ def test_knee_scales_a_wider_step_to_one_doubling() -> None:
     assert knee([at(1, 100), at(4, 115)]) == 1
     assert knee([at(1, 100), at(4, 125)]) is None  # +11.8% per doubling
     assert growth_per_doubling(at(1, 0), at(2, 10)) is None  # nothing to grow from
+    # 1 -> 8 is three doublings (log2), not four (8 / 2): 1.6 ** (1/3) - 1 = +17.0%
+    assert growth_per_doubling(at(1, 100), at(8, 160)) == pytest.approx(1.6 ** (1 / 3) - 1)
+    assert growth_per_doubling(at(2, 100), at(6, 130)) == pytest.approx(
+        1.3 ** (1 / math.log2(3)) - 1
+    )
 
 
 def test_parse_levels() -> None:

@@ -8,6 +8,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
@@ -51,6 +52,7 @@ async def edit_forecast(pilot: Pilot[None], app: PhasechatApp, draft: str) -> st
     return line[line.index("edit ") :]
 
 
+@pytest.mark.model
 async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
     local_backend: LocalBackend,
 ) -> None:

@@ -50,6 +50,7 @@ async def test_a_server_answer_says_its_roofline_is_unknown() -> None:
         assert "roofline unknown: the weights' size is not known" in said
 
 
+@pytest.mark.model
 async def test_the_palette_refuses_a_sweep_of_the_local_model(local_backend: LocalBackend) -> None:
     app = PhasechatApp(backend=local_backend)
     async with app.run_test() as pilot:

@@ -97,6 +97,25 @@ def test_a_tree_loaded_from_rows_shows_the_leaf_it_was_given() -> None:
     assert Conversation.from_tree([root, q, a, b], leaf=12345).leaf == b.id  # unknown id
 
 
+def test_a_question_left_unanswered_is_not_sent_again() -> None:
+    # stopped before any text (complete, not an error), then failed with no text: neither
+    # question is sent again, so no two user messages stand in a row
+    c = Conversation("sys")
+    c.add(ChatMessage("user", "q0"))
+    c.add(ChatMessage("assistant", "a0"))
+    c.add(ChatMessage("user", "q1"))
+    c.add(ChatMessage("assistant", "", status="cancelled"))
+    c.add(ChatMessage("user", "q2"))
+    c.add(ChatMessage("assistant", "", status="error", error="connection lost"))
+    c.add(ChatMessage("user", "q3"))
+    assert c.prompt_messages() == (
+        Message("system", "sys"),
+        Message("user", "q0"),
+        Message("assistant", "a0"),
+        Message("user", "q3"),
+    )
+
+
 # -- turns ------------------------------------------------------------------------------
 
 

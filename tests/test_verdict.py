@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from phasechat.backends.gguf import geometry
 from phasechat.backends.models import default_model_path
+from phasechat.chat import roofline
 from phasechat.chat.roofline import (
     cached_bandwidth,
     largest_context,
@@ -20,9 +22,10 @@ from phasechat.chat.roofline import (
     machine_key,
     mem_available,
 )
+from phasechat.telemetry import membw
 from phasechat.telemetry.membw import probe_bandwidth
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.telemetry.verdict import phase_shares, stats_line, verdict
+from phasechat.telemetry.verdict import KNOBS, phase_shares, stats_line, verdict
 
 
 def metrics(**fields: Any) -> Metrics:
@@ -81,6 +84,19 @@ def test_thinking_is_its_own_phase() -> None:
     assert v is not None and v.phase == "thinking" and "reasoning effort" in v.knob
 
 
+def test_a_thinking_span_with_no_thinking_tokens_is_not_a_phase() -> None:
+    # a server that says reasoning_tokens: 0 did not think, whatever span was measured
+    m = metrics(ttft_ms=100.0, reasoning_ms=600.0, reasoning_tokens=0, e2e_ms=1000.0)
+    assert phase_shares(m) == (("decode", 0.9), ("prefill", 0.1))
+
+
+def test_the_cache_is_named_below_half_the_prompt_cached_not_at_half() -> None:
+    half = verdict(metrics(ttft_ms=700.0, cached_tokens=200))  # 200 of 400: exactly 50%
+    assert half is not None and half.phase == "prefill" and half.knob == KNOBS["prefill"]
+    below = verdict(metrics(ttft_ms=700.0, cached_tokens=199))
+    assert below is not None and below.knob.startswith("a stable prefix the engine can cache (199")
+
+
 def test_roofline_unknown_says_why() -> None:
     remote = verdict(metrics(backend="openai"), bandwidth_gb_s=20.0)
     assert remote is not None
@@ -98,6 +114,37 @@ def test_stats_line() -> None:
     )
     remote = stats_line(metrics(cached_tokens=None, evaluated_prompt_tokens=None))
     assert "(cache unknown)" in remote
+
+
+def fake_perf_counter(durations: list[float]) -> SimpleNamespace:
+    """A `time` whose perf_counter reads 0, d0, 1, 1 + d1, 2, 2 + d2, ...: each round of the
+    probe, timed between two reads, takes exactly its duration."""
+    reads = iter([t for i, d in enumerate(durations) for t in (float(i), i + d)])
+    return SimpleNamespace(perf_counter=lambda: next(reads))
+
+
+def test_the_probe_is_two_bytes_per_byte_copied_over_the_fastest_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # durations that are exact in binary: 1/256, 1/512 (the fastest), 3/1024 s
+    monkeypatch.setattr(membw, "time", fake_perf_counter([1 / 256, 1 / 512, 3 / 1024]))
+    # 1 MiB read and 1 MiB written in 1/512 s: 2 x 2^20 x 512 bytes/s
+    assert probe_bandwidth(size=2**20, rounds=3) == 2 * 2**20 * 512 / 1e9 == 1.073741824
+
+
+def test_a_probed_bandwidth_is_cached_with_its_own_figure_and_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(membw, "time", fake_perf_counter([1 / 64, 1 / 128]))
+    monkeypatch.setattr(roofline, "time", SimpleNamespace(time=lambda: 1_750_000_000.5))
+    path = tmp_path / "bandwidth.json"
+    first = machine_bandwidth(path, lambda: probe_bandwidth(size=2**20, rounds=2))
+    gb_s = 2 * 2**20 * 128 / 1e9  # the faster round: 1/128 s
+    assert (first.gb_s, first.measured_at, first.cached) == (gb_s, 1_750_000_000.5, False)
+    entry = json.loads(path.read_text())[machine_key()]
+    assert entry == {"gb_s": gb_s, "measured_at": 1_750_000_000.5}
+    again = machine_bandwidth(path, lambda: pytest.fail("probed again"))
+    assert (again.gb_s, again.measured_at, again.cached) == (gb_s, 1_750_000_000.5, True)
 
 
 def test_bandwidth_is_probed_once_then_read_from_the_cache(tmp_path: Path) -> None:
@@ -122,7 +169,8 @@ def test_bandwidth_is_probed_once_then_read_from_the_cache(tmp_path: Path) -> No
     assert machine_bandwidth(blocked / "bandwidth.json", probe).cached is False
 
 
-def test_the_probe_measures_something() -> None:
+def test_the_real_probe_runs_and_refuses_nonsense() -> None:
+    # the figure itself is checked with a fake clock above; this one runs the real copy
     assert probe_bandwidth(size=4 * 2**20, rounds=2) > 0
     with pytest.raises(ValueError, match="positive"):
         probe_bandwidth(size=0)
