@@ -15,6 +15,7 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
+from phasechat.telemetry.forecast import Rates, forecast
 from phasechat.telemetry.live import snapshot
 from phasechat.telemetry.metrics import compute, percentile
 from phasechat.telemetry.recorder import MAX_TIMES, Trace
@@ -332,3 +333,27 @@ def test_the_window_check_starts_above_the_window() -> None:
     # with no window known: cut below half of what we sent, a count difference above it
     assert remote_read(500, 1000, window=None) == ()
     assert "probably truncated" in remote_read(499, 1000, window=None)[0]
+
+
+def test_a_sub_millisecond_ttft_still_has_its_share_of_the_time() -> None:
+    t = Trace("local", "m")
+    t.observe(TextDelta("a", 1), MS // 2)  # 0.5 ms: a fully cached prompt
+    t.observe(TextDelta("b", 1), 5 * MS)
+    t.observe(Finished("stop"), 10 * MS)
+    m = compute(t)
+    assert m.prefill_share == pytest.approx(0.05) and m.decode_share == pytest.approx(0.95)
+
+
+def test_thinking_with_no_answer_spans_its_first_to_its_last_token() -> None:
+    t = Trace("remote", "m")
+    for ms in (100, 130, 190):
+        t.observe(ReasoningDelta("hm ", 1), ms * MS)
+    t.observe(Finished("length"), 200 * MS)  # cut before any answer
+    assert compute(t).reasoning_ms == pytest.approx(90.0)
+
+
+def test_a_forecast_decodes_all_but_the_first_token() -> None:
+    # 10 ms fixed + 100 new tokens at 100 tok/s = 1,010 ms to the first token; the other
+    # 10 of 11 tokens at 50 tok/s take 200 ms more (the first came with the prefill)
+    f = forecast(Rates(100.0, 50.0, 3, overhead_ms=10.0), 130, 30, 11, False)
+    assert (f.ttft_ms, f.total_ms) == (pytest.approx(1010.0), pytest.approx(1210.0))

@@ -18,6 +18,7 @@ from phasechat.telemetry.sweep_stats import (
     knee,
     level,
     parse_levels,
+    summarize,
 )
 
 
@@ -201,3 +202,8 @@ def test_notes_name_the_knee_a_noisy_run_and_the_load() -> None:
     result.load = (None, None)
     assert len(sweep_notes(result)) == 3  # two steps and the knee: no noise, no load known
     assert (sweep_row(result.levels[0]).split()[:4]) == ["1", "1", "0", "100.0"]
+
+
+def test_two_values_have_their_own_population_std() -> None:
+    # one sample each side of the mean: the population std is the distance to it
+    assert summarize([1.0, 3.0]) == {"mean": 2.0, "median": 2.0, "std": 1.0, "p99": 2.98}
