@@ -34,6 +34,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.costs import DraftForecast, EditForecast
 from phasechat.chat.text import one_line
+from phasechat.chat.trips.branches import branch_comparison
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
@@ -42,6 +43,7 @@ from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
+from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
@@ -58,6 +60,8 @@ from phasechat.tui.welcome import Welcome
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
 
 REFRESH_HZ = 15
+#: how many cold runs of each side "run each again" makes in a branch comparison
+BRANCH_RUNS = 3
 YIELD_EVERY_NS = 4_000_000
 
 
@@ -406,6 +410,25 @@ class PhasechatApp(ChatHost):
         if restore:
             prompt.text = self._draft
         self._draft = ""
+
+    @on(MessageView.CompareRequested)
+    def compare_branches(self, event: MessageView.CompareRequested) -> None:
+        """A message's branch and its next sibling's, side by side (chat/trips/branches.py)."""
+        if self.generating:
+            self.notify("still answering: press Esc to stop it first", severity="warning")
+            return
+        try:
+            comparison = branch_comparison(self.turns, event.message)
+        except InputError as exc:
+            self.notify(str(exc), severity="warning", markup=False)
+            return
+        heading = Content.assemble(
+            ("Two branches", "bold"),
+            " as they were answered (figures recorded then, with the cache as it was); "
+            f"n runs each {BRANCH_RUNS} times, cold\n",
+            (SIDE_TRIP, "dim"),
+        )
+        self.push_screen(CompareScreen(comparison, run=False, heading=heading, rerun=BRANCH_RUNS))
 
     @on(MessageView.TimelineRequested)
     def show_timeline(self, event: MessageView.TimelineRequested) -> None:

@@ -101,17 +101,28 @@ class CompareScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", id="compare-back"),
+        Binding("n", "run_each", "Run each again", id="compare-run-each"),
     ]
 
     def __init__(
-        self, comparison: Comparison, owned: Sequence[Backend] = (), *, run: bool = True
+        self,
+        comparison: Comparison,
+        owned: Sequence[Backend] = (),
+        *,
+        run: bool = True,
+        heading: Content | None = None,
+        rerun: int = 0,
     ) -> None:
         """`owned`: backends built for this comparison only, closed when it is closed;
-        `run=False` only draws the comparison's answers (snapshots)."""
+        `run=False` only draws the comparison's answers (recorded ones, or snapshots);
+        `heading` replaces the replay's; `rerun`: N offers "run each N times" (cold, the
+        recorded answers then set aside)."""
         super().__init__()
         self.comparison = comparison
         self.owned = list(owned)
         self.run_it = run
+        self.heading = heading
+        self.rerun = rerun
         self.error = ""
         self._texts = ["", ""]
         self._titles = [side_title(n, side) for n, side in enumerate(comparison.sides)]
@@ -120,7 +131,7 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         c = self.comparison
         order = "streaming together" if c.together else "one after the other"
-        head = Content.assemble(
+        head = self.heading or Content.assemble(
             ("Replay of the last prompt", "bold"),
             f" on two backends, {order}\n",
             (SIDE_TRIP, "dim"),
@@ -144,8 +155,23 @@ class CompareScreen(Screen[None]):
         if self.run_it:
             self.run_comparison()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "run_each":
+            return self.rerun > 0
+        return True
+
+    def action_run_each(self) -> None:
+        """Run each side `rerun` times, cold, as `phasechat compare` does: the table
+        then shows the medians (the recorded answers, measured warm, are set aside)."""
+        if any(not a.done for a in self.comparison.answers):
+            self.notify("still running", severity="warning")
+            return
+        self.comparison.answers.clear()
+        self.comparison.repeat = 0
+        self.run_comparison(self.rerun)
+
     @work(exclusive=True, group="compare")
-    async def run_comparison(self) -> None:
+    async def run_comparison(self, repeat: int = 1) -> None:
         for backend in {id(s.backend): s.backend for s in self.comparison.sides}.values():
             if backend.state in ("idle", "failed"):
                 await backend.start()
@@ -153,7 +179,7 @@ class CompareScreen(Screen[None]):
                 self.error = f"{backend.name}: {backend.state_detail}"
                 return
         try:
-            await self.comparison.run(1)
+            await self.comparison.run(repeat)
         except InputError as exc:
             self.error = str(exc)
         finally:
@@ -183,6 +209,8 @@ class CompareScreen(Screen[None]):
             sides.append(figures(answer, now))
         a, b = sides
         rows = compare_metrics([a] if a else [], [b] if b else [])
+        if c.repeat > 1 and all(x.done for x in c.answers):  # N runs: their medians
+            rows = c.rows()
         body = table(rows)
         if self.error:
             body = Content.assemble(body, ("\n" + one_line(self.error), "bold"))

@@ -48,6 +48,7 @@ class MessageView(Vertical):
         Binding("right", "sibling(1)", "branch ›", id="message-next-branch"),
         Binding("e", "edit", "Edit", id="message-edit"),
         Binding("t", "timeline", "Timeline", id="message-timeline"),
+        Binding("c", "compare", "Compare branches", id="message-compare"),
         Binding("up", "move(-1)", "Up", id="message-up", show=False),
         Binding("down", "move(1)", "Down", id="message-down", show=False),
         Binding("escape", "leave", "Prompt", id="message-leave"),
@@ -62,6 +63,13 @@ class MessageView(Vertical):
 
     class TimelineRequested(Message):
         """`t` on an answer: its own timeline (each token's gap, stalls, bursts)."""
+
+        def __init__(self, message: ChatMessage) -> None:
+            super().__init__()
+            self.message = message
+
+    class CompareRequested(Message):
+        """`c` on a message with siblings: its branch and the next, side by side."""
 
         def __init__(self, message: ChatMessage) -> None:
             super().__init__()
@@ -160,6 +168,8 @@ class MessageView(Vertical):
             return self.message.role != "assistant"
         if action == "timeline":
             return self.message.role == "assistant"
+        if action == "compare":
+            return self.branch[1] > 1 and self.message.role != "system"
         return True
 
     def action_sibling(self, step: int) -> None:
@@ -168,6 +178,9 @@ class MessageView(Vertical):
 
     def action_edit(self) -> None:
         self.post_message(self.EditRequested(self.message))
+
+    def action_compare(self) -> None:
+        self.post_message(self.CompareRequested(self.message))
 
     def action_timeline(self) -> None:
         self.post_message(self.TimelineRequested(self.message))
