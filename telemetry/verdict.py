@@ -40,11 +40,14 @@ class Verdict:
     shares: tuple[tuple[str, float], ...]
     knob: str
     roofline: str
+    #: a remote answer: how its TTFT splits between the server's prefill and the rest
+    transport: str = ""
 
     def line(self) -> str:
         """One line: `decode-bound (decode 78% · prefill 22%): try ... · decode runs at ...`"""
         shares = " · ".join(f"{name} {share:.0%}" for name, share in self.shares)
-        return f"{self.phase}-bound ({shares}): try {self.knob} · {self.roofline}"
+        tail = f" · {self.transport}" if self.transport else ""
+        return f"{self.phase}-bound ({shares}): try {self.knob} · {self.roofline}{tail}"
 
 
 def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
@@ -99,7 +102,27 @@ def verdict(m: Metrics, bandwidth_gb_s: float | None = None) -> Verdict | None:
     if shares is None:
         return None
     phase = shares[0][0]
-    return Verdict(phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s))
+    return Verdict(phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s), transport(m))
+
+
+def transport(m: Metrics) -> str:
+    """A remote answer's TTFT, split: the server's own prefill (llama-server's
+    `prompt_ms`) and the rest (the network, the server's queue); else the request's own
+    phases (connect, headers). '' for a local answer."""
+    if m.headers_ms is None or m.ttft_ms is None or m.ttft_ms <= 0:
+        return ""
+    ttft = m.ttft_ms
+    if m.server_prompt_ms is not None and m.server_prompt_ms <= ttft:
+        rest = ttft - m.server_prompt_ms
+        return (
+            f"TTFT {ttft:,.0f} ms: the server's prefill {m.server_prompt_ms:,.0f} ms, "
+            f"the transport and its queue {rest:,.0f} ms ({rest / ttft:.0%})"
+        )
+    connect = f"connect {m.connect_ms:,.0f} ms, " if m.connect_ms else ""
+    return (
+        f"TTFT {ttft:,.0f} ms: {connect}headers at {m.headers_ms:,.0f} ms "
+        "(the server does not say its own prefill time)"
+    )
 
 
 def stats_line(m: Metrics) -> str:

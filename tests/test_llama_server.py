@@ -94,3 +94,30 @@ async def test_a_chat_on_one_connection_is_measured_right_every_turn(
         assert m.prompt_tokens == (m.server_prompt_n or 0) + (m.server_cache_n or 0)
         assert m.context_window == 4096 and m.kv_used_tokens == m.prompt_tokens + m.output_tokens
         assert m.decode_tok_s is not None and m.prefill_tok_s is not None
+
+
+async def test_a_requests_own_phases_on_llama_server(real_llama_server: str) -> None:
+    from phasechat.chat.config.settings import Settings
+    from phasechat.chat.turns import TurnController
+
+    backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
+    await backend.start()
+    turns = TurnController(backend, Settings(max_tokens=8, temperature=0))
+    try:
+        for question in ("What is a lighthouse?", "And a harbour?"):
+            exchange = turns.begin(question)
+            async for _ in turns.run(exchange):
+                pass
+            await backend.aclose()  # the next request opens a new connection
+    finally:
+        await backend.aclose()
+    first, second = (e.metrics for e in turns.exchanges)
+    assert first is not None and second is not None
+    assert first.connect_ms == 0  # on the connection `start()` opened (GET /models)
+    assert second.connect_ms is not None and second.headers_ms is not None
+    assert 0 < second.connect_ms < second.headers_ms  # a new one: TCP on loopback
+    for m in (first, second):
+        assert m.headers_ms is not None and m.ttft_ms is not None
+        assert m.headers_ms <= m.ttft_ms  # llama-server sends its headers before prefill ends
+        assert m.time_to_second_token_ms is not None and m.time_to_second_token_ms > m.ttft_ms
+        assert m.server_prompt_ms is not None and m.server_prompt_ms < m.ttft_ms

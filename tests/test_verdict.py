@@ -25,7 +25,7 @@ from phasechat.chat.roofline import (
 from phasechat.telemetry import membw
 from phasechat.telemetry.membw import probe_bandwidth
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.telemetry.verdict import KNOBS, phase_shares, stats_line, verdict
+from phasechat.telemetry.verdict import KNOBS, phase_shares, stats_line, transport, verdict
 
 
 def metrics(**fields: Any) -> Metrics:
@@ -216,3 +216,20 @@ def test_doctor_shows_bandwidth_and_the_largest_context() -> None:
     assert "largest context" in first.stdout and "MemAvailable" in first.stdout
     again = phasechat("doctor")
     assert "cached, probed" in again.stdout  # the probe ran once for this machine
+
+
+def test_a_remote_answer_splits_its_ttft_between_the_server_and_the_transport() -> None:
+    base = {"backend": "openai", "model": "m", "ttft_ms": 400.0, "e2e_ms": 500.0}
+    with_server = metrics_from_dict({**base, "headers_ms": 20.0, "server_prompt_ms": 100.0})
+    judged = verdict(with_server)
+    assert judged is not None
+    assert judged.transport == (
+        "TTFT 400 ms: the server's prefill 100 ms, the transport and its queue 300 ms (75%)"
+    )
+    assert judged.line().endswith(judged.transport)
+    without = metrics_from_dict({**base, "headers_ms": 350.0, "connect_ms": 2.0})
+    assert transport(without) == (
+        "TTFT 400 ms: connect 2 ms, headers at 350 ms "
+        "(the server does not say its own prefill time)"
+    )
+    assert transport(metrics_from_dict(base)) == ""  # local: no request of its own

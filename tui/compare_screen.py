@@ -31,6 +31,10 @@ from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine
 
 REFRESH_HZ = 10
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
+CACHE_MOVED = (
+    "the engine's cache now holds the last run, not the chat: "
+    "the forecast line says what the next turn reads again"
+)
 
 
 def side_title(n: int, side: Side) -> Content:
@@ -180,6 +184,8 @@ class CompareScreen(Screen[None]):
                 return
         try:
             await self.comparison.run(repeat)
+            if self.rerun:  # cold runs moved the engine's cache off the chat
+                self.notify(CACHE_MOVED, markup=False)
         except InputError as exc:
             self.error = str(exc)
         finally:
