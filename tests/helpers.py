@@ -43,3 +43,9 @@ async def answer(turns: TurnController, exchange: Exchange) -> None:
     """Run a turn begun by `retry`, `edit` or `begin` to its end."""
     async for _ in turns.run(exchange):
         pass
+
+
+#: The most prompt tokens a cold run may find cached on the bundled model: the chat
+#: template's first tokens (`<|im_start|>system\n[`, 4) and its own random first line
+#: (`[3f9a01c2]`, 8 more at most: two such lines may share a leading digit or two).
+COLD_MAX = 12

@@ -20,7 +20,7 @@ from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import CACHE_AFTER, Ablation, cuts_of, words_in_common
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
-from tests.helpers import wait_for
+from tests.helpers import COLD_MAX, wait_for
 
 LONG_SYSTEM = "You are a careful tutor. " + " ".join(
     f"Rule {i}: answer plainly, in short sentences, with no lists and no headings."
@@ -82,11 +82,12 @@ def test_ablation_on_the_bundled_model(local_backend: LocalBackend) -> None:
     # cold runs: without ~200 of ~320 tokens, the prefill (and so TTFT) is shorter
     ttft, prefill = system.deltas["ttft_ms"], system.deltas["prefill_ms"]
     assert ttft is not None and ttft < 0 and prefill is not None and prefill < 0
-    # every run was cold: none found more cached than the template's first tokens and the
-    # first line's "[" (4 tokens on this model)
+    # every run was cold: none found more cached than the template's first tokens and its
+    # own first line (`<|im_start|>system\n[` is 4 tokens on this model; two random
+    # first lines may share a leading hex digit or two, never the prompt behind them)
     for variant in ablation.variants:
         assert len(variant.runs) == 2
-        assert all((m.cached_tokens or 0) <= 4 for m, _ in variant.runs)
+        assert all((m.cached_tokens or 0) <= COLD_MAX for m, _ in variant.runs)
     assert ablation.rows()[0].deltas["e2e_ms"] == min(
         r.deltas["e2e_ms"] or 0.0 for r in rows.values()
     )
