@@ -234,8 +234,14 @@ class PhasechatApp(ChatHost):
             return True
         if predicted is not None:
             self._predicted[exchange.answer.id] = predicted
-        self.generate(exchange)
+        self._start(exchange)
         return True
+
+    def _start(self, exchange: Exchange) -> None:
+        """Generate `exchange`, paced from now: a refresh between here and the worker's
+        start would otherwise draw the panel at the unshared rate."""
+        self._pace.begin(self.turns.shares_cpu)
+        self.generate(exchange)
 
     @work(exclusive=True, group="generate")
     async def generate(self, exchange: Exchange) -> None:
@@ -379,7 +385,7 @@ class PhasechatApp(ChatHost):
             self.notify(str(exc), severity="warning", markup=False)
             return
         self._stop_editing()
-        self.generate(exchange)
+        self._start(exchange)
 
     # -- editing and branches --------------------------------------------------------
     @on(MessageView.EditRequested)
