@@ -361,3 +361,22 @@ async def test_a_streamed_word_repaints_only_the_lines_it_changed() -> None:
     whole = One("A first paragraph.\n\n" + " ".join(words) + " ")
     async with whole.run_test(size=(40, 30)) as pilot:
         assert await screen_text(pilot) == streamed
+
+
+def test_text_that_looks_like_html_is_drawn_as_written() -> None:
+    console = Console(width=80, theme=RICH_THEME)
+
+    def drawn(text: str) -> str:
+        lines = console.render_lines(_markdown(text, True), console.options, pad=False)
+        return "\n".join("".join(s.text for s in line).rstrip() for line in lines).strip()
+
+    assert drawn("my prompt has <b>bold</b> and <div> tags") == (
+        "my prompt has <b>bold</b> and <div> tags"
+    )
+    assert drawn("Use `<script>` sparingly; a <script src=x> tag runs code.") == (
+        "Use <script> sparingly; a <script src=x> tag runs code."
+    )
+    assert drawn("<details>\nThe folded part.\n</details>") == (
+        "<details>\nThe folded part.\n</details>"
+    )
+    assert drawn("JSX: <Button onClick={go}>Go</Button>") == "JSX: <Button onClick={go}>Go</Button>"

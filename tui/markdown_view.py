@@ -223,10 +223,11 @@ def _render(
 
 
 #: Rich's parser with Rich's extensions, made once (`Markdown(text)` builds a new one
-#: every time). `_markdown` makes one change to what it parses: a single newline breaks
-#: the line, as the model wrote it (small models put one between paragraphs;
-#: CommonMark would run them together).
-_PARSER = MarkdownIt().enable("strikethrough").enable("table")
+#: every time), with raw HTML off: a tag is text (Rich drops HTML tokens, so an answer
+#: about `<div>` lost its words and a `<details>` paragraph vanished). `_markdown` makes
+#: one change to what it parses: a single newline breaks the line, as the model wrote
+#: it (small models put one between paragraphs; CommonMark would run them together).
+_PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
 _BLANK: dict[bool, RichMarkdown] = {}
 
 
