@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from phasechat.backends.base import Backend, PromptRefused
 from phasechat.backends.events import Message
@@ -17,6 +19,9 @@ from phasechat.backends.tokens import estimate_messages
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast, Rates, forecast, measured_rates
 from phasechat.telemetry.metrics import Metrics
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def history_metrics(session: TurnController) -> list[Metrics]:
@@ -32,7 +37,45 @@ def history_metrics(session: TurnController) -> list[Metrics]:
     return saved + ran
 
 
-class DraftForecast:
+class _Latest(Generic[K, V]):
+    """A value computed in a worker thread for a key that keeps changing (a draft as it
+    is typed): `_poll` never waits: it returns the last value and starts a computation
+    for a new key (at most every `every_s`), which the next poll collects."""
+
+    def __init__(self, every_s: float, name: str) -> None:
+        self.every_s = every_s
+        self._key: K | None = None
+        self._value: V | None = None
+        self._at = 0.0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._job: Future[V | None] | None = None
+        self._job_key: K | None = None
+
+    def _poll(self, key: K, start: Callable[[K], Callable[[], V | None] | None]) -> V | None:
+        """The last value; `start(key)` gives the work for a new key (None: no value)."""
+        job = self._job
+        if job is not None and job.done():
+            self._job = None
+            self._key, self._value = self._job_key, job.result()
+        now = time.monotonic()
+        if self._job is None and key != self._key and now - self._at >= self.every_s:
+            self._at = now
+            work = start(key)
+            if work is None:
+                self._key, self._value = key, None
+            else:
+                self._job_key, self._job = key, self._pool.submit(work)
+        return self._value
+
+    def _for(self, key: K) -> V | None:
+        """The value computed for exactly `key`, if it is the last one."""
+        return self._value if self._key == key else None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DraftForecast(_Latest[str, Forecast]):
     """The forecast of a draft as it is typed, off the UI thread and at a cost that does
     not grow with the chat.
 
@@ -44,44 +87,29 @@ class DraftForecast:
     """
 
     def __init__(self, every_s: float = 0.25) -> None:
-        self.every_s = every_s
-        self._draft, self._at = "", 0.0
-        self._forecast: Forecast | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forecast")
-        self._job: Future[Forecast | None] | None = None
-        self._job_draft = ""
+        super().__init__(every_s, "forecast")
         # (key, tokens of the history + an empty user turn, of them already in the cache)
         self._history: tuple[object, int, int | None] = (None, 0, None)
         self._empty: tuple[str, int] = ("", 0)  # (backend, tokens of an empty user turn)
 
     def update(self, session: TurnController, draft: str) -> Forecast | None:
         """The forecast for `draft` (the last one computed, while a newer one runs)."""
-        job = self._job
-        if job is not None and job.done():
-            self._job = None
-            self._draft, self._forecast = self._job_draft, job.result()
-        now = time.monotonic()
-        if self._job is None and draft != self._draft and now - self._at >= self.every_s:
-            self._at = now
-            self._start(session, draft)
-        return self._forecast
+        return self._poll(draft, lambda d: self._work(session, d))
 
     def of(self, draft: str) -> Forecast | None:
         """The forecast made for exactly `draft`, if it is the last one computed."""
-        return self._forecast if draft == self._draft else None
+        return self._for(draft)
 
-    def _start(self, session: TurnController, draft: str) -> None:
+    def _work(self, session: TurnController, draft: str) -> Callable[[], Forecast | None] | None:
         backend = session.backend
         if backend.state != "ready" or not draft.strip():
-            self._draft, self._forecast = draft, None
-            return
+            return None
         history = session.request().messages
         tail = history[-1].content[-64:] if history else ""
         key = (backend.name, len(history), sum(len(m.content) for m in history), tail)
         rates = measured_rates(history_metrics(session), backend.name)
         guess = _remote_cached_guess(session, backend)
         max_tokens = session.settings.max_tokens
-        self._job_draft = draft
 
         def work() -> Forecast | None:
             try:
@@ -101,10 +129,7 @@ class DraftForecast:
                 cached = guess
             return forecast(rates, tokens, min(cached, tokens), max_tokens, alone.estimated)
 
-        self._job = self._pool.submit(work)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        return work
 
 
 def _remote_cached_guess(session: TurnController, backend: Backend) -> int:
@@ -256,47 +281,33 @@ async def held_prefix(
     return len(new.pieces), shared
 
 
-class EditForecast:
+class EditForecast(_Latest[tuple[int, str], Expected]):
     """The cost of an edit as it is typed: `expect` of the branch it would make, off the
     UI thread. `update` never waits: it returns the last forecast and starts a new one
     when the draft changed (at most every `every_s`). On llama-server the engine's own
     template and tokenizer count it (the HTTP calls run on the UI's event loop)."""
 
     def __init__(self, every_s: float = 0.25) -> None:
-        self.every_s = every_s
-        self._key: tuple[int, str] | None = None
-        self._at = 0.0
-        self._expected: Expected | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-forecast")
-        self._job: Future[Expected | None] | None = None
-        self._job_key: tuple[int, str] | None = None
+        super().__init__(every_s, "edit-forecast")
 
     def update(self, session: TurnController, draft: str, edit: int) -> Expected | None:
         """The forecast of `draft` instead of message `edit` (the last one computed for
         that message, while a newer one runs); call it on the event loop."""
-        job = self._job
-        if job is not None and job.done():
-            self._job = None
-            self._key, self._expected = self._job_key, job.result()
-        now = time.monotonic()
-        key = (edit, draft)
-        if self._job is None and key != self._key and now - self._at >= self.every_s:
-            self._at = now
-            self._start(session, key)
-        return self._expected if self._key is not None and self._key[0] == edit else None
+        value = self._poll((edit, draft), lambda key: self._work(session, key))
+        return value if self._key is not None and self._key[0] == edit else None
 
     def of(self, edit: int, draft: str) -> Expected | None:
         """The forecast made for exactly `draft` instead of `edit`, if it is the last."""
-        return self._expected if self._key == (edit, draft) else None
+        return self._for((edit, draft))
 
-    def _start(self, session: TurnController, key: tuple[int, str]) -> None:
+    def _work(
+        self, session: TurnController, key: tuple[int, str]
+    ) -> Callable[[], Expected | None] | None:
         if session.backend.state != "ready":
-            self._key, self._expected = key, None
-            return
+            return None
         messages = session.preview(key[1], key[0])
         remote = not session.backend.exact_token_counts
         loop = asyncio.get_running_loop()
-        self._job_key = key
 
         def work() -> Expected | None:
             try:
@@ -308,7 +319,4 @@ class EditForecast:
             except (PromptRefused, TimeoutError):
                 return None  # the send will say why
 
-        self._job = self._pool.submit(work)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        return work
