@@ -159,11 +159,15 @@ class Conversation:
         ids = self._children.get(message.parent, [])
         return ids.index(message.id) + 1, len(ids)
 
-    def prompt_messages(self) -> tuple[Message, ...]:
-        """What a backend gets: the system prompt first, then every message sent as
-        history (its answer text only: thinking is not sent back)."""
-        out = [Message("system", self.system)] if self.system else []
-        out.extend(Message(m.role, m.content) for m in self.sendable())
+    def prompt_messages(self, leaf: int | None = None) -> tuple[Message, ...]:
+        """What a backend gets for the branch ending at `leaf` (default: the one shown):
+        its system prompt first, then every message sent as history (its answer text
+        only: thinking is not sent back)."""
+        path = self.path(leaf)
+        system = path[0].content if path and path[0].role == "system" else ""
+        rest = path[1:] if path and path[0].role == "system" else path
+        out = [Message("system", system)] if system else []
+        out.extend(Message(m.role, m.content) for m in sendable(rest))
         return tuple(out)
 
     def sendable(self, skip: frozenset[int] = frozenset()) -> list[ChatMessage]:

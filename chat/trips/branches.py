@@ -9,7 +9,7 @@ each have their own. A side trip like every comparison: the chat is not touched.
 from __future__ import annotations
 
 from phasechat.backends.events import Message
-from phasechat.chat.conversation import ChatMessage, Conversation, sendable
+from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trips.compare import Answer, Comparison, Side, request_for
 from phasechat.chat.turns import InputError, TurnController
 from phasechat.telemetry.recorder import Trace
@@ -29,10 +29,7 @@ def prompt_of(turns: TurnController, answer: ChatMessage) -> tuple[Message, ...]
     for exchange in turns.exchanges:
         if exchange.answer.id == answer.id and exchange.request is not None:
             return exchange.request.messages
-    path = turns.conversation.path(answer.parent)
-    root, rest = path[0], path[1:]
-    head = (Message("system", root.content),) if root.content else ()
-    return (*head, *(Message(m.role, m.content) for m in sendable(rest)))
+    return turns.conversation.prompt_messages(answer.parent)
 
 
 def branch_comparison(turns: TurnController, message: ChatMessage) -> Comparison:
