@@ -262,9 +262,12 @@ async def held_prefix(
 ) -> tuple[int, int] | None:
     """The tokens of `messages` and how many of them llama-server still holds from this
     chat's last request (its prompt and answer), by its own template and tokenizer;
-    None where the backend cannot render prompts (then `expect` estimates)."""
-    last = session.last_request()
+    None where the backend counts them itself (the local model: `expect` reads its KV
+    cache) or cannot render prompts (then `expect` estimates)."""
     backend = session.backend
+    if backend.exact_token_counts:
+        return None
+    last = session.last_request()
     new = await backend.render(messages)
     if new is None:
         return None
@@ -306,15 +309,12 @@ class EditForecast(_Latest[tuple[int, str], Expected]):
         if session.backend.state != "ready":
             return None
         messages = session.preview(key[1], key[0])
-        remote = not session.backend.exact_token_counts
         loop = asyncio.get_running_loop()
 
         def work() -> Expected | None:
             try:
-                exact = None
-                if remote:
-                    held = held_prefix(session, messages)
-                    exact = asyncio.run_coroutine_threadsafe(held, loop).result(timeout=10)
+                held = held_prefix(session, messages)
+                exact = asyncio.run_coroutine_threadsafe(held, loop).result(timeout=10)
                 return expect(session, messages, exact)
             except (PromptRefused, TimeoutError):
                 return None  # the send will say why

@@ -214,9 +214,10 @@ class CompareScreen(Screen[None]):
                 self.query_one(f"#title-{n}", Static).update(title)
             sides.append(figures(answer, now))
         a, b = sides
-        rows = compare_metrics([a] if a else [], [b] if b else [])
         if c.repeat > 1 and all(x.done for x in c.answers):  # N runs: their medians
             rows = c.rows()
+        else:
+            rows = compare_metrics([a] if a else [], [b] if b else [])
         body = table(rows)
         if self.error:
             body = Content.assemble(body, ("\n" + one_line(self.error), "bold"))

@@ -168,8 +168,7 @@ async def _dry_run(workspace: Workspace, args: argparse.Namespace, prompt: str) 
     turns = workspace.turns
     messages = turns.preview(prompt, _question(workspace, args.edit))
     # a server: what it still holds of this chat, by its own tokenizer (llama-server)
-    remote = not turns.backend.exact_token_counts
-    expected = expect(turns, messages, await held_prefix(turns, messages) if remote else None)
+    expected = expect(turns, messages, await held_prefix(turns, messages))
     if not args.json:
         print(f"{expected.prompt_tokens:,} prompt tokens: {expected.line()}")
         return 0
