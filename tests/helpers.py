@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 
 from phasechat.chat.store.database import default_path
 from phasechat.chat.turns import Exchange, TurnController
+from phasechat.tui.app import PhasechatApp
 
 
 async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: float = 90) -> None:
@@ -17,6 +18,12 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: f
     async with asyncio.timeout(limit_s):
         while not condition():
             await pilot.pause(0.05)
+
+
+async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
+    """Let the app run until it has `answers` answers and the last is final on screen."""
+    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
+    await pilot.pause()
 
 
 def stored_messages() -> list[sqlite3.Row]:

@@ -20,7 +20,7 @@ from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import CACHE_AFTER, Ablation, cuts_of, words_in_common
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
-from tests.helpers import COLD_MAX, wait_for
+from tests.helpers import COLD_MAX, settled, wait_for
 
 LONG_SYSTEM = "You are a careful tutor. " + " ".join(
     f"Rule {i}: answer plainly, in short sentences, with no lists and no headings."
@@ -133,7 +133,7 @@ async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
     async with app.run_test(size=(160, 40)) as pilot:
         for i, q in enumerate(("Name a colour.", "Name a fruit."), 1):
             app.send(q)
-            await wait_for(pilot, lambda i=i: len(app.turns.exchanges) == i and not app.generating)
+            await settled(pilot, app, i)
         before = [m.id for m in app.turns.conversation.every()]
         app.action_ablate()
         await pilot.pause()

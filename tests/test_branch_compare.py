@@ -5,7 +5,6 @@ cold, on the bundled model; the chat is not touched."""
 from __future__ import annotations
 
 import pytest
-from textual.pilot import Pilot
 
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
@@ -14,13 +13,8 @@ from phasechat.chat.turns import InputError
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.compare_screen import CompareScreen
 from phasechat.tui.widgets import MessageView
-from tests.helpers import COLD_MAX, wait_for
+from tests.helpers import COLD_MAX, settled, wait_for
 from tests.test_tui_branches import Numbered
-
-
-async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
-    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
-    await pilot.pause()
 
 
 async def test_an_edit_compares_each_question_with_its_own_prompt() -> None:

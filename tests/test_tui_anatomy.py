@@ -26,17 +26,12 @@ from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.prompt_view import CACHE_MARK, PromptView
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
-from tests.helpers import wait_for
+from tests.helpers import settled, wait_for
 from tests.scripted import ScriptedBackend
 
 
 def panel_text(app: PhasechatApp) -> str:
     return app.query_one(LivePanel)._content.plain
-
-
-async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
-    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
-    await pilot.pause()
 
 
 async def edit_forecast(pilot: Pilot[None], app: PhasechatApp, draft: str) -> str:

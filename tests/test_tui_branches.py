@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from textual.pilot import Pilot
-
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets import MessageView, PromptInput
-from tests.helpers import stored_messages, wait_for
+from tests.helpers import settled, stored_messages
 from tests.scripted import ScriptedBackend
 
 
@@ -45,11 +43,6 @@ def focused(app: PhasechatApp) -> MessageView:
     view = app.focused
     assert isinstance(view, MessageView)
     return view
-
-
-async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
-    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
-    await pilot.pause()
 
 
 async def test_retry_edit_and_switch_branches_with_keys() -> None:
