@@ -184,9 +184,21 @@ class Notice:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The stream ended normally (or was cancelled); always the last event."""
+    """The stream ended normally (or was cancelled); always the last event.
+
+    Two times a remote backend stamps itself (the `perf_counter_ns` clock), because the
+    event is yielded later than they happened:
+    - `t_silent_ns`: the chunk that gave the finish reason arrived without text. A server
+      that counts a token it streams no text for (vLLM and llama-server count the
+      end-of-sequence token in `completion_tokens`, and send only `finish_reason` for it)
+      made that token one decode step after the last visible one: the count ends here.
+    - `t_ns`: the stream ended (`[DONE]`), before the backend asked the server for its own
+      account of the request (`/metrics`), which is not the answer's time.
+    """
 
     reason: FinishReason
+    t_silent_ns: int | None = None
+    t_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -413,6 +413,7 @@ class RemoteBackend:
         parser = SSEParser()
         chunks = 0
         finish: FinishReason | None = None
+        silent: int | None = None  # when a finish reason came without text
         loop = asyncio.get_running_loop()
         deadline = loop.time() + cfg.first_token_timeout_s
         # Closed here, not left to the garbage collector, which would close it in a
@@ -429,6 +430,7 @@ class RemoteBackend:
                     if raw is None:
                         break
                     batch = parser.feed(raw)
+                    t_read = time.perf_counter_ns()
                 except TimeoutError:
                     if chunks:
                         msg = (
@@ -448,10 +450,13 @@ class RemoteBackend:
                     return
                 for sse in batch:
                     if sse.data == "[DONE]":
-                        yield Finished(finish or "stop")
+                        yield Finished(finish or "stop", silent)
                         return
                     events = _once(parse_chunk(sse.data, self.shown_url), said)
-                    if any(isinstance(e, TextDelta | ReasoningDelta) for e in events):
+                    text = any(isinstance(e, TextDelta | ReasoningDelta) for e in events)
+                    if chunks and not text and Finished("stop") in events:
+                        silent = t_read  # see Finished.t_silent_ns (a length has none)
+                    if text:
                         chunks += 1
                         # Every chunk with text (answer or thinking) holds at least one
                         # token, so this never cuts a server that honours max_tokens.
@@ -481,7 +486,7 @@ class RemoteBackend:
                     ):
                         yield event
         if finish is not None:
-            yield Finished(finish)
+            yield Finished(finish, silent)
         else:
             msg = f"stream ended early after {plural(chunks, 'chunk')}, with no finish reason"
             yield StreamError("connection", msg, retryable=True)

@@ -14,6 +14,9 @@
 - `reasoning_ms`: first thinking token -> first answer token (or last thinking token).
 - `decode_tok_s`: (output_tokens - 1) / (last token - first token): the whole decode
   window, thinking included, first token excluded. Never output tokens / total wall time.
+  The window ends where the count ends: when the server's count includes a token it sent
+  no text for (the end-of-sequence token: vLLM, llama-server), at the chunk that stood
+  for it (`Finished.t_silent_ns`), one decode step after the last text.
 - `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive token events
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
 - `chars` (of the answer), `chars_per_s`, `chars_per_token`: Unicode characters over the
@@ -157,11 +160,18 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     e2e = ms(end)
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
-    output, out_estimated = _output_tokens(trace)
+    output, out_estimated, counted_by_server = _output_tokens(trace)
     thought, thought_source = _reasoning_tokens(trace, output, out_estimated)
     answer = max(0, output - thought) if thought is not None else output
 
-    decode_s = _window_s(trace.t_first_token, trace.t_last_token)
+    # The window ends where the count ends: a token the server counted without sending
+    # text for it (the end-of-sequence token) came one decode step after the last text.
+    last = trace.t_last_token
+    silent = trace.t_silent_token
+    beyond = counted_by_server and output > trace.deltas  # a token without text
+    if beyond and silent is not None and last is not None and silent > last:
+        last = silent
+    decode_s = _window_s(trace.t_first_token, last)
     decode_tok_s = _rate(output - 1, decode_s)
     tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
     prefill_tok_s = _rate(evaluated, ttft / 1000 if ttft else None) if evaluated else None
@@ -169,7 +179,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
 
-    answer_s = _window_s(trace.t_first_answer, trace.t_last_token)
+    answer_s = _window_s(trace.t_first_answer, last)
     window_chars = trace.chars - trace.chars_first
     chars_per_s = window_chars / answer_s if answer_s else None
     chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
@@ -305,15 +315,16 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
     return None, "none", None, None
 
 
-def _output_tokens(trace: Trace) -> tuple[int, bool]:
-    """Every generated token (thinking included), best source first."""
+def _output_tokens(trace: Trace) -> tuple[int, bool, bool]:
+    """Every generated token (thinking included), best source first: (count, estimated,
+    counted by the server)."""
     if trace.tokens_known and trace.deltas:
-        return trace.tokens, False
+        return trace.tokens, False, False
     if trace.usage is not None and trace.usage.completion_tokens:
-        return trace.usage.completion_tokens, False
+        return trace.usage.completion_tokens, False, True
     if trace.server is not None and trace.server.predicted_n:
-        return trace.server.predicted_n, False
-    return estimate_text(trace.reasoning) + estimate_text(trace.text), True
+        return trace.server.predicted_n, False, True
+    return estimate_text(trace.reasoning) + estimate_text(trace.text), True, False
 
 
 def _reasoning_tokens(trace: Trace, output: int, output_estimated: bool) -> tuple[int | None, str]:

@@ -64,6 +64,8 @@ class Trace:
     t_first_reasoning: int | None = None
     t_last_reasoning: int | None = None
     t_done: int | None = None
+    #: a token the server counted but sent no text for, at the end (see `Finished`)
+    t_silent_token: int | None = None
     #: arrival time of each token event (answer or thinking; token or chunk), ns after
     #: t_sent; decimated by `stride` once it holds MAX_TIMES entries (bounded memory).
     times: array[int] = field(default_factory=lambda: array("q"))
@@ -164,9 +166,10 @@ class Trace:
                 self.notices.append(text)
                 if doubt:
                     self.doubts.append(text)
-            case Finished(reason=reason):
+            case Finished(reason=reason, t_silent_ns=silent, t_ns=ended):
                 self.finish = reason
-                self.t_done = now
+                self.t_done = ended if ended is not None else now
+                self.t_silent_token = silent
             case StreamError():
                 self.error = event
                 self.finish = "error"

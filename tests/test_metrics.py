@@ -7,6 +7,7 @@ import pytest
 
 from phasechat.backends.events import (
     Finished,
+    FinishReason,
     KVStats,
     PromptEvaluated,
     ReasoningDelta,
@@ -357,3 +358,50 @@ def test_a_forecast_decodes_all_but_the_first_token() -> None:
     # 10 of 11 tokens at 50 tok/s take 200 ms more (the first came with the prefill)
     f = forecast(Rates(100.0, 50.0, 3, overhead_ms=10.0), 130, 30, 11, False)
     assert (f.ttft_ms, f.total_ms) == (pytest.approx(1010.0), pytest.approx(1210.0))
+
+
+def remote_trace(visible: int, counted: int, reason: FinishReason, silent_ms: int | None) -> Trace:
+    """A server's stream: `visible` text chunks 10 ms apart from 200 ms (a token each),
+    usage saying `counted` tokens, and the finish reason's own chunk at `silent_ms`."""
+    t = Trace("remote", "m")
+    for i in range(visible):
+        t.observe(TextDelta("ab"), (200 + 10 * i) * MS)
+    t.observe(Usage(30, counted), 900 * MS)
+    silent = silent_ms * MS if silent_ms is not None else None
+    t.observe(Finished(reason, silent), 901 * MS)
+    return t
+
+
+def test_decode_window_ends_at_a_counted_token_sent_without_text() -> None:
+    # vLLM's end-of-sequence token: 16 tokens counted, 15 with text (200..340 ms), the
+    # finish chunk one 10 ms step later. 15 gaps over 150 ms = 100 tok/s; the window to
+    # the last text (14 gaps' time, 140 ms) would say 15/0.14 = 107.1 (+7%).
+    m = compute(remote_trace(15, 16, "stop", 350))
+    assert m.output_tokens == 16
+    assert m.decode_tok_s == pytest.approx(100.0)
+    assert m.tpot_ms == pytest.approx(10.0)
+    # the answer's character rate over the same window: 14 chunks' 28 chars after the
+    # first, over 150 ms, and per token 28 / 15
+    assert m.chars_per_s == pytest.approx(28 / 0.150)
+    assert m.chars_per_token == pytest.approx(28 / 15)
+
+
+def test_a_finish_chunk_that_stands_for_no_token_does_not_move_the_window() -> None:
+    # every counted token had its text: the late finish chunk is not a decode step
+    m = compute(remote_trace(16, 16, "stop", 600))
+    assert m.decode_tok_s == pytest.approx(15 / 0.150)
+    # our own count (no usage) is not the server's: nothing to extend either
+    t = Trace("remote", "m")
+    for i in range(16):
+        t.observe(TextDelta("ab", 1), (200 + 10 * i) * MS)
+    t.observe(Finished("stop", 600 * MS), 601 * MS)
+    assert compute(t).decode_tok_s == pytest.approx(100.0)
+
+
+def test_the_stream_end_the_backend_stamped_is_the_end() -> None:
+    t = remote_trace(15, 16, "stop", 350)
+    t2 = Trace("remote", "m")
+    t2.observe(TextDelta("ab"), 200 * MS)
+    t2.observe(Finished("stop", None, 420 * MS), 2000 * MS)  # a /metrics scrape between
+    assert compute(t2).e2e_ms == 420
+    assert compute(t).e2e_ms == 901
