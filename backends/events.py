@@ -148,6 +148,28 @@ class ServerTimings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerAccount:
+    """A server's own account of the request, from its `/metrics` read before and after
+    it (backends/server_metrics.py): what it measured (ms) and counted, and the KV pool
+    it shares among all requests. `unknown` says why the per-request figures are None
+    (another request ran at the same time); the pool is the server's either way.
+    `used_share`: how full the pool was when the request was sent (0-1)."""
+
+    source: str
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    generated_tokens: int | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    queue_ms: float | None = None
+    ttft_ms: float | None = None
+    pool_tokens: int | None = None
+    block_tokens: int | None = None
+    used_share: float | None = None
+    unknown: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class KVStats:
     """KV-cache occupancy after the request (local backend), with the weight bytes a
     decode step reads, for the roofline hint (bandwidth = tok/s x bytes per token)."""
@@ -221,6 +243,7 @@ Event = (
     | ReasoningDelta
     | Usage
     | ServerTimings
+    | ServerAccount
     | KVStats
     | EngineThreads
     | Notice

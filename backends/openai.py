@@ -44,6 +44,7 @@ from phasechat.backends.httplog import (
     scrub_key,
 )
 from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
+from phasechat.backends.server_metrics import MetricsWatch
 from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
@@ -56,6 +57,9 @@ from phasechat.backends.windows import (
 )
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json
 
+#: The servers whose `/metrics` is read (`owned_by` in `/models`): vLLM always has one,
+#: llama-server with `--metrics`. Others are not probed.
+METRICS_OWNERS = ("vllm", "llamacpp")
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
 
@@ -132,6 +136,8 @@ class RemoteBackend:
         self.window: Window | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
+        #: the server's /metrics, read before and after each request (vLLM, llama-server)
+        self.metrics = MetricsWatch()
 
     @property
     def name(self) -> str:
@@ -192,6 +198,10 @@ class RemoteBackend:
         if key and self.key_problem() is None:
             headers["Authorization"] = f"Bearer {key}"
         return headers
+
+    def _plain_headers(self) -> dict[str, str]:
+        """The headers of a request that is not a stream (the key, where there is one)."""
+        return {k: v for k, v in self._headers().items() if k != "Accept"}
 
     def _scrub(self, text: str) -> str:
         """`text` with the API key redacted: some servers echo it in their errors, whole
@@ -259,6 +269,8 @@ class RemoteBackend:
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
+        if any(m.get("owned_by") in METRICS_OWNERS for m in entries):
+            await self.metrics.start(self._http(), root_of(self.base_url), self._plain_headers())
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:
@@ -298,7 +310,7 @@ class RemoteBackend:
         """llama-server renders and tokenizes exactly; other servers cannot say."""
         if not self.is_llama_server or self._state != "ready":
             return None
-        headers = {k: v for k, v in self._headers().items() if k != "Accept"}
+        headers = self._plain_headers()
         return await render_on_llama_server(self._http(), root_of(self.base_url), headers, messages)
 
     async def aclose(self) -> None:
@@ -392,7 +404,21 @@ class RemoteBackend:
                 if "text/event-stream" in ctype
                 else whole_reply(response, ctype, self.shown_url)
             )
+            usage: Usage | None = None
             async for event in events:
+                if isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, Finished) and self.metrics.enabled:
+                    # The answer is over: its end is now, before the server is asked
+                    # for its own account of it.
+                    ended = time.perf_counter_ns()
+                    root, headers = root_of(self.base_url), self._plain_headers()
+                    account = await self.metrics.after(client, root, headers, usage)
+                    if account is not None:
+                        yield account
+                    event = dataclasses.replace(event, t_ns=ended)
+                elif isinstance(event, StreamError):
+                    self.metrics.last = None  # it ran: no clean "before" for the next
                 yield event
         finally:
             await response.aclose()

@@ -110,6 +110,22 @@ class Metrics:
     headers_ms: float | None = None
     #: the second token event, after the request was sent
     time_to_second_token_ms: float | None = None
+    #: where the `server_*` figures came from: "timings" (llama-server, per request),
+    #: "vLLM /metrics" (its counters read before and after), "llama.cpp" (the local
+    #: engine's counters); None: nowhere. With /metrics: the server's own time to first
+    #: token and queue time, and the transport's share of ours (ours - the server's).
+    server_source: str | None = None
+    server_ttft_ms: float | None = None
+    server_queue_ms: float | None = None
+    transport_ms: float | None = None
+    #: why the server's account of this request is unknown (requests overlapped)
+    server_unknown: str | None = None
+    #: the server's KV pool, shared by every request (not this request's window), how
+    #: full it was when the request was sent (0-1), and its block: KV and prefix-cache
+    #: hits come in whole blocks
+    server_kv_pool_tokens: int | None = None
+    server_kv_used_share: float | None = None
+    server_kv_block_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -190,7 +206,12 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     reasoning_end = answered if first is not None and answered and answered > first else None
     reasoning_end = reasoning_end or trace.t_last_reasoning
 
-    s = trace.server
+    s, a = trace.server, trace.account
+    own = _engine(trace)
+    block = a.block_tokens if a else None
+    kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
+    if kv_used is not None and block:  # a server holds KV in whole blocks
+        kv_used = -(-kv_used // block) * block
     return Metrics(
         backend=trace.backend,
         model=trace.model,
@@ -223,23 +244,17 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         prefill_share=share,
         decode_share=1 - share if share is not None else None,
         # the engine's KV figures; for a server, what this chat holds of its window
-        kv_used_tokens=trace.kv.used_tokens
-        if trace.kv
-        else (prompt_tokens + output if prompt_tokens is not None and trace.window else None),
+        kv_used_tokens=trace.kv.used_tokens if trace.kv else kv_used,
         kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
         kv_bytes=trace.kv.used_bytes if trace.kv else None,
         implied_bandwidth_gb_s=_bandwidth(trace, decode_tok_s),
-        server_prompt_n=s.prompt_n if s else None,
-        server_cache_n=s.cache_n if s else None,
-        server_prompt_ms=s.prompt_ms if s else None,
-        server_predicted_n=s.predicted_n if s else None,
-        server_predicted_ms=s.predicted_ms if s else None,
-        server_prefill_tok_s=_rate(s.prompt_n, s.prompt_ms / 1000 if s.prompt_ms else None)
-        if s
-        else None,
-        server_decode_tok_s=_rate(s.predicted_n, s.predicted_ms / 1000 if s.predicted_ms else None)
-        if s
-        else None,
+        server_prompt_n=own.prompt_n,
+        server_cache_n=own.cache_n,
+        server_prompt_ms=own.prompt_ms,
+        server_predicted_n=own.predicted_n,
+        server_predicted_ms=own.predicted_ms,
+        server_prefill_tok_s=own.prefill_tok_s,
+        server_decode_tok_s=own.decode_tok_s,
         server_draft_n=s.draft_n if s else None,
         server_draft_accepted=s.draft_n_accepted if s else None,
         draft_acceptance=s.draft_n_accepted / s.draft_n
@@ -254,6 +269,63 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         connect_ms=trace.connect_ms,
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
+        server_source=own.source,
+        server_ttft_ms=a.ttft_ms if a and not a.unknown else None,
+        server_queue_ms=a.queue_ms if a and not a.unknown else None,
+        transport_ms=ttft - a.ttft_ms
+        if a and not a.unknown and a.ttft_ms is not None and ttft is not None and ttft >= a.ttft_ms
+        else None,
+        server_unknown=a.unknown if a else None,
+        server_kv_pool_tokens=a.pool_tokens if a else None,
+        server_kv_used_share=a.used_share if a else None,
+        server_kv_block_tokens=block,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Engine:
+    """The engine's own account of the request, in one shape whatever its source."""
+
+    source: str | None = None
+    prompt_n: int | None = None  # evaluated
+    cache_n: int | None = None
+    prompt_ms: float | None = None
+    predicted_n: int | None = None
+    predicted_ms: float | None = None
+    prefill_tok_s: float | None = None
+    decode_tok_s: float | None = None
+
+
+def _engine(trace: Trace) -> _Engine:
+    """llama.cpp's counters (local) or llama-server's `timings`, else the server's
+    /metrics account when it is this request's alone. Its decode time runs from the
+    first token to the last (vLLM's `request_decode_time`), so its rate is over the
+    tokens after the first, as ours is; llama.cpp's `timings` count every token."""
+    s, a = trace.server, trace.account
+    if s is not None:
+        return _Engine(
+            "llama.cpp" if trace.prompt is not None else "timings",
+            s.prompt_n,
+            s.cache_n,
+            s.prompt_ms,
+            s.predicted_n,
+            s.predicted_ms,
+            _rate(s.prompt_n, s.prompt_ms / 1000 if s.prompt_ms else None),
+            _rate(s.predicted_n, s.predicted_ms / 1000 if s.predicted_ms else None),
+        )
+    if a is None or a.unknown is not None:
+        return _Engine()
+    p, c, n = a.prompt_tokens, a.cached_tokens, a.generated_tokens
+    evaluated = p - c if p is not None and c is not None else None
+    return _Engine(
+        a.source,
+        evaluated,
+        c,
+        a.prefill_ms,
+        n,
+        a.decode_ms,
+        _rate(evaluated, a.prefill_ms / 1000 if a.prefill_ms else None),
+        _rate(n - 1 if n else None, a.decode_ms / 1000 if a.decode_ms else None),
     )
 
 
@@ -307,6 +379,14 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
         u is not None and u.prompt_tokens is not None
     ):  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
+        a = trace.account  # vLLM without prompt-token details: its /metrics says
+        if (
+            cached is None
+            and a is not None
+            and not a.unknown
+            and a.prompt_tokens == u.prompt_tokens
+        ):
+            cached = a.cached_tokens
         evaluated = u.prompt_tokens - cached if cached is not None else None
         return u.prompt_tokens, "server", cached, evaluated
     if trace.prompt_estimate is not None:  # a server that reports nothing: ours, cache unknown

@@ -27,6 +27,7 @@ from phasechat.backends.events import (
     PromptEvaluated,
     ReasoningDelta,
     ResponseStarted,
+    ServerAccount,
     ServerTimings,
     StreamError,
     TextDelta,
@@ -89,6 +90,7 @@ class Trace:
     prompt: PromptEvaluated | None = None
     usage: Usage | None = None
     server: ServerTimings | None = None
+    account: ServerAccount | None = None
     progress: PrefillProgress | None = None
     kv: KVStats | None = None
     #: the local engine's thread count now, and how often it changed mid-answer
@@ -156,6 +158,8 @@ class Trace:
                 self.usage = event
             case ServerTimings():
                 self.server = event
+            case ServerAccount():
+                self.account = event
             case KVStats():
                 self.kv = event
             case EngineThreads():

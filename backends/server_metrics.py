@@ -1,0 +1,260 @@
+"""A server's own account of one request, from its Prometheus `/metrics`.
+
+vLLM sends usage and no timings; what it measured itself is in `/metrics`: counters and
+histogram sums that only grow. Read before and after a request, their differences are
+that request's figures (prefill, decode, queue and first-token time, prompt, cached and
+generated tokens), as long as nothing else ran on the server meanwhile. llama-server with
+`--metrics` exports the same kind of counters (its `timings` already say as much, per
+request). The gauges say what the server holds: its KV pool (vLLM's
+`cache_config_info`: blocks x block size, shared by every request) and how full it is.
+
+Every figure is checked: a finite, non-negative number, a delta that did not run
+backwards (a restarted server), counts in bounds. A request that overlapped another has
+no account (`ServerAccount.unknown` says why), never someone else's.
+
+The names read are in `VLLM` and `LLAMA` (vLLM 0.32's `vllm/v1/metrics/loggers.py`;
+llama.cpp's `tools/server/server-context.cpp`), recorded in tests/fixtures/vllm/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import re
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from phasechat.backends.events import ServerAccount, Usage
+from phasechat.backends.windows import read_body
+from phasechat.backends.wire_numbers import MAX_TOKENS
+
+#: The longest a scrape may take (a 50 KB page; a slow server means no account).
+DEADLINE_S = 2.0
+#: The largest /metrics page read (vLLM's is about 50 KB).
+MAX_BODY = 4 * 1024 * 1024
+#: The largest KV pool believed, in tokens (a few hundred GB of KV on many GPUs).
+MAX_POOL = 1 << 32
+#: After the stream ends, how long to wait for the server to count the request (vLLM
+#: records a finished request's histograms a moment after its last chunk).
+SETTLE_S = 1.5
+
+VLLM = {
+    "running": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    "finished": ("vllm:e2e_request_latency_seconds_count",),
+    "prompt": ("vllm:prompt_tokens_total",),
+    "cached": ("vllm:prompt_tokens_cached_total",),
+    "generated": ("vllm:generation_tokens_total",),
+    "prefill_s": ("vllm:request_prefill_time_seconds_sum",),
+    "decode_s": ("vllm:request_decode_time_seconds_sum",),
+    "queue_s": ("vllm:request_queue_time_seconds_sum",),
+    "ttft_s": ("vllm:time_to_first_token_seconds_sum",),
+    "used_share": ("vllm:kv_cache_usage_perc",),  # a share, 0-1, despite the name
+}
+LLAMA = {
+    "running": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    "prompt": ("llamacpp:prompt_tokens_total",),  # evaluated: cached ones are apart
+    "cached": ("llamacpp:prompt_tokens_cached_total",),
+    "generated": ("llamacpp:tokens_predicted_total",),
+    "prefill_s": ("llamacpp:prompt_seconds_total",),
+    "decode_s": ("llamacpp:tokens_predicted_seconds_total",),
+}
+
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One read of `/metrics`: the figures above (summed over label sets; None: not
+    exported or not believed), the pool, and when it was read (`perf_counter_ns`)."""
+
+    engine: str  # "vLLM" or "llama-server"
+    values: dict[str, float]
+    pool_tokens: int | None
+    block_tokens: int | None
+    t_ns: int
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+
+def parse(text: str, t_ns: int = 0) -> Scrape | None:
+    """The figures in a Prometheus text page, or None when it is no server we know."""
+    sums: dict[str, float] = {}
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        name, labels, raw = m.groups()
+        if name == "vllm:cache_config_info" and labels:
+            info = dict(_LABEL.findall(labels))
+            continue
+        value = _number(raw)
+        if value is not None:
+            sums[name] = sums.get(name, 0.0) + value
+    names = VLLM if any(k.startswith("vllm:") for k in sums) else LLAMA
+    if not any(k.startswith("llamacpp:") or k.startswith("vllm:") for k in sums):
+        return None
+    values = {}
+    for key, sources in names.items():
+        found = [sums[s] for s in sources if s in sums]
+        if found:
+            values[key] = sum(found)
+    if "cached" not in values and "vllm:prefix_cache_hits_total" in sums:
+        values["cached"] = sums["vllm:prefix_cache_hits_total"]  # older vLLM: hits in tokens
+    if not 0 <= values.get("used_share", 0) <= 1:
+        del values["used_share"]
+    block = _count(info.get("block_size"))
+    blocks = _count(info.get("num_gpu_blocks"))
+    pool = blocks * block if blocks and block else _count(info.get("kv_cache_size_tokens"))
+    engine = "vLLM" if names is VLLM else "llama-server"
+    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block, t_ns)
+
+
+def _number(raw: str) -> float | None:
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _count(raw: str | None) -> int | None:
+    """A label's positive whole number (ASCII digits, at most 12 of them), else None."""
+    if raw is None or not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        return None
+    return int(raw) or None
+
+
+def account(before: Scrape | None, after: Scrape, usage: Usage | None) -> ServerAccount:
+    """This request's figures: `after` - `before`, when nothing else ran meanwhile.
+
+    Overlap is ruled out when no request was running or waiting at either read, at most
+    one request finished between them (vLLM counts them), and the generated tokens the
+    server counted are this request's own (`usage`, when it says)."""
+    pool = ServerAccount(
+        source=f"{after.engine} /metrics",
+        pool_tokens=after.pool_tokens,
+        block_tokens=after.block_tokens,
+        used_share=before.get("used_share") if before is not None else None,
+    )
+    why = _overlap(before, after, usage)
+    if why is not None:
+        return dataclasses.replace(pool, unknown=why)
+    assert before is not None
+
+    def delta(name: str) -> float | None:
+        a, b = before.get(name), after.get(name)
+        return b - a if a is not None and b is not None and b >= a else None
+
+    def tokens(name: str) -> int | None:
+        d = delta(name)
+        return round(d) if d is not None and d <= MAX_TOKENS else None
+
+    def ms(name: str) -> float | None:
+        d = delta(name)
+        return d * 1000 if d is not None and d < 86_400 else None
+
+    prompt, cached = tokens("prompt"), tokens("cached")
+    if after.engine == "llama-server" and prompt is not None and cached is not None:
+        prompt += cached  # llama-server counts evaluated prompt tokens apart from cached
+    if prompt is not None and cached is not None and cached > prompt:
+        cached = None
+    return dataclasses.replace(
+        pool,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        generated_tokens=tokens("generated"),
+        prefill_ms=ms("prefill_s"),
+        decode_ms=ms("decode_s"),
+        queue_ms=ms("queue_s"),
+        ttft_ms=ms("ttft_s"),
+    )
+
+
+def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str | None:
+    """Why the difference of `before` and `after` is not this request's alone (None: it is)."""
+    if before is None:
+        return "no earlier read of /metrics to compare with"
+    if before.engine != after.engine:
+        return "the server changed between the two reads of /metrics"
+    if before.get("running") or after.get("running"):
+        return "other requests ran on the server at the same time"
+    finished_a, finished_b = before.get("finished"), after.get("finished")
+    if finished_a is not None and finished_b is not None and finished_b - finished_a != 1:
+        n = finished_b - finished_a
+        return f"{n:g} requests finished on the server meanwhile, not 1"
+    gen_a, gen_b = before.get("generated"), after.get("generated")
+    said = usage.completion_tokens if usage is not None else None
+    if gen_a is not None and gen_b is not None and said is not None and gen_b - gen_a != said:
+        return (
+            f"the server generated {gen_b - gen_a:g} tokens meanwhile, this answer {said}: "
+            "other requests ran at the same time"
+        )
+    return None
+
+
+async def scrape(client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> Scrape | None:
+    """`GET {root}/metrics`, read within DEADLINE_S and MAX_BODY; None when it fails."""
+    try:
+        async with (
+            asyncio.timeout(DEADLINE_S),
+            client.stream("GET", f"{root}/metrics", headers=headers, timeout=DEADLINE_S) as r,
+        ):
+            if r.status_code != 200:
+                return None
+            body = await read_body(r, MAX_BODY)
+            t = time.perf_counter_ns()
+    except (TimeoutError, httpx.HTTPError):
+        return None
+    return parse(body.decode("utf-8", errors="replace"), t) if body is not None else None
+
+
+class MetricsWatch:
+    """The reads of one server's `/metrics` for one backend: the last one is the next
+    request's "before". `enabled` once a first read found a server it knows."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.last: Scrape | None = None
+
+    async def start(self, client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> None:
+        self.last = await scrape(client, root, headers)
+        self.enabled = self.last is not None
+
+    async def after(
+        self, client: httpx.AsyncClient, root: str, headers: dict[str, str], usage: Usage | None
+    ) -> ServerAccount | None:
+        """The account of the request that just ended (read again until the server has
+        counted it, for up to SETTLE_S)."""
+        before = self.last
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            now = await scrape(client, root, headers)
+            if now is None:
+                self.last = None
+                return None
+            done = account(before, now, usage)
+            counted = _counted(before, now, usage)
+            if counted or time.monotonic() > deadline:
+                self.last = now
+                return done
+            await asyncio.sleep(0.05)
+
+
+def _counted(before: Scrape | None, after: Scrape, usage: Usage | None) -> bool:
+    """Has the server counted the request yet (its finished count or its tokens moved)?"""
+    if before is None:
+        return True
+    for name in ("finished", "generated"):
+        a, b = before.get(name), after.get(name)
+        if a is not None and b is not None:
+            want = 1 if name == "finished" else (usage.completion_tokens if usage else 1) or 1
+            return b - a >= want
+    return True
