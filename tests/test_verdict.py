@@ -25,7 +25,15 @@ from phasechat.chat.roofline import (
 from phasechat.telemetry import membw
 from phasechat.telemetry.membw import probe_bandwidth
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.telemetry.verdict import KNOBS, phase_shares, stats_line, transport, verdict
+from phasechat.telemetry.verdict import (
+    KNOBS,
+    engine_says,
+    knob,
+    phase_shares,
+    stats_line,
+    transport,
+    verdict,
+)
 
 
 def metrics(**fields: Any) -> Metrics:
@@ -199,8 +207,10 @@ def test_ask_stats_prints_figures_and_verdict_on_stderr() -> None:
     r = phasechat("ask", "--stats", "--no-save", "--max-tokens", "16", "--temperature", "0", "Hi")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() and "ttft" not in r.stdout  # stdout is the answer alone
-    figures, judged = r.stderr.strip().splitlines()
+    figures, engine, judged = r.stderr.strip().splitlines()
     assert figures.startswith("ttft ") and "cached" in figures and "evaluated" in figures
+    # llama.cpp's own counters beside ours, labelled
+    assert engine.startswith("llama.cpp says prefill ") and " · decode " in engine
     assert "decode" in figures and "e2e" in figures
     assert "-bound (" in judged and "try " in judged
     # the local model knows its weights: the roofline is drawn against this machine
@@ -233,3 +243,58 @@ def test_a_remote_answer_splits_its_ttft_between_the_server_and_the_transport() 
         "(the server does not say its own prefill time)"
     )
     assert transport(metrics_from_dict(base)) == ""  # local: no request of its own
+
+
+def test_vllm_s_own_account_is_labelled_and_splits_the_ttft() -> None:
+    m = metrics_from_dict(
+        {
+            "backend": "openai",
+            "model": "m",
+            "ttft_ms": 420.0,
+            "e2e_ms": 900.0,
+            "headers_ms": 15.0,
+            "server_source": "vLLM /metrics",
+            "server_prompt_n": 7,
+            "server_cache_n": 192,
+            "server_prompt_ms": 350.0,
+            "server_prefill_tok_s": 20.0,
+            "server_predicted_ms": 400.0,
+            "server_decode_tok_s": 40.0,
+            "server_ttft_ms": 380.0,
+            "server_queue_ms": 2.0,
+            "transport_ms": 40.0,
+            "server_kv_pool_tokens": 46592,
+            "server_kv_used_share": 0.03,
+            "server_kv_block_tokens": 32,
+        }
+    )
+    assert engine_says(m) == (
+        "vLLM /metrics says prefill 20.0 tok/s (7 tok, 192 cached) · decode 40.0 tok/s"
+        " · queue 2 ms · KV pool 46,592 tokens, 3% full at the send, blocks of 32"
+    )
+    assert transport(m) == (
+        "TTFT 420 ms: the server's own 380 ms (queue 2 ms, prefill 350 ms), "
+        "the transport 40 ms (10%)"
+    )
+    overlapped = metrics_from_dict(
+        {"backend": "openai", "model": "m", "server_source": None,
+         "server_unknown": "other requests ran on the server at the same time"}
+    )  # fmt: skip
+    assert engine_says(overlapped) == (
+        "the server: this request's own figures unknown "
+        "(other requests ran on the server at the same time)"
+    )
+
+
+def test_a_prompt_shorter_than_one_block_is_not_told_to_keep_a_stable_prefix() -> None:
+    base = {"backend": "openai", "model": "m", "ttft_ms": 900.0, "e2e_ms": 1000.0}
+    short = metrics_from_dict({**base, "prompt_tokens": 20, "cached_tokens": 0,
+                               "server_kv_block_tokens": 32})  # fmt: skip
+    assert knob("prefill", short) == (
+        "a shorter prompt: this server caches whole blocks of 32 tokens, and a 20-token "
+        "prompt fills none, so a stable prefix cannot help"
+    )
+    # one block and more: the prefix advice stands
+    longer = metrics_from_dict({**base, "prompt_tokens": 40, "cached_tokens": 0,
+                                "server_kv_block_tokens": 32})  # fmt: skip
+    assert knob("prefill", longer).startswith("a stable prefix the engine can cache (0 of 40")

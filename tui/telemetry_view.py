@@ -18,6 +18,7 @@ from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
 from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.verdict import engine_says
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -233,14 +234,9 @@ def answer_footer(
 def engine_line(m: Metrics) -> Content:
     """The engine's own account beside ours, the roofline hint, and any disagreement."""
     parts: list[str | tuple[str, str] | Content] = []
-    if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
-        who = "llama.cpp" if m.backend == "local" else "server"
-        parts += [
-            (f"{who} says ", "dim"),
-            f"prefill {fmt(m.server_prefill_tok_s)} tok/s ({m.server_prompt_n} tok"
-            + (f", {m.server_cache_n} cached" if m.server_cache_n else "")
-            + f") · decode {fmt(m.server_decode_tok_s)} tok/s",
-        ]
+    if says := engine_says(m):
+        who, sep, rest = says.partition(" says ")
+        parts += [(who + sep, "dim"), one_line(rest if sep else says)]
     if m.prefill_tok_s is None and not m.cache_reported and m.ttft_ms is not None:
         parts += [("   prefill ", "dim"), "n/a (server does not report its cache)"]
     if m.draft_acceptance is not None:

@@ -20,12 +20,12 @@ from phasechat.chat.costs import expect, held_prefix
 from phasechat.chat.roofline import machine_bandwidth
 from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.store.export import dumps
-from phasechat.chat.text import is_text, visible_controls
+from phasechat.chat.text import is_text, one_line, visible_controls
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.metrics import Metrics
-from phasechat.telemetry.verdict import stats_line, verdict
+from phasechat.telemetry.verdict import engine_says, stats_line, verdict
 
 
 def add_parser(sub: Any) -> None:
@@ -218,6 +218,8 @@ def print_stats(metrics: Metrics) -> None:
     """`ask --stats`: the figures, then the verdict, on stderr (stdout stays the answer)."""
     sys.stdout.flush()  # the answer's last line first, on a terminal that shows both
     print(stats_line(metrics), file=sys.stderr)
+    if says := engine_says(metrics):
+        print(one_line(says), file=sys.stderr)
     # the probe (about 0.3 s, then cached) only where a roofline can be drawn
     bandwidth = machine_bandwidth().gb_s if metrics.implied_bandwidth_gb_s else None
     judged = verdict(metrics, bandwidth)

