@@ -153,7 +153,8 @@ class Workspace:
         try:
             chat_id = store.create_chat(system=self.turns.conversation.system)
         except sqlite3.Error as exc:
-            return f"chat not saved: {exc} (retried at the next message; it is kept in memory)"
+            error = store.failure(exc)
+            return f"chat not saved: {error} (retried at the next message; it is kept in memory)"
         self._writer = follow(self.turns, store, chat_id)
         return None
 

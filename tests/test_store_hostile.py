@@ -5,17 +5,23 @@ SQLITE_FULL, from `PRAGMA max_page_count` capping the file at its current size."
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
-from phasechat.chat.store.database import ChatStore, StoreError
+from phasechat.chat.store.database import ChatStore, StoreError, failure
 from phasechat.chat.store.writer import follow, resume
-from phasechat.chat.turns import TurnController
+from phasechat.chat.turns import FLUSH_S, TurnController
 from phasechat.chat.workspace import Workspace
 from tests.scripted import ScriptedBackend
 
@@ -111,6 +117,128 @@ def test_full_disk_before_the_first_send_keeps_the_chat_and_saves_it_later(tmp_p
     assert chat_id is not None
     assert [m.content for m in store.load(chat_id).messages][:2] == ["my long prompt", "kept "]
     store.close()
+
+
+class FillsTheDisk(ScriptedBackend):
+    """Answers "first answer", then streams an answer slowly enough to be saved as it
+    goes (FLUSH_S), and fills the disk half way through it."""
+
+    store: ChatStore | None = None
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.store is None:
+            async for event in super().stream(request):
+                yield event
+            return
+        for k in range(6):
+            if k == 3:
+                fill_disk(self.store)
+            yield TextDelta(f"part{k} " + "words " * 500)
+            await asyncio.sleep(FLUSH_S + 0.1)
+        yield Finished("stop")
+
+
+def test_a_write_on_a_full_disk_says_write_names_the_file_and_keeps_what_was_saved(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "chats.db"
+    store = ChatStore(path)
+    heard: list[str] = []
+    store.on_error = lambda line, ok: heard.append(line)
+    backend = FillsTheDisk(text="first answer")
+    ws = Workspace(Config(), BackendSpec(), backend=backend)
+    ws.store = store
+    assert ws.ensure_chat() is None
+    chat(ws.turns, "one")
+    backend.store = store
+    chat(ws.turns, "two")
+    # said once, as a write that failed, naming the file (it said "cannot read" before)
+    assert len(heard) == 1, heard
+    assert heard[0].startswith(f"chat not saved: cannot write {path}: database or disk is full")
+    assert "read" not in heard[0]
+    # nothing already saved is lost: the first exchange whole, the answer as far as it
+    # was saved before the disk filled; the whole answer in memory
+    answer = ws.turns.conversation.messages[-1]
+    assert answer.content.startswith("part0") and "part5" in answer.content
+    chat_id = ws.chat_id()
+    assert chat_id is not None
+    with ChatStore(path, readonly=True) as reader:
+        saved = [m.content for m in reader.load(chat_id).messages]
+    assert saved[:3] == ["one", "first answer ", "two"]
+    assert saved[3].startswith("part0") and "part5" not in saved[3]
+    free_disk(store)
+    assert ws.retry_save()
+    assert [m.content for m in store.load(chat_id).messages][-1] == answer.content
+    store.close()
+
+
+OPEN_WITH_A_FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not the process
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
+from phasechat.chat.store.database import ChatStore, StoreError, failure
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
+try:
+    ChatStore(sys.argv[1])
+except StoreError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_opening_on_a_full_disk_says_it_cannot_write_and_the_file_is_untouched(
+    tmp_path: Path, existing: bool
+) -> None:
+    """Opening writes (the WAL's index, the schema): under a file-size limit (the kernel's
+    RLIMIT_FSIZE, as a full quota does) those writes fail; it said "cannot read"."""
+    path = tmp_path / "chats.db"
+    if existing:
+        with ChatStore(path) as store:
+            follow(TurnController(ScriptedBackend(text="kept")), store, store.create_chat())
+        before = path.read_bytes()
+    limit = 1_000  # bytes: less than a page
+    run = subprocess.run(
+        [sys.executable, "-c", OPEN_WITH_A_FULL_DISK, str(path), str(limit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    line = run.stdout.strip()
+    assert line.startswith(f"cannot write {path}: "), line
+    assert "read" not in line and "\n" not in line
+    if existing:
+        assert path.read_bytes() == before
+        with ChatStore(path) as store:
+            assert store.list_chats()
+
+
+def test_a_failure_is_named_for_what_failed(tmp_path: Path) -> None:
+    """Real SQLite errors, mapped: a write's as a write, a damaged file's as a read."""
+    path = tmp_path / "chats.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE t (x)")
+        db.execute("PRAGMA max_page_count = 2")
+        with pytest.raises(sqlite3.OperationalError) as full:
+            db.execute("INSERT INTO t VALUES (?)", ("x" * 100_000,))
+    assert failure(path, full.value, writing=False) == (
+        f"cannot write {path}: database or disk is full"
+    )
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert failure(path, enospc, writing=False) == (
+        f"cannot write {path}: {os.strerror(errno.ENOSPC)}"
+    )
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"not a database" * 1000)
+    with closing(sqlite3.connect(damaged)) as db, pytest.raises(sqlite3.DatabaseError) as bad:
+        db.execute("SELECT * FROM sqlite_master")
+    assert failure(damaged, bad.value, writing=False) == (
+        f"{damaged}: cannot read the chat database (file is not a database)"
+    )
+    with pytest.raises(StoreError, match="cannot read the chat database"):
+        ChatStore(damaged)
 
 
 def test_two_windows_on_one_chat_both_save(tmp_path: Path) -> None:

@@ -86,8 +86,13 @@ async def test_full_disk_is_shown_at_once_retried_and_the_chat_exported_from_mem
         assert store is not None
         fill_disk(store)
         await send(app, pilot, "second, while the disk is full " * 50)
-        assert any(m.startswith("chat not saved: database or disk is full") for m in said(app))
+        # a write that failed, naming the file: it once said "cannot read the chat database"
+        written = f"chat not saved: cannot write {db_path()}: database or disk is full"
+        assert any(m.startswith(written) for m in said(app)), said(app)
         assert len(stored_messages()) < 4
+        answer = app.query(MessageView).last()  # the answer stays on screen, whole
+        assert answer.markdown.source == app.turns.conversation.messages[-1].content
+        assert answer.markdown.source.startswith("the answer")
         app.export_chat()  # from memory: everything said so far
         md = exports_dir() / f"chat-{app.workspace.chat_id()}-memory.md"
         assert "second, while the disk is full" in md.read_text()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -24,7 +25,16 @@ from textual_plotext import PlotextPlot
 
 from phasechat.backends.base import Backend
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.chat.trips.compare import Answer, Comparison, MetricRow, Side, compare_metrics, fmt
+from phasechat.chat.trips.compare import (
+    Answer,
+    Comparison,
+    MetricRow,
+    Side,
+    aligned,
+    compare_metrics,
+    fmt,
+    fmt_ratio,
+)
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
@@ -37,9 +47,59 @@ CACHE_MOVED = (
 )
 
 
-def side_title(n: int, side: Side) -> Content:
-    """ "A · name · model", as plain text."""
-    return Content(f"{'AB'[n]} · {one_line(side.name)} · {one_line(side.backend.model)}")
+#: The fewest cells a model id is shortened to: below that the title's end is cut.
+MODEL_MIN_CELLS = 12
+
+
+def shortened(text: str, width: int) -> str:
+    """`text` in at most `width` cells: one too long keeps its start and its end (where
+    model ids differ: the size, the quantization) with "…" between."""
+    if cell_len(text) <= width:
+        return text
+    room = max(width - 1, 0)
+    head = _fit(text, (room + 1) // 2)
+    tail = _fit(reversed(text), room - cell_len(head))[::-1]
+    return f"{head}…{tail}"
+
+
+def _fit(chars: Iterable[str], width: int) -> str:
+    """The first of `chars` that fit in `width` cells."""
+    out, used = [], 0
+    for ch in chars:
+        used += cell_len(ch)
+        if used > width:
+            break
+        out.append(ch)
+    return "".join(out)
+
+
+def side_title(n: int, side: Side, width: int | None = None) -> Content:
+    """ "A · name · model", as plain text; in `width` cells, a model id too long for it
+    is shortened in the middle, so the side's letter and name always show."""
+    head = f"{'AB'[n]} · {one_line(side.name)} · "
+    model = one_line(side.backend.model)
+    if width is not None:
+        model = shortened(model, max(width - cell_len(head), MODEL_MIN_CELLS))
+    return Content(head + model)
+
+
+class SideTitle(Static):
+    """A side's title, fitted to the width it is given (a server's model id can be any
+    length: 200 characters wrapped onto a second line the title's one row cut off)."""
+
+    def __init__(self, n: int, side: Side, *, id: str) -> None:
+        super().__init__(classes="compare-title", id=id)
+        self.n, self.side = n, side
+        self._model = side.backend.model
+
+    def render(self) -> Content:
+        return side_title(self.n, self.side, self.content_size.width)
+
+    def check_model(self) -> None:
+        """Redraw if the backend now names another model (it does once it has loaded)."""
+        if self.side.backend.model != self._model:
+            self._model = self.side.backend.model
+            self.refresh()
 
 
 def figures(answer: Answer | None, now_ns: int) -> Metrics | None:
@@ -52,19 +112,17 @@ def figures(answer: Answer | None, now_ns: int) -> Metrics | None:
 
 
 def table(rows: Sequence[MetricRow]) -> Content:
-    """metric | A | B | B-A | B/A, one line each; unknown figures are "n/a"."""
-    head = f"{'':<16}{'A':>10}{'B':>10}{'B-A':>10}{'B/A':>7}"
-    lines: list[Content | str | tuple[str, str]] = [(head, "bold"), "\n"]
+    """metric | A | B | B-A | B/A, one line each; unknown figures are "n/a". The columns
+    are as wide as their widest cell needs (#compare-table's width is auto)."""
+    cells = [["", "A", "B", "B-A", "B/A"]]
     for row in rows:
         unit = "" if row.unit in ("%", "chars/s") else f" {row.unit}"
-        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "n/a"
         delta = row.delta
         shown = "n/a" if delta is None else ("+" if delta > 0 else "") + fmt(delta, row.unit)
-        lines.append(
-            f"{row.title + unit:<16}{fmt(row.a.median, row.unit):>10}"
-            f"{fmt(row.b.median, row.unit):>10}{shown:>10}{ratio:>7}\n"
-        )
-    return Content.assemble(*lines)
+        a, b = fmt(row.a.median, row.unit), fmt(row.b.median, row.unit)
+        cells.append([row.title + unit, a, b, shown, fmt_ratio(row.ratio)])
+    head, *lines = aligned(cells, (16, 10, 10, 10, 7))
+    return Content.assemble((head, "bold"), *(f"\n{line}" for line in lines), "\n")
 
 
 #: The bars' colours, A then B (plotext's names).
@@ -129,7 +187,6 @@ class CompareScreen(Screen[None]):
         self.rerun = rerun
         self.error = ""
         self._texts = ["", ""]
-        self._titles = [side_title(n, side) for n, side in enumerate(comparison.sides)]
         self._bars: tuple[tuple[float | None, float | None], ...] | None = None
 
     def compose(self) -> ComposeResult:
@@ -144,7 +201,7 @@ class CompareScreen(Screen[None]):
         with Horizontal(id="compare-answers"):
             for n, side in enumerate(c.sides):
                 with Vertical(classes="compare-side"):
-                    yield Static(side_title(n, side), classes="compare-title", id=f"title-{n}")
+                    yield SideTitle(n, side, id=f"title-{n}")
                     with VerticalScroll():
                         yield Static(Content(""), id=f"compare-text-{n}")
         with Horizontal(id="compare-figures"):
@@ -208,10 +265,7 @@ class CompareScreen(Screen[None]):
                 self._texts[n] = text
                 drawn = Content(visible_controls(text))
                 self.query_one(f"#compare-text-{n}", Static).update(drawn)
-            title = side_title(n, c.sides[n])  # the model is named once it has loaded
-            if title != self._titles[n]:
-                self._titles[n] = title
-                self.query_one(f"#title-{n}", Static).update(title)
+            self.query_one(f"#title-{n}", SideTitle).check_model()
             sides.append(figures(answer, now))
         a, b = sides
         if c.repeat > 1 and all(x.done for x in c.answers):  # N runs: their medians

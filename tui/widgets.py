@@ -237,7 +237,17 @@ class MessageView(Vertical):
 
 
 class PromptInput(TextArea):
-    """Multi-line prompt: Enter sends, Ctrl+J (or Shift+Enter) adds a newline."""
+    """Multi-line prompt: Enter sends, Ctrl+J (or Shift+Enter) adds a newline.
+
+    Typed characters go in as one edit per burst, not one per key. A terminal without
+    bracketed paste delivers a paste as one key event per character, and TextArea's every
+    edit measures the whole line again (`WrappedDocument.wrap_range` rewraps it, and
+    placing the cursor, `location_to_offset`, divides it into its wrapped sections): a
+    storm of keys typed into one line cost time quadratic in its length (57,900 keys
+    froze the UI for minutes). A key only joins the burst; the burst goes in when the keys
+    queued before it have been handled, so each edit measures the line once for every
+    key that was waiting.
+    """
 
     class Submitted(Message):
         def __init__(self, text: str) -> None:
@@ -247,7 +257,19 @@ class PromptInput(TextArea):
     class StopRequested(Message):
         """Esc in the prompt box: TextArea would otherwise swallow the app's Stop key."""
 
+    def __init__(self, *, id: str | None = None, show_line_numbers: bool = False) -> None:
+        super().__init__(id=id, show_line_numbers=show_line_numbers)
+        self._typed: list[str] = []  # characters typed and not yet in the document
+
     async def _on_key(self, event: events.Key) -> None:
+        if event.is_printable and not self.read_only:
+            event.prevent_default()  # TextArea's own handler would insert it now
+            event.stop()
+            if not self._typed:
+                self.call_later(self.insert_typed)  # behind the keys already queued
+            self._typed.append(event.character or "")
+            return
+        self.insert_typed()  # any other key acts on the text typed before it
         if event.key == "enter":
             event.prevent_default()
             event.stop()
@@ -260,6 +282,24 @@ class PromptInput(TextArea):
             event.prevent_default()
             event.stop()
             self.insert("\n")
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        self.insert_typed()
+
+    async def _on_mouse_down(self, event: events.MouseDown) -> None:
+        self.insert_typed()
+
+    def insert_typed(self) -> None:
+        """Put the characters typed so far into the text, as one edit at the cursor
+        (replacing a selection, as a typed key does)."""
+        if not self._typed:
+            return
+        text = "".join(self._typed)
+        self._typed.clear()
+        self._restart_blink()
+        if not self.read_only:
+            start, end = self.selection
+            self.replace(text, start, end, maintain_selection_offset=False)
 
 
 class LivePanel(Widget):

@@ -15,6 +15,7 @@ never put them in messages.
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import threading
@@ -64,6 +65,34 @@ def default_title(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+#: SQLite's primary result codes (`sqlite_errorcode & 0xFF`) that mean a write failed,
+#: and the extended codes of an I/O error that was a read
+_SQLITE_FULL, _SQLITE_IOERR, _SQLITE_READONLY = 13, 10, 8
+_SQLITE_IOERR_READS = (266, 522)  # SQLITE_IOERR_READ, SQLITE_IOERR_SHORT_READ
+#: The errors of a disk (or a quota, or a file-size limit) that has no room left
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def failure(path: Path, exc: sqlite3.Error | OSError, *, writing: bool) -> str:
+    """What a failed use of the chat database at `path` means, in one line naming the
+    file. A write that failed says "cannot write" (a full disk, a failed I/O, a
+    read-only file), also while opening (which writes: the schema, the WAL): only a file
+    that cannot be read as a chat database says "cannot read". `writing`: the caller
+    was writing, so any failure was a write's."""
+    if isinstance(exc, OSError):
+        if exc.errno in _FULL_ERRNOS:
+            return f"cannot write {path}: {exc.strerror or exc}"
+        return f"{path}: {exc.strerror or exc}"
+    code = getattr(exc, "sqlite_errorcode", None) or 0
+    primary = code & 0xFF
+    written = primary in (_SQLITE_FULL, _SQLITE_READONLY) or (
+        primary == _SQLITE_IOERR and code not in _SQLITE_IOERR_READS
+    )
+    if writing or written:
+        return f"cannot write {path}: {exc}"
+    return f"{path}: cannot read the chat database ({exc})"
+
+
 def _when(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -92,9 +121,13 @@ class ChatStore:
             else:
                 self._db, self.fts = open_writable(self.path, path is None, self.notices)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: cannot read the chat database ({exc})") from None
+            raise StoreError(failure(self.path, exc, writing=False)) from None
         except OSError as exc:
-            raise StoreError(f"{self.path}: {exc.strerror or exc}") from None
+            raise StoreError(failure(self.path, exc, writing=False)) from None
+
+    def failure(self, exc: sqlite3.Error | OSError) -> str:
+        """A write to this database that failed, in one line naming the file."""
+        return failure(self.path, exc, writing=True)
 
     def report(self, line: str, ok: bool) -> None:
         """Tell `on_error` (if set) that saving failed (`ok` False) or works again."""

@@ -96,7 +96,8 @@ class ChatWriter:
 
     def _failed(self, exc: sqlite3.Error) -> None:
         first = self.store.error is None
-        self.store.error = f"chat not saved: {exc} (retrying; the chat is kept in memory)"
+        error = self.store.failure(exc)
+        self.store.error = f"chat not saved: {error} (retrying; the chat is kept in memory)"
         log.warning("%s", self.store.error)
         if first:
             self.store.report(self.store.error, ok=False)

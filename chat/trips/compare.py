@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -319,6 +320,38 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "%":
         return f"{value * 100:.0f}%"
     return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    """B/A as the tables show it, in at most 7 characters: two decimals below 1,000,
+    whole numbers with separators up to a million, a power of ten from there (a figure
+    that far off is broken, and its digits say nothing); below 0.01, "<0.01"."""
+    if ratio is None or not math.isfinite(ratio):
+        return "n/a"
+    size = abs(ratio)
+    if size >= 999_999.5:
+        return f"{ratio:.1e}"
+    if size >= 999.995:
+        return f"{ratio:,.0f}"
+    if 0 < size < 0.005:
+        return "<0.01"
+    return f"{ratio:.2f}"
+
+
+def aligned(rows: Sequence[Sequence[str]], widths: Sequence[int], gap: int = 2) -> list[str]:
+    """Rows of cells as lines of a table: the first column left-aligned, the others
+    right-aligned. Each column is `widths` wide, or wider where a cell needs it, so that
+    `gap` spaces always part it from its neighbour (a fixed width let a long figure run
+    into the next column)."""
+    fitted = [
+        max(width, gap + max((len(row[i]) for row in rows), default=0))
+        for i, width in enumerate(widths)
+    ]
+    return [
+        row[0].ljust(fitted[0])
+        + "".join(c.rjust(w) for c, w in zip(row[1:], fitted[1:], strict=True))
+        for row in rows
+    ]
 
 
 def fmt_spread(s: Spread, unit: str) -> str:

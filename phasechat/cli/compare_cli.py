@@ -28,7 +28,9 @@ from phasechat.chat.trips.compare import (
     Comparison,
     MetricRow,
     Side,
+    aligned,
     fmt,
+    fmt_ratio,
     fmt_spread,
     greedy,
     metric_value,
@@ -191,22 +193,25 @@ def _round_line(a: Answer, b: Answer) -> None:
     print(f"run {a.round + 1}: " + " | ".join(parts), flush=True)
 
 
+def table_lines(rows: list[MetricRow], repeat: int) -> list[str]:
+    """The figures as text: metric | A median [spread] | B median [spread] | B/A, the
+    columns as wide as their widest cell needs."""
+    kind = "p10-p90" if repeat >= PERCENTILE_SPREAD_FROM else "min-max"
+    cells = [["metric", f"A median [{kind}]", f"B median [{kind}]", "B/A"]]
+    for row in rows:
+        title = f"{row.title} ({row.unit})" if row.unit not in ("%", row.title) else row.title
+        ratio = fmt_ratio(row.ratio)
+        cells.append([title, fmt_spread(row.a, row.unit), fmt_spread(row.b, row.unit), ratio])
+    return aligned(cells, (20, 26, 26, 8))
+
+
 def _table(
     c: Comparison,
     rows: list[MetricRow],
     before: tuple[float, float, float],
     after: tuple[float, float, float],
 ) -> None:
-    kind = "p10-p90" if c.repeat >= PERCENTILE_SPREAD_FROM else "min-max"
-    head_a, head_b = f"A median [{kind}]", f"B median [{kind}]"
-    print(f"\n{'metric':<20}{head_a:>26}{head_b:>26}{'B/A':>8}")
-    for row in rows:
-        title = f"{row.title} ({row.unit})" if row.unit not in ("%", row.title) else row.title
-        ratio = f"{row.ratio:.2f}" if row.ratio is not None else "n/a"
-        print(
-            f"{title:<20}{fmt_spread(row.a, row.unit):>26}"
-            f"{fmt_spread(row.b, row.unit):>26}{ratio:>8}"
-        )
+    print("\n" + "\n".join(table_lines(rows, c.repeat)))
     for row in rows:
         warning = row.warning()
         if warning:
