@@ -84,6 +84,8 @@ def _flash(path: Path, threads: int) -> str:
     try:
         from phasechat.backends.flash import choose
 
-        return f"{'attention':<16}{choose(path, threads).summary} at {threads} threads"
+        choice, notice = choose(path, threads)
+        line = f"{'attention':<16}{choice.summary} at {threads} threads"
+        return line if notice is None else f"{line}\n  {'':<16}{notice}"
     except Exception as exc:  # no llama.cpp, or a model it cannot load
         return f"{'attention':<16}flash attention not measured: {exc}"
