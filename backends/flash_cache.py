@@ -22,6 +22,7 @@ from phasechat.backends.measured import (
     number_in,
     read_entries,
     share_text,
+    shown,
     write_entries,
 )
 
@@ -99,22 +100,22 @@ def _checked(entry: dict[str, object]) -> FlashChoice | str:
     """The entry as a choice, or what is wrong with it."""
     flash_attn = entry.get("flash_attn")
     if not isinstance(flash_attn, bool):
-        return f"flash_attn {_shown(flash_attn)} is not true or false"
+        return f"flash_attn {shown(flash_attn)} is not true or false"
     ms = {name: number_in(entry.get(name), 1e-6, MAX_MS) for name in ("on_ms", "off_ms")}
     for name, value in ms.items():
         if value is None:
-            return f"{name} {_shown(entry.get(name))} is not a step time"
+            return f"{name} {shown(entry.get(name))} is not a step time"
     on_ms, off_ms = ms["on_ms"], ms["off_ms"]
     assert on_ms is not None and off_ms is not None
     if not flash_attn and off_ms >= on_ms:
         return f"flash_attn false is not what on_ms {on_ms} and off_ms {off_ms} say"
     at = entry.get("measured_at")
     if not isinstance(at, str) or not _stamp(at):
-        return f"measured_at {_shown(at)} is not a time of the form {STAMP}"
+        return f"measured_at {shown(at)} is not a time of the form {STAMP}"
     others = entry.get("others")
     share = None if others is None else number_in(others, 0.0, 1.0)
     if others is not None and share is None:
-        return f"others {_shown(others)} is not a share of the CPUs"
+        return f"others {shown(others)} is not a share of the CPUs"
     return FlashChoice(flash_attn, on_ms, off_ms, at, cached=True, others=share)
 
 
@@ -124,10 +125,6 @@ def _stamp(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _shown(value: object) -> str:
-    return repr(value)[:40] if not isinstance(value, list | dict) else type(value).__name__
 
 
 def store(key: str, choice: FlashChoice) -> None:

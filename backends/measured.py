@@ -62,6 +62,15 @@ def number_in(value: object, low: float, high: float) -> float | None:
     return float(value) if low <= value <= high else None  # compared before float()
 
 
+def shown(value: object) -> str:
+    """A value read from a cache file, in a few characters for a notice."""
+    if isinstance(value, list | dict):
+        return "a list" if isinstance(value, list) else "an object"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        return "a number too large"  # repr() refuses 4,300 digits
+    return repr(value)[:40]
+
+
 def read_entries(path: Path) -> tuple[dict[str, object], str | None]:
     """The entries of a cache file, and why the file was ignored (None: it was fine, or
     there is none yet)."""

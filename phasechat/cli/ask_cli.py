@@ -218,8 +218,14 @@ def print_stats(metrics: Metrics) -> None:
     """`ask --stats`: the figures, then the verdict, on stderr (stdout stays the answer)."""
     sys.stdout.flush()  # the answer's last line first, on a terminal that shows both
     print(stats_line(metrics), file=sys.stderr)
-    # the probe (about 0.3 s, then cached) only where a roofline can be drawn
-    bandwidth = machine_bandwidth().gb_s if metrics.implied_bandwidth_gb_s else None
-    judged = verdict(metrics, bandwidth)
+    # the probe (about a second, then cached) only where a roofline can be drawn
+    bandwidth, label = None, ""
+    if metrics.implied_bandwidth_gb_s:
+        measured = machine_bandwidth()
+        if measured.notice is not None:  # a damaged bandwidth.json, ignored
+            print(f"phasechat: note: {visible_controls(measured.notice)}", file=sys.stderr)
+        bandwidth = measured.gb_s
+        label = "probed on a busy machine, not kept" if measured.busy else ""
+    judged = verdict(metrics, bandwidth, label)
     if judged is not None:
         print(judged.line(), file=sys.stderr)
