@@ -179,3 +179,27 @@ async def test_the_model_loads_beside_a_tampered_entry_and_says_so(
         await backend.aclose()
     notices = [e.text for e in events if isinstance(e, Notice)]
     assert notices and str(flash.cache_file()) in notices[0] and "off_ms 0" in notices[0]
+
+
+@pytest.mark.model
+async def test_an_answer_far_faster_than_the_kept_choice_marks_it_stale(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept choice claiming 1,000 ms a step (no real decode of this model takes 667):
+    the first answer of at least `MIN_STEPS` tokens says so, and marks the entry stale."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    key = flash.cache_key(model_path, 1)
+    slow = {**GOOD, "flash_attn": True, "on_ms": 1000.0, "off_ms": 1100.0}
+    flash_cache.write_entries(flash.cache_file(), {key: slow})
+    backend = LocalBackend(LocalConfig(model_path=model_path, n_ctx=512, threads=1))
+    try:
+        await backend.start()
+        assert "cached measurement" in backend.state_detail
+        ask = Message("user", "Count from 1 to 40, separated by commas.")
+        request = GenerationRequest((ask,), max_tokens=40, temperature=0.0)
+        events = [e async for e in backend.stream(request)]
+    finally:
+        await backend.aclose()
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert len(notices) == 1 and "1000.0 ms" in notices[0] and "next load" in notices[0]
+    assert entries()[key]["stale"] is True and flash.cached(model_path, 1) is None
