@@ -135,11 +135,11 @@ def recheck(
     model: Path, threads: int, choice: FlashChoice, decode_ms: float, steps: int
 ) -> str | None:
     """After an answer: when it decoded `DISAGREE` times faster than the kept choice's
-    step time, mark the entry stale (measured again at the next load) and say so."""
-    if steps < MIN_STEPS or not decode_ms > 0 or decode_ms * DISAGREE > choice.ms:
+    step time, mark the entry stale (measured again at the next load) and say so. A
+    busy measurement was never kept: the next run measures again anyway."""
+    if choice.busy or steps < MIN_STEPS or not decode_ms > 0 or decode_ms * DISAGREE > choice.ms:
         return None
     flash_cache.mark_stale(cache_key(model, threads))
-    _THIS_RUN.pop(cache_key(model, threads), None)
     return (
         f"flash attention: this answer decoded at {decode_ms:.1f} ms a token, the "
         f"measurement in {cache_file()} said {choice.ms:.1f} ms; measured again at the next load"

@@ -148,6 +148,8 @@ def test_a_choice_the_answers_disagree_with_is_marked_stale_and_measured_again(
     assert flash.recheck(model, 2, choice, decode_ms=40.0, steps=64) is None  # within 1.5x
     assert flash.recheck(model, 2, choice, decode_ms=90.0, steps=64) is None  # slower: busy now
     assert flash.recheck(model, 2, choice, decode_ms=11.5, steps=8) is None  # too few steps
+    unkept = FlashChoice(False, 62.0, 49.0, STAMP, others=0.6)  # measured again anyway
+    assert flash.recheck(model, 2, unkept, decode_ms=11.5, steps=64) is None
     assert flash.cached(model, 2) is not None
     line = flash.recheck(model, 2, choice, decode_ms=11.5, steps=64)
     assert line is not None and "11.5 ms" in line and "49.0 ms" in line
