@@ -109,7 +109,8 @@ def _flash(path: Path, threads: int) -> str:
 
         choice, notice = choose(path, threads)
         line = f"{'attention':<16}{choice.summary} at {threads} threads"
-        line += f", {share_text(choice.others)} while it was measured"
+        if not choice.busy:  # a busy one says so in its summary
+            line += f", {share_text(choice.others)} while it was measured"
         return line if notice is None else f"{line}\n  {'':<16}{notice}"
     except Exception as exc:  # no llama.cpp, or a model it cannot load
         return f"{'attention':<16}flash attention not measured: {exc}"
