@@ -10,63 +10,78 @@ same weights), and keeps flash attention on unless off is at least `MARGIN` fast
 and in most rounds (on is what llama.cpp would choose). The answer is cached on disk,
 keyed by the model file (path, size, mtime), the llama.cpp build and the thread count,
 so later loads pay nothing. With layers on a GPU it is on, as llama.cpp's "auto" does.
+
+A measurement is only as good as the machine was quiet: one taken beside a compiler
+chose off (on 62 ms, off 49 ms a step) where a quiet machine runs on 19% faster. So the
+other processes' share of the CPUs is noted (backends/measured.py); a busy measurement
+serves this run only and is never kept, and an answer that decodes far faster than the
+kept figure marks it stale (`recheck`). The file is checked when read
+(backends/flash_cache.py): a damaged entry is ignored and measured again, with a notice.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from phasechat.backends import flash_cache
+from phasechat.backends.flash_cache import STAMP, FlashChoice, cache_file
+from phasechat.backends.measured import others_during
+
+__all__ = ["FlashChoice", "cache_file"]
 
 #: off must decode this much faster than on to be chosen
 MARGIN = 0.03
 ROUNDS = 4
 STEPS = 16
+#: an answer that decodes this many times faster than the kept step time for the same
+#: setting says that the measurement was slowed (a compiler beside it took 49 ms a step
+#: where a quiet machine takes 11.5): the entry is marked stale and measured again at
+#: the next load. A slower answer says nothing: a neighbour or a long context explains it.
+DISAGREE = 1.5
+#: decode steps an answer needs before its rate is compared with the kept one
+MIN_STEPS = 16
+
+#: measurements taken on a busy machine, for the rest of this run only (never written)
+_THIS_RUN: dict[str, FlashChoice] = {}
 
 
 @dataclass(frozen=True, slots=True)
-class FlashChoice:
-    """The choice, and the measurement behind it (step times in ms, medians)."""
+class Measured:
+    """What a measurement saw: median step times (ms), in how many rounds off was
+    faster, and the other processes' share of the CPUs meanwhile (None: unknown)."""
 
-    flash_attn: bool
     on_ms: float
     off_ms: float
-    measured_at: str  # UTC, ISO 8601
-    cached: bool = False
-
-    @property
-    def summary(self) -> str:
-        """One line: "flash attention off (measured: 1.06x faster decode than on)"."""
-        state = "on" if self.flash_attn else "off"
-        when = "cached measurement" if self.cached else "measured at load"
-        if self.flash_attn:
-            ratio = self.on_ms / self.off_ms if self.off_ms else 1.0
-            why = f"off was not faster: {ratio:.2f}x"
-        else:
-            why = f"{self.on_ms / self.off_ms:.2f}x faster decode than on"
-        return f"flash attention {state} ({when} {self.measured_at[:10]}: {why})"
+    off_wins: int
+    others: float | None
 
 
-def decide(setting: bool | None, gpu: bool, model: Path, threads: int) -> tuple[bool, str]:
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Flash attention for a load, why, the choice behind it (None: set, or a GPU), and
+    a notice for the user (a cache entry that was ignored)."""
+
+    flash_attn: bool
+    note: str
+    choice: FlashChoice | None = None
+    notice: str | None = None
+
+
+def decide(setting: bool | None, gpu: bool, model: Path, threads: int) -> Decision:
     """Flash attention for a load, and why: `setting` if given, on for a GPU, else the
     measured (or cached) choice."""
     if setting is not None:
-        return setting, f"flash attention {'on' if setting else 'off'} (set)"
+        return Decision(setting, f"flash attention {'on' if setting else 'off'} (set)")
     if gpu:
-        return True, "flash attention on (GPU offload: llama.cpp's auto)"
-    choice = choose(model, threads)
-    return choice.flash_attn, choice.summary
-
-
-def cache_file() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("phasechat")) / "flash-attn.json"
+        return Decision(True, "flash attention on (GPU offload: llama.cpp's auto)")
+    choice, notice = choose(model, threads)
+    return Decision(choice.flash_attn, choice.summary, choice, notice)
 
 
 def build_id() -> str:
@@ -86,19 +101,53 @@ def cache_key(model: Path, threads: int) -> str:
 
 
 def cached(model: Path, threads: int) -> FlashChoice | None:
-    """The cached choice for this model, build and thread count, if any."""
-    try:
-        data = json.loads(cache_file().read_text())
-        return FlashChoice(**data[cache_key(model, threads)], cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The cached choice for this model, build and thread count, if one is trusted."""
+    return flash_cache.read(cache_key(model, threads))[0]
 
 
-def choose(model: Path, threads: int) -> FlashChoice:
-    """The cached choice, or measure now (a second or two) and cache it."""
-    found = cached(model, threads)
+def choose(
+    model: Path, threads: int, measure_now: Callable[[Path, int], Measured] | None = None
+) -> tuple[FlashChoice, str | None]:
+    """The cached choice, or one measured now (a second or two; kept unless the machine
+    was busy), and a notice when the cache file or its entry was ignored."""
+    key = cache_key(model, threads)
+    found, notice = flash_cache.read(key)
     if found is not None:
-        return found
+        return found, notice
+    if key in _THIS_RUN:
+        return _THIS_RUN[key], notice
+    seen = (measure_now or measure_model)(model, threads)
+    choice = FlashChoice(
+        flash_attn=not (seen.off_ms < seen.on_ms * (1 - MARGIN) and seen.off_wins > ROUNDS // 2),
+        on_ms=seen.on_ms,
+        off_ms=seen.off_ms,
+        measured_at=time.strftime(STAMP, time.gmtime()),
+        others=seen.others,
+    )
+    if choice.busy:
+        _THIS_RUN[key] = choice
+    else:
+        flash_cache.store(key, choice)
+    return choice, notice
+
+
+def recheck(
+    model: Path, threads: int, choice: FlashChoice, decode_ms: float, steps: int
+) -> str | None:
+    """After an answer: when it decoded `DISAGREE` times faster than the kept choice's
+    step time, mark the entry stale (measured again at the next load) and say so. A
+    busy measurement was never kept: the next run measures again anyway."""
+    if choice.busy or steps < MIN_STEPS or not decode_ms > 0 or decode_ms * DISAGREE > choice.ms:
+        return None
+    flash_cache.mark_stale(cache_key(model, threads))
+    return (
+        f"flash attention: this answer decoded at {decode_ms:.1f} ms a token, the "
+        f"measurement in {cache_file()} said {choice.ms:.1f} ms; measured again at the next load"
+    )
+
+
+def measure_model(model: Path, threads: int) -> Measured:
+    """Decode a few tokens each way on two small contexts of `model`, interleaved."""
     import llama_cpp
 
     def make(flash: bool) -> Any:
@@ -115,18 +164,13 @@ def choose(model: Path, threads: int) -> FlashChoice:
 
     on, off = make(True), make(False)
     try:
-        on_ms, off_ms, off_wins = measure(step_timer(on), step_timer(off))
+        (on_ms, off_ms, off_wins), others = others_during(
+            lambda: measure(step_timer(on), step_timer(off))
+        )
     finally:
         on.close()
         off.close()
-    choice = FlashChoice(
-        flash_attn=not (off_ms < on_ms * (1 - MARGIN) and off_wins > ROUNDS // 2),
-        on_ms=on_ms,
-        off_ms=off_ms,
-        measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
-    store(model, threads, choice)
-    return choice
+    return Measured(on_ms, off_ms, off_wins, others)
 
 
 def measure(on: Callable[[], float], off: Callable[[], float]) -> tuple[float, float, int]:
@@ -168,22 +212,3 @@ def step_timer(llm: Any) -> Callable[[], float]:
         return (time.perf_counter_ns() - t0) / 1e6
 
     return step
-
-
-def store(model: Path, threads: int, choice: FlashChoice) -> None:
-    """Add `choice` to the cache file (best effort: a read-only cache only costs time)."""
-    path = cache_file()
-    try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        data = {}
-    entry = asdict(choice)
-    entry.pop("cached")
-    data[cache_key(model, threads)] = entry
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass

@@ -28,13 +28,15 @@ from phasechat.backends.events import (
     FinishReason,
     GenerationRequest,
     Message,
+    Notice,
     PrefillProgress,
     PromptEvaluated,
     ReasoningDelta,
+    ServerTimings,
     StreamError,
     TextDelta,
 )
-from phasechat.backends.flash import decide
+from phasechat.backends.flash import FlashChoice, decide, recheck
 from phasechat.backends.gguf import Geometry, GGUFError, geometry
 from phasechat.backends.handoff import WAKE_S, Handoff
 from phasechat.backends.llama_glue import (
@@ -105,6 +107,10 @@ class LocalBackend:
         # (otherwise the first answer spends a window probing one thread fewer).
         self._cpu = CpuShare()
         self.flash_note = ""
+        #: the measured flash-attention choice loaded with (None: set, a GPU, or rechecked)
+        self._flash: FlashChoice | None = None
+        #: notices from the load (a cache entry ignored), for the next answer
+        self._pending: list[str] = []
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._special_piece: Callable[[int], bytes] = lambda token: b""
@@ -184,7 +190,10 @@ class LocalBackend:
         self.threads = self.config.threads or physical_cores()
         self._detail = f"loading {path.name}"
         gpu = offload and self.gpu_layers != 0
-        flash_attn, self.flash_note = decide(self.config.flash_attn, gpu, path, self.threads)
+        flash = decide(self.config.flash_attn, gpu, path, self.threads)
+        self.flash_note, self._flash = flash.note, flash.choice
+        if flash.notice is not None:
+            self._pending.append(flash.notice)
         llm = llama_cpp.Llama(
             model_path=str(path),
             n_ctx=self.config.n_ctx,
@@ -193,7 +202,7 @@ class LocalBackend:
             n_threads=self.threads,
             n_threads_batch=self.threads,
             chat_format=self.config.chat_format,
-            flash_attn=flash_attn,
+            flash_attn=flash.flash_attn,
             verbose=False,
         )
         formatter, self._format_name = chat_formatter(
@@ -302,6 +311,8 @@ class LocalBackend:
             if self.state != "ready":  # the property: the load may have finished meanwhile
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
+        while self._pending:
+            yield Notice(self._pending.pop(0))
         loop = asyncio.get_running_loop()
         handoff = Handoff(loop, every_s or WAKE_S)
         cancel = threading.Event()
@@ -334,7 +345,10 @@ class LocalBackend:
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {one_line(exc)}"))
             return
-        emit(engine_timings(self._llm, before, cached))
+        timings = engine_timings(self._llm, before, cached)
+        emit(timings)
+        if (line := self._recheck_flash(timings)) is not None:
+            emit(Notice(line))
         emit(kv_stats(self._llm, self.geometry, self.model_bytes))
         emit(Finished(reason))
 
@@ -410,6 +424,18 @@ class LocalBackend:
         for event in think.tail_events(tail):
             emit(event)
         return reason, prefill["cached"]
+
+    def _recheck_flash(self, t: ServerTimings) -> str | None:
+        """Whether this answer's decode rate disagrees with the flash-attention choice
+        it loaded with (backends/flash.py `recheck`); a notice at most once a load."""
+        choice = self._flash
+        if choice is None or self._path is None or not t.predicted_n or not t.predicted_ms:
+            return None
+        steps = t.predicted_n
+        line = recheck(self._path, self.threads, choice, t.predicted_ms / steps, steps)
+        if line is not None:
+            self._flash = None
+        return line
 
     def token_decoder(self) -> Callable[[int | None], str]:
         """Token id -> the text it completes (llama_glue.token_decoder)."""

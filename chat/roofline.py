@@ -1,38 +1,72 @@
-"""The machine's side of the roofline: its memory bandwidth (probed once, cached on disk
-by machine) and how much memory is free for a model's KV cache.
+"""The machine's side of the roofline: its memory bandwidth (probed, cached on disk by
+machine) and how much memory is free for a model's KV cache.
 
-The probe itself is telemetry/membw.py; this module keeps its result in phasechat's
-cache directory (`bandwidth.json`, one entry per machine key: host name, CPU model,
-core count and total memory), so a second run, `doctor`, `ask --stats` and the UI read
-it instead of probing again. A changed machine (other CPU or memory) gets a new key and
-a new probe.
+The probe itself is telemetry/membw.py (every core copying at once); this module keeps
+its result in phasechat's cache directory (`bandwidth.json`, one entry per machine key:
+host name, CPU model, core count and total memory), so a second run, `ask --stats` and
+the UI read it instead of probing again. A changed machine gets a new key and a probe.
+
+Contention only ever lowers a bandwidth, so the entry is the best ever seen here: a
+probe taken while other processes used more than `measured.BUSY` of the CPUs serves
+this run (labelled) but is not written; a lower probe never replaces a higher entry, a
+higher one does. An entry is checked when read: a figure that is not a finite number of
+GB/s in `LOWEST`..`HIGHEST`, or a time that is not one time.time() gave since 2020, is
+ignored and probed again, with a notice naming the file. An entry from before the probe
+used every core and noted the load is probed again once (and kept if it is the higher).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from phasechat.backends.gguf import Geometry
+from phasechat.backends.measured import (
+    busy,
+    ignored,
+    number_in,
+    read_entries,
+    shown,
+    write_entries,
+)
 from phasechat.chat.config.paths import cache_dir
-from phasechat.telemetry.membw import probe_bandwidth
+from phasechat.telemetry.membw import Probed, probe_bandwidth
 
 MEMINFO = Path("/proc/meminfo")
+#: GB/s believed: below, no machine that runs a model; above, beyond any memory today
+LOWEST, HIGHEST = 0.1, 20_000.0
+#: the earliest `measured_at` believed (2020-01-01 UTC): a time.time(), as written here
+EPOCH = 1_577_836_800.0
 
 
 @dataclass(frozen=True, slots=True)
 class Bandwidth:
-    """A measured memory bandwidth and where it came from."""
+    """A memory bandwidth and where it came from."""
 
     gb_s: float
     measured_at: float  # time.time() of the probe
     cached: bool  # read from the cache file rather than probed now
+    threads: int = 1  # how many threads copied at once
+    #: other processes' share (0-1) of the CPUs during the probe (None: unknown)
+    others: float | None = None
+    #: a cache entry or file that was ignored, naming the file
+    notice: str | None = None
+    #: the probe this call ran, where the figure above is another (a higher one kept)
+    probed: Probed | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Probed beside a busy neighbour: for this run only, never kept."""
+        return busy(self.others)
+
+
+#: probes taken on a busy machine, by cache file: for the rest of this run, not written
+_THIS_RUN: dict[Path, Bandwidth] = {}
 
 
 def _meminfo(field: str, meminfo: Path = MEMINFO) -> int | None:
@@ -75,40 +109,79 @@ def bandwidth_file() -> Path:
 
 
 def cached_bandwidth(path: Path | None = None) -> Bandwidth | None:
-    """This machine's bandwidth from the cache file, None when not measured yet."""
-    path = path or bandwidth_file()
-    try:
-        entry = json.loads(path.read_text()).get(machine_key())
-        return Bandwidth(float(entry["gb_s"]), float(entry["measured_at"]), cached=True)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
+    """This machine's kept bandwidth, None when not measured yet (or not trusted)."""
+    kept, final, _ = _kept(path or bandwidth_file())
+    return kept if final else None
+
+
+def _kept(path: Path) -> tuple[Bandwidth | None, bool, str | None]:
+    """This machine's entry (None: none, or not believed), whether it is final (from
+    the all-cores probe, on a quiet machine), and a notice when something was ignored."""
+    data, problem = read_entries(path)
+    if problem is not None:
+        return None, False, ignored(path, problem)
+    entry = data.get(machine_key())
+    if entry is None:
+        return None, False, None
+    if not isinstance(entry, dict):
+        return None, False, ignored(path, "this machine's entry is not an object")
+    checked = _checked(entry)
+    if isinstance(checked, str):
+        return None, False, ignored(path, f"this machine's {checked}")
+    return checked, "others" in entry and not checked.busy, None
+
+
+def _checked(entry: dict[str, object]) -> Bandwidth | str:
+    """The entry as a bandwidth, or what is wrong with it."""
+    gb_s = number_in(entry.get("gb_s"), LOWEST, HIGHEST)
+    if gb_s is None:
+        bounds = f"{LOWEST}..{HIGHEST:.0f} GB/s"
+        return f"gb_s {shown(entry.get('gb_s'))} is not a bandwidth in {bounds}"
+    at = number_in(entry.get("measured_at"), EPOCH, time.time() + 86_400)
+    if at is None:
+        return f"measured_at {shown(entry.get('measured_at'))} is not a time.time() since 2020"
+    threads = entry.get("threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 65_536:
+        return f"threads {shown(threads)} is not a count of threads"
+    others = entry.get("others")
+    share = None if others is None else number_in(others, 0.0, 1.0)
+    if others is not None and share is None:
+        return f"others {shown(others)} is not a share of the CPUs"
+    return Bandwidth(gb_s, at, cached=True, threads=threads, others=share)
 
 
 def machine_bandwidth(
-    path: Path | None = None, probe: Callable[[], float] = probe_bandwidth
+    path: Path | None = None,
+    probe: Callable[[], Probed] = probe_bandwidth,
+    *,
+    fresh: bool = False,
 ) -> Bandwidth:
-    """This machine's bandwidth: from the cache, else probed now (about 0.3 s) and
-    written there. A cache that cannot be written only costs a probe next time."""
+    """This machine's bandwidth: the kept entry, else probed now (about a second) and
+    kept unless the machine was busy. `fresh` (doctor): probe even when an entry is
+    kept; the best of the two is the answer, and the only one written."""
     path = path or bandwidth_file()
-    known = cached_bandwidth(path)
-    if known is not None:
-        return known
-    measured = Bandwidth(probe(), time.time(), cached=False)
-    try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
-        data = {}
-    data[machine_key()] = {"gb_s": measured.gb_s, "measured_at": measured.measured_at}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-    except OSError:
-        pass
-    return measured
+    kept, final, notice = _kept(path)
+    if kept is not None and final and not fresh:
+        return kept
+    if path in _THIS_RUN and not fresh:
+        return _THIS_RUN[path]
+    seen = probe()
+    now = Bandwidth(seen.gb_s, time.time(), False, seen.threads, seen.others, notice)
+    if number_in(now.gb_s, LOWEST, HIGHEST) is None:  # a probe that went wrong
+        return kept or now
+    best = now if kept is None or now.gb_s > kept.gb_s else replace(kept, probed=seen)
+    if now.busy:
+        _THIS_RUN[path] = best
+        return best
+    data, _ = read_entries(path)
+    data[machine_key()] = {
+        "gb_s": best.gb_s,
+        "measured_at": best.measured_at,
+        "threads": best.threads,
+        "others": best.others,
+    }
+    write_entries(path, data)
+    return best
 
 
 def largest_context(g: Geometry, weights_bytes: int, available: int) -> int:

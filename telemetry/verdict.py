@@ -16,6 +16,7 @@ local backend knows; for a server it is "unknown".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from phasechat.telemetry.metrics import Metrics
@@ -67,19 +68,18 @@ def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
     return tuple((name, ms / total) for name, ms in ordered)
 
 
-def roofline(m: Metrics, bandwidth_gb_s: float | None) -> str:
-    """`decode runs at N% of what memory allows (X of Y GB/s)`, or why it is unknown."""
+def roofline(m: Metrics, bandwidth_gb_s: float | None, label: str = "") -> str:
+    """`decode runs at N% of what memory allows (X of Y GB/s)`, or why it is unknown.
+    `label`: how far to trust the bandwidth (e.g. "probed on a busy machine")."""
     if m.implied_bandwidth_gb_s is None:
         if m.decode_tok_s is None:
             return "roofline: no decode rate (fewer than two tokens)"
         return "roofline unknown: the weights' size is not known for this backend"
-    if not bandwidth_gb_s:
+    if bandwidth_gb_s is None or not 0 < bandwidth_gb_s < math.inf:  # NaN fails too
         return "roofline unknown: this machine's memory bandwidth is not measured"
     share = m.implied_bandwidth_gb_s / bandwidth_gb_s
-    return (
-        f"decode runs at {share:.0%} of what memory allows "
-        f"({m.implied_bandwidth_gb_s:.1f} of {bandwidth_gb_s:.1f} GB/s)"
-    )
+    of = f"{m.implied_bandwidth_gb_s:.1f} of {bandwidth_gb_s:.1f} GB/s"
+    return f"decode runs at {share:.0%} of what memory allows ({of}{label and ', ' + label})"
 
 
 def knob(phase: str, m: Metrics) -> str:
@@ -101,14 +101,18 @@ def knob(phase: str, m: Metrics) -> str:
     return KNOBS[phase]
 
 
-def verdict(m: Metrics, bandwidth_gb_s: float | None = None) -> Verdict | None:
+def verdict(
+    m: Metrics, bandwidth_gb_s: float | None = None, bandwidth_label: str = ""
+) -> Verdict | None:
     """The verdict on one finished answer; None when it has no timing to judge (a request
-    that failed before its first token)."""
+    that failed before its first token). `bandwidth_label`: see `roofline`."""
     shares = phase_shares(m)
     if shares is None:
         return None
     phase = shares[0][0]
-    return Verdict(phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s), transport(m))
+    return Verdict(
+        phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s, bandwidth_label), transport(m)
+    )
 
 
 def transport(m: Metrics) -> str:

@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 import httpx
 import pytest
 
+from phasechat.backends.flash import cache_file
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
 from tests.llama_server import (
@@ -44,10 +45,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(line, yellow=True, bold=True)
 
 
-@pytest.fixture(scope="session")
-def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache directory for the run: the memory-bandwidth probe runs once, not per test."""
-    return tmp_path_factory.mktemp("cache")
+@pytest.fixture(scope="session", autouse=True)
+def _cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache directory for the run: the memory-bandwidth probe runs once, not per test.
+
+    Session-scoped and autouse, so it is set before any session or module fixture (the
+    model, loaded once, measures flash attention and caches the choice): function-scoped
+    isolation alone came after them, and a run wrote to the user's own cache."""
+    home = tmp_path_factory.mktemp("cache")
+    session = tmp_path_factory.mktemp("session")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(home))
+        mp.setenv("XDG_CONFIG_HOME", str(session / "config"))
+        mp.setenv("XDG_DATA_HOME", str(session / "data"))
+        mp.delenv("PHASECHAT_CONFIG", raising=False)
+        yield home
 
 
 @pytest.fixture(autouse=True)
@@ -83,8 +95,10 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def local_backend(model_path: Path) -> Iterator[LocalBackend]:
-    """The bundled SmolLM2 model, loaded once for the whole run (n_ctx 2048)."""
+def local_backend(model_path: Path, _cache_home: Path) -> Iterator[LocalBackend]:
+    """The bundled SmolLM2 model, loaded once for the whole run (n_ctx 2048), with the
+    run's own cache directory (its flash-attention choice is measured and kept there)."""
+    assert cache_file().is_relative_to(_cache_home), "the model would write the user's cache"
     backend = LocalBackend(LocalConfig(model_path=model_path, n_ctx=2048))
     asyncio.run(backend.start())
     assert backend.state == "ready", backend.state_detail

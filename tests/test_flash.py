@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from phasechat.backends import flash
+from phasechat.backends import flash, flash_cache
 
 
 @pytest.mark.model
@@ -18,12 +19,19 @@ def test_measured_once_then_cached_per_model_build_and_threads(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert flash.cache_file().is_relative_to(tmp_path)
     assert flash.cached(model_path, 1) is None
-    first = flash.choose(model_path, 1)
+
+    def quiet(model: Path, threads: int) -> flash.Measured:
+        """The real measurement, read as if nothing ran beside it (this test checks the
+        caching; the load reading is faked in the tests below)."""
+        return replace(flash.measure_model(model, threads), others=0.0)
+
+    first, notice = flash.choose(model_path, 1, quiet)
+    assert notice is None
     assert not first.cached and first.on_ms > 0 and first.off_ms > 0
     # The rule: on (llama.cpp's own choice) unless off measured at least MARGIN faster.
     if not first.flash_attn:
         assert first.off_ms < first.on_ms * (1 - flash.MARGIN)
-    again = flash.choose(model_path, 1)
+    again, _ = flash.choose(model_path, 1, lambda m, t: pytest.fail("measured again"))
     assert again.cached and again.flash_attn == first.flash_attn
     assert again.on_ms == first.on_ms
     assert "measurement" in again.summary and "measured at load" in first.summary
@@ -37,8 +45,10 @@ def test_a_setting_or_a_gpu_skips_the_measurement(
     model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert flash.decide(False, False, model_path, 2) == (False, "flash attention off (set)")
-    assert flash.decide(None, True, model_path, 2)[0] is True
+    assert flash.decide(False, False, model_path, 2) == flash.Decision(
+        False, "flash attention off (set)"
+    )
+    assert flash.decide(None, True, model_path, 2).flash_attn is True
     assert not flash.cache_file().exists()
 
 
@@ -73,9 +83,9 @@ def test_a_cached_choice_comes_back_with_its_own_figures(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF" * 10)
-    choice = flash.FlashChoice(False, 10.25, 9.5, "2026-01-02T03:04:05Z")
-    flash.store(model, 2, choice)
+    choice = flash.FlashChoice(False, 10.25, 9.5, "2026-01-02T03:04:05Z", others=0.0)
+    flash_cache.store(flash.cache_key(model, 2), choice)
     assert flash.cached(model, 2) == flash.FlashChoice(
-        False, 10.25, 9.5, "2026-01-02T03:04:05Z", cached=True
+        False, 10.25, 9.5, "2026-01-02T03:04:05Z", cached=True, others=0.0
     )
     assert flash.cached(model, 1) is None

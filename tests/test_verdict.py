@@ -23,7 +23,7 @@ from phasechat.chat.roofline import (
     mem_available,
 )
 from phasechat.telemetry import membw
-from phasechat.telemetry.membw import probe_bandwidth
+from phasechat.telemetry.membw import Probed, probe_bandwidth
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 from phasechat.telemetry.verdict import (
     KNOBS,
@@ -131,37 +131,39 @@ def fake_perf_counter(durations: list[float]) -> SimpleNamespace:
     return SimpleNamespace(perf_counter=lambda: next(reads))
 
 
-def test_the_probe_is_two_bytes_per_byte_copied_over_the_fastest_round(
+def test_the_probe_is_two_bytes_per_byte_copied_over_the_fastest_round_all_threads_summed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # durations that are exact in binary: 1/256, 1/512 (the fastest), 3/1024 s
     monkeypatch.setattr(membw, "time", fake_perf_counter([1 / 256, 1 / 512, 3 / 1024]))
-    # 1 MiB read and 1 MiB written in 1/512 s: 2 x 2^20 x 512 bytes/s
-    assert probe_bandwidth(size=2**20, rounds=3) == 2 * 2**20 * 512 / 1e9 == 1.073741824
+    # two threads, each copying half of 1 MiB, timed together: 1 MiB read and 1 MiB
+    # written in 1/512 s, 2 x 2^20 x 512 bytes/s
+    probed = probe_bandwidth(size=2**20, rounds=3, threads=2, min_s=0)
+    assert probed.gb_s == 2 * 2**20 * 512 / 1e9 == 1.073741824
+    assert probed.threads == 2
 
 
-def test_a_probed_bandwidth_is_cached_with_its_own_figure_and_time(
+def test_a_probed_bandwidth_is_cached_with_its_own_figure_time_threads_and_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(membw, "time", fake_perf_counter([1 / 64, 1 / 128]))
     monkeypatch.setattr(roofline, "time", SimpleNamespace(time=lambda: 1_750_000_000.5))
     path = tmp_path / "bandwidth.json"
-    first = machine_bandwidth(path, lambda: probe_bandwidth(size=2**20, rounds=2))
-    gb_s = 2 * 2**20 * 128 / 1e9  # the faster round: 1/128 s
-    assert (first.gb_s, first.measured_at, first.cached) == (gb_s, 1_750_000_000.5, False)
+    first = machine_bandwidth(path, lambda: Probed(36.5, 4, 0.03))
+    assert (first.gb_s, first.measured_at, first.cached) == (36.5, 1_750_000_000.5, False)
     entry = json.loads(path.read_text())[machine_key()]
-    assert entry == {"gb_s": gb_s, "measured_at": 1_750_000_000.5}
+    assert entry == {"gb_s": 36.5, "measured_at": 1_750_000_000.5, "threads": 4, "others": 0.03}
     again = machine_bandwidth(path, lambda: pytest.fail("probed again"))
-    assert (again.gb_s, again.measured_at, again.cached) == (gb_s, 1_750_000_000.5, True)
+    assert (again.gb_s, again.measured_at, again.cached) == (36.5, 1_750_000_000.5, True)
+    assert (again.threads, again.others) == (4, 0.03)
 
 
 def test_bandwidth_is_probed_once_then_read_from_the_cache(tmp_path: Path) -> None:
     path = tmp_path / "cache" / "bandwidth.json"
     calls: list[int] = []
 
-    def probe() -> float:
+    def probe() -> Probed:
         calls.append(1)
-        return 12.5
+        return Probed(12.5, 2, 0.0)
 
     first = machine_bandwidth(path, probe)
     assert (first.gb_s, first.cached, len(calls)) == (12.5, False, 1)
@@ -179,7 +181,8 @@ def test_bandwidth_is_probed_once_then_read_from_the_cache(tmp_path: Path) -> No
 
 def test_the_real_probe_runs_and_refuses_nonsense() -> None:
     # the figure itself is checked with a fake clock above; this one runs the real copy
-    assert probe_bandwidth(size=4 * 2**20, rounds=2) > 0
+    probed = probe_bandwidth(size=4 * 2**20, rounds=2, min_s=0)
+    assert probed.gb_s > 0 and probed.threads == membw.probe_threads() >= 1
     with pytest.raises(ValueError, match="positive"):
         probe_bandwidth(size=0)
 
@@ -222,10 +225,9 @@ def test_doctor_shows_bandwidth_and_the_largest_context() -> None:
     first = phasechat("doctor")
     assert first.returncode == 0, first.stderr
     (line,) = [x for x in first.stdout.splitlines() if x.startswith("memory bandwidth")]
-    assert "GB/s" in line
+    assert "GB/s" in line and "of the CPUs" in line  # the load beside the probe
+    assert "all cores, summed" in line or "one core" in line  # which copy it measured
     assert "largest context" in first.stdout and "MemAvailable" in first.stdout
-    again = phasechat("doctor")
-    assert "cached, probed" in again.stdout  # the probe ran once for this machine
 
 
 def test_a_remote_answer_splits_its_ttft_between_the_server_and_the_transport() -> None:

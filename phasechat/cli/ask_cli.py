@@ -220,8 +220,14 @@ def print_stats(metrics: Metrics) -> None:
     print(stats_line(metrics), file=sys.stderr)
     if says := engine_says(metrics):
         print(one_line(says), file=sys.stderr)
-    # the probe (about 0.3 s, then cached) only where a roofline can be drawn
-    bandwidth = machine_bandwidth().gb_s if metrics.implied_bandwidth_gb_s else None
-    judged = verdict(metrics, bandwidth)
+    # the probe (about a second, then cached) only where a roofline can be drawn
+    bandwidth, label = None, ""
+    if metrics.implied_bandwidth_gb_s:
+        measured = machine_bandwidth()
+        if measured.notice is not None:  # a damaged bandwidth.json, ignored
+            print(f"phasechat: note: {visible_controls(measured.notice)}", file=sys.stderr)
+        bandwidth = measured.gb_s
+        label = "probed on a busy machine, not kept" if measured.busy else ""
+    judged = verdict(metrics, bandwidth, label)
     if judged is not None:
         print(judged.line(), file=sys.stderr)

@@ -1,5 +1,8 @@
 """`phasechat doctor`: what llama.cpp was built with, what the default model is, this
-machine's memory bandwidth (the roofline's ceiling) and the context that fits in it."""
+machine's memory bandwidth (the roofline's ceiling) and the context that fits in it.
+
+The bandwidth is probed every time (all cores copying at once) and shown beside the best
+kept figure with the load it was measured under; a busy or lower probe is not kept."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 
 from phasechat.backends.gguf import GGUFError, geometry
 from phasechat.backends.llama_glue import physical_cores
+from phasechat.backends.measured import busy, share_text
 from phasechat.backends.models import ModelNotFound, default_model_path
 from phasechat.chat.roofline import (
     bandwidth_file,
@@ -69,14 +73,33 @@ def report() -> str:
 
 
 def bandwidth_line() -> str:
-    """This machine's memory bandwidth: probed once (about 0.3 s), then cached."""
-    bw = machine_bandwidth()
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(bw.measured_at))
-    how = f"cached, probed {when}" if bw.cached else "probed now"
-    return (
-        f"memory bandwidth  {bw.gb_s:.1f} GB/s (one core copying 128 MiB, best of 6; "
-        f"{how}; {bandwidth_file()})"
-    )
+    """This machine's memory bandwidth: probed now (about a second, every core copying
+    at once) beside the best kept; a probe on a busy machine is shown, never kept."""
+    bw = machine_bandwidth(fresh=True)
+    lines = [
+        f"memory bandwidth  {bw.gb_s:.1f} GB/s ({_how(bw.threads)}, best of several rounds; "
+        f"{'best kept, probed' if bw.cached else 'probed now'} "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(bw.measured_at))}, "
+        f"{share_text(bw.others)}"
+        + ("; for this run only, not kept: busy" if bw.busy else "")
+        + f"; {bandwidth_file()})"
+    ]
+    if bw.probed is not None:  # this run's probe, lower than the kept figure
+        kept = "not kept: busy" if busy(bw.probed.others) else "lower, not kept"
+        lines.append(
+            f"  {'this probe':<16}{bw.probed.gb_s:.1f} GB/s ({_how(bw.probed.threads)}, "
+            f"{share_text(bw.probed.others)}; {kept})"
+        )
+    if bw.notice is not None:
+        lines.append(f"  {'':<16}{bw.notice}")
+    return "\n".join(lines)
+
+
+def _how(threads: int) -> str:
+    """How the probe copied: all cores at once, summed, or (an older entry) one core."""
+    if threads == 1:
+        return "one thread copying 128 MiB: one core's copy"
+    return f"{threads} threads copying 128 MiB at once: all cores, summed"
 
 
 def _flash(path: Path, threads: int) -> str:
@@ -84,6 +107,10 @@ def _flash(path: Path, threads: int) -> str:
     try:
         from phasechat.backends.flash import choose
 
-        return f"{'attention':<16}{choose(path, threads).summary} at {threads} threads"
+        choice, notice = choose(path, threads)
+        line = f"{'attention':<16}{choice.summary} at {threads} threads"
+        if not choice.busy:  # a busy one says so in its summary
+            line += f", {share_text(choice.others)} while it was measured"
+        return line if notice is None else f"{line}\n  {'':<16}{notice}"
     except Exception as exc:  # no llama.cpp, or a model it cannot load
         return f"{'attention':<16}flash attention not measured: {exc}"
