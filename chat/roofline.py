@@ -64,6 +64,11 @@ class Bandwidth:
         """Probed beside a busy neighbour: for this run only, never kept."""
         return busy(self.others)
 
+    @property
+    def trust(self) -> str:
+        """How far to trust the figure, for the roofline's line ('' : as measured)."""
+        return "probed on a busy machine, not kept" if self.busy else ""
+
 
 #: probes taken on a busy machine, by cache file: for the rest of this run, not written
 _THIS_RUN: dict[Path, Bandwidth] = {}

@@ -3,12 +3,13 @@ a real llama-server with 4 slots, and an SVG snapshot of the sweep chart on fixe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
+from phasechat.backends.events import Event, GenerationRequest, Notice
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
@@ -48,6 +49,31 @@ async def test_a_server_answer_says_its_roofline_is_unknown() -> None:
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
         said = text_of(app.query_one(VerdictLine))
         assert "roofline unknown: the weights' size is not known" in said
+
+
+class NoticingBackend(ScriptedBackend):
+    """A server that tells two things about its answer: one plain notice (twice, as a
+    stream may repeat it) and one doubted figure (which the warnings show)."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield Notice("the server ignored max_tokens (8); stopped here")
+        yield Notice("the server ignored max_tokens (8); stopped here")
+        yield Notice("ignored usage.prompt_tokens -5 from the server", doubt=True)
+        async for event in super().stream(request):
+            yield event
+
+
+async def test_a_notice_about_the_answer_is_shown_under_it_once() -> None:
+    app = PhasechatApp(backend=NoticingBackend("remote", "one two three four"))
+    async with app.run_test(size=(110, 30)) as pilot:
+        app.send("Hi")
+        await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
+        said = text_of(app.query_one(VerdictLine))
+    lines = said.splitlines()
+    assert lines[1:] == ["note: the server ignored max_tokens (8); stopped here"]
+    assert "usage.prompt_tokens" not in said  # a doubted figure is a warning, shown apart
 
 
 @pytest.mark.model

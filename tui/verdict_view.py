@@ -10,6 +10,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from phasechat.chat.roofline import machine_bandwidth
+from phasechat.chat.text import one_line
 from phasechat.chat.turns import Exchange
 from phasechat.telemetry.verdict import verdict
 
@@ -31,12 +32,24 @@ async def add_verdict(view: Widget, exchange: Exchange) -> VerdictLine | None:
     m = exchange.metrics
     if m is None or exchange.answer.status == "error":
         return None
-    bandwidth = None
+    bandwidth, label, notes = None, "", notes_of(exchange)
     if m.implied_bandwidth_gb_s is not None:
-        bandwidth = (await asyncio.to_thread(machine_bandwidth)).gb_s
-    judged = verdict(m, bandwidth)
+        measured = await asyncio.to_thread(machine_bandwidth)
+        bandwidth, label = measured.gb_s, measured.trust
+        if measured.notice is not None:  # a damaged bandwidth.json, ignored
+            notes.append(measured.notice)
+    judged = verdict(m, bandwidth, label)
     if judged is None:
         return None
-    line = VerdictLine(Content(judged.line()))  # Content: plain text, never markup
+    text = "\n".join([judged.line(), *(f"note: {one_line(n)}" for n in notes)])
+    line = VerdictLine(Content(text))  # Content: plain text, never markup
     await view.mount(line)
     return line
+
+
+def notes_of(exchange: Exchange) -> list[str]:
+    """What the backend told about the answer that is not a doubted figure (those are
+    among its warnings): a notice of a measurement ignored or stale, the server ignoring
+    max_tokens, TLS verification off, a refused prompt trimmed and sent again."""
+    trace = exchange.trace
+    return [n for n in dict.fromkeys(trace.notices) if n not in trace.doubts]

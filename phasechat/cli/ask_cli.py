@@ -227,7 +227,7 @@ def print_stats(metrics: Metrics) -> None:
         if measured.notice is not None:  # a damaged bandwidth.json, ignored
             print(f"phasechat: note: {visible_controls(measured.notice)}", file=sys.stderr)
         bandwidth = measured.gb_s
-        label = "probed on a busy machine, not kept" if measured.busy else ""
+        label = measured.trust
     judged = verdict(metrics, bandwidth, label)
     if judged is not None:
         print(judged.line(), file=sys.stderr)
