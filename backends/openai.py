@@ -381,6 +381,7 @@ class RemoteBackend:
         except httpx.HTTPError as exc:
             yield connect_error(exc, self.shown_url, self.config.first_token_timeout_s)
             return
+        ticket = self.metrics.begin()  # from the response's headers to its end
         try:
             if response.status_code != 200:
                 raw = (await response.aread())[:4000].decode("utf-8", errors="replace")
@@ -412,7 +413,8 @@ class RemoteBackend:
                     # for its own account of it.
                     ended = time.perf_counter_ns()
                     root, headers = root_of(self.base_url), self._plain_headers()
-                    account = await self.metrics.after(client, root, headers, usage)
+                    watch = self.metrics
+                    account = await watch.finished(ticket, client, root, headers, usage)
                     if account is not None:
                         yield account
                     event = dataclasses.replace(event, t_ns=ended)
@@ -420,6 +422,7 @@ class RemoteBackend:
                     self.metrics.last = None  # it ran: no clean "before" for the next
                 yield event
         finally:
+            self.metrics.end()
             await response.aclose()
 
     async def _sse(

@@ -216,13 +216,66 @@ async def scrape(client: httpx.AsyncClient, root: str, headers: dict[str, str]) 
     return parse(body.decode("utf-8", errors="replace"), t) if body is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """A request of this backend: the how-many-th it was, and whether it began alone."""
+
+    n: int
+    alone: bool
+
+
+#: why a request has no account when this client itself ran others beside it
+CROWDED = "other requests of this client ran at the same time"
+
+
 class MetricsWatch:
     """The reads of one server's `/metrics` for one backend: the last one is the next
-    request's "before". `enabled` once a first read found a server it knows."""
+    request's "before". `enabled` once a first read found a server it knows.
+
+    Requests of this backend that overlap (a sweep's streams) are known to: none is read
+    for (the server would only be loaded by reads whose figures must be null anyway);
+    the last one out reads once, so that the next request alone has its "before"."""
 
     def __init__(self) -> None:
         self.enabled = False
         self.last: Scrape | None = None
+        self.active = 0
+        self.started = 0
+
+    def begin(self) -> Ticket:
+        self.active += 1
+        self.started += 1
+        return Ticket(self.started, self.active == 1)
+
+    def end(self) -> None:
+        self.active -= 1
+
+    def alone(self, ticket: Ticket) -> bool:
+        """No other request of this backend ran beside `ticket`'s (so far)."""
+        return ticket.alone and self.started == ticket.n
+
+    async def finished(
+        self,
+        ticket: Ticket,
+        client: httpx.AsyncClient,
+        root: str,
+        headers: dict[str, str],
+        usage: Usage | None,
+    ) -> ServerAccount | None:
+        """The account of `ticket`'s request, which just ended."""
+        if self.alone(ticket):
+            return await self.after(client, root, headers, usage)
+        # the last one out reads once: a "before" for the next request
+        read = await scrape(client, root, headers) if self.active == 1 else None
+        last, self.last = self.last or read, read
+        if last is None:
+            return None
+        return ServerAccount(
+            f"{last.engine} /metrics",
+            pool_tokens=last.pool_tokens,
+            block_tokens=last.block_tokens,
+            unknown=CROWDED,
+        )
 
     async def start(self, client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> None:
         self.last = await scrape(client, root, headers)

@@ -3,6 +3,7 @@ for byte (tests/fixtures/vllm/, re-recorded by tests/fixtures/record_vllm.py).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +22,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.server_metrics import Scrape, account, parse
+from phasechat.backends.server_metrics import CROWDED, Scrape, account, parse
 from phasechat.backends.windows import context_refusal
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
@@ -64,13 +65,18 @@ def text_chunks(sse: str) -> int:
     )
 
 
-def server(folder: Path, stream: str, pages: list[str], status: int = 200) -> RemoteBackend:
+def server(
+    folder: Path, stream: str, pages: list[str], status: int = 200, paths: list[str] | None = None
+) -> RemoteBackend:
     """A backend whose server answers /models with the recording, each /metrics read
-    with the next of `pages`, and the chat with `stream`."""
+    with the next of `pages` (then the last again), and the chat with `stream`; each
+    request's path goes into `paths`."""
     reads: Iterator[str] = iter(pages)
 
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path
+        if paths is not None:
+            paths.append(path)
         if path.endswith("/models"):
             return httpx.Response(200, content=read(folder, "models.json"))
         if path.endswith("/metrics"):
@@ -81,6 +87,7 @@ def server(folder: Path, stream: str, pages: list[str], status: int = 200) -> Re
     async def body() -> AsyncIterator[bytes]:  # an event per read, as a server sends it
         for event in read(folder, stream).split("\n\n"):
             yield (event + "\n\n").encode()
+            await asyncio.sleep(0.001)  # a server's pace: another stream may run meanwhile
 
     config = RemoteConfig(base_url="http://vllm.test/v1", model="smollm2")
     return RemoteBackend(config, transport=httpx.MockTransport(handler))
@@ -267,3 +274,22 @@ def test_a_share_outside_zero_to_one_is_dropped() -> None:
 
 def _fail() -> Scrape:
     raise AssertionError("the page did not parse")
+
+
+async def test_a_client_s_own_overlapping_requests_are_not_read_for(vllm_dir: Path) -> None:
+    # a sweep's two streams at once: neither gets an account, the server is not read
+    # after each (only once, by the last one out, for the next request's "before")
+    paths: list[str] = []
+    backend = server(vllm_dir, "01-stop.sse", ["03-metrics-before.txt"], paths=paths)
+    await backend.start()
+
+    async def one() -> list[Event]:
+        return [e async for e in backend.stream(REQUEST)]
+
+    first, second = await asyncio.gather(one(), one())
+    await backend.aclose()
+    for events in (first, second):
+        (acct,) = [e for e in events if isinstance(e, ServerAccount)]
+        assert acct.unknown == CROWDED and acct.prefill_ms is None
+        assert acct.pool_tokens == 46_592  # the server's pool, from the last read
+    assert paths.count("/metrics") == 2  # at the start, and once after both
