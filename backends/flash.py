@@ -31,7 +31,8 @@ from typing import Any
 
 from phasechat.backends import flash_cache
 from phasechat.backends.flash_cache import STAMP, FlashChoice, cache_file
-from phasechat.backends.measured import others_during
+from phasechat.backends.measured import busy, others_during
+from phasechat.backends.threads import CpuShare
 
 __all__ = ["FlashChoice", "cache_file"]
 
@@ -46,9 +47,6 @@ STEPS = 16
 DISAGREE = 1.5
 #: decode steps an answer needs before its rate is compared with the kept one
 MIN_STEPS = 16
-
-#: measurements taken on a busy machine, for the rest of this run only (never written)
-_THIS_RUN: dict[str, FlashChoice] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +104,17 @@ def cached(model: Path, threads: int) -> FlashChoice | None:
 
 
 def choose(
-    model: Path, threads: int, measure_now: Callable[[Path, int], Measured] | None = None
+    model: Path,
+    threads: int,
+    measure_now: Callable[[Path, int], Measured] | None = None,
+    quiet: Callable[[], bool] | None = None,
 ) -> tuple[FlashChoice, str | None]:
     """The cached choice, or one measured now (a second or two; kept unless the machine
     was busy), and a notice when the cache file or its entry was ignored."""
     key = cache_key(model, threads)
     found, notice = flash_cache.read(key)
-    if found is not None:
-        return found, notice
-    if key in _THIS_RUN:
-        return _THIS_RUN[key], notice
+    if found is not None and (not found.busy or not (quiet or quiet_now)()):
+        return found, notice  # a provisional one serves while the machine stays busy
     seen = (measure_now or measure_model)(model, threads)
     choice = FlashChoice(
         flash_attn=not (seen.off_ms < seen.on_ms * (1 - MARGIN) and seen.off_wins > ROUNDS // 2),
@@ -124,11 +123,17 @@ def choose(
         measured_at=time.strftime(STAMP, time.gmtime()),
         others=seen.others,
     )
-    if choice.busy:
-        _THIS_RUN[key] = choice
-    else:
-        flash_cache.store(key, choice)
+    flash_cache.store(key, choice)
     return choice, notice
+
+
+def quiet_now(share: Callable[[], CpuShare] = CpuShare) -> bool:
+    """Whether other processes leave the CPUs alone now (a third of a second's look):
+    the moment to measure a provisional choice again."""
+    cpu = share()
+    time.sleep(CpuShare.MIN_S)
+    idle = cpu.idle_share()
+    return idle is not None and not busy(1.0 - idle)
 
 
 def recheck(

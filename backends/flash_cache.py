@@ -4,7 +4,9 @@ and checked when read back.
 An entry is believed only when every field is what backends/flash.py writes: a bool, two
 step times in milliseconds that are finite and positive (`MAX_MS` at most), a UTC time in
 `STAMP`'s form, and the other processes' share of the CPUs during the measurement,
-below `measured.BUSY`. Off is chosen only where off measured faster. Anything else is
+below `measured.BUSY` (a busy one is kept as provisional: used, labelled, while the
+machine stays busy, never written over a quiet one, and measured again by the first load
+that finds the machine quiet). Off is chosen only where off measured faster. Anything else is
 ignored and measured again, with a notice naming the file. An entry written before the
 share was noted, or marked stale (its figures disagreed with the answers since), is
 measured again without a notice: it is not damaged, only not trusted.
@@ -46,7 +48,7 @@ class FlashChoice:
 
     @property
     def busy(self) -> bool:
-        """Measured beside a busy neighbour: used for this run, never kept."""
+        """Measured beside a busy neighbour: provisional, never the fact."""
         return busy(self.others)
 
     @property
@@ -65,7 +67,7 @@ class FlashChoice:
             why = f"{self.on_ms / self.off_ms:.2f}x faster decode than on"
         line = f"flash attention {state} ({when} {self.measured_at[:10]}: {why}"
         if self.busy:
-            return f"{line}; {share_text(self.others)}: for this run only, not kept)"
+            return f"{line}; {share_text(self.others)}: provisional, measured again when quiet)"
         return line + ")"
 
 
@@ -76,8 +78,8 @@ def cache_file() -> Path:
 
 
 def read(key: str) -> tuple[FlashChoice | None, str | None]:
-    """The kept choice for `key` (None: none, or not trusted), and a notice when the
-    file or the entry was ignored."""
+    """The kept choice for `key` (None: none, or not trusted; a busy one is provisional,
+    `busy`), and a notice when the file or the entry was ignored."""
     path = cache_file()
     data, problem = read_entries(path)
     if problem is not None:
@@ -92,7 +94,7 @@ def read(key: str) -> tuple[FlashChoice | None, str | None]:
         return None, ignored(path, f"this model's {checked}")
     # no "others": written before the share was noted (as the entry that chose off
     # beside a compiler was); null: noted, but unknown (off Linux)
-    trusted = "others" in entry and not entry.get("stale") and not checked.busy
+    trusted = "others" in entry and not entry.get("stale")
     return (checked if trusted else None), None
 
 
@@ -128,10 +130,11 @@ def _stamp(text: str) -> bool:
 
 
 def store(key: str, choice: FlashChoice) -> None:
-    """Keep `choice` for `key`; a busy measurement is not kept."""
-    if choice.busy:
-        return
+    """Keep `choice` for `key`; a busy measurement only as provisional, never over a
+    quiet one (contention does not make a fact)."""
     data, _ = read_entries(cache_file())
+    if choice.busy and _a_fact(data.get(key)):
+        return
     data[key] = {
         "flash_attn": choice.flash_attn,
         "on_ms": choice.on_ms,
@@ -140,6 +143,14 @@ def store(key: str, choice: FlashChoice) -> None:
         "others": choice.others,
     }
     write_entries(cache_file(), data)
+
+
+def _a_fact(entry: object) -> bool:
+    """An entry that holds a quiet, trusted measurement."""
+    if not isinstance(entry, dict) or "others" not in entry or entry.get("stale"):
+        return False
+    checked = _checked(entry)
+    return not isinstance(checked, str) and not checked.busy
 
 
 def mark_stale(key: str) -> None:
