@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
@@ -15,9 +17,9 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.telemetry.forecast import Rates, forecast
+from phasechat.telemetry.forecast import Rates, fit_line, forecast, measured_rates
 from phasechat.telemetry.live import snapshot
-from phasechat.telemetry.metrics import compute, percentile
+from phasechat.telemetry.metrics import Metrics, compute, metrics_from_dict, percentile
 from phasechat.telemetry.recorder import MAX_TIMES, Trace
 
 MS = 1_000_000
@@ -357,3 +359,44 @@ def test_a_forecast_decodes_all_but_the_first_token() -> None:
     # 10 of 11 tokens at 50 tok/s take 200 ms more (the first came with the prefill)
     f = forecast(Rates(100.0, 50.0, 3, overhead_ms=10.0), 130, 30, 11, False)
     assert (f.ttft_ms, f.total_ms) == (pytest.approx(1010.0), pytest.approx(1210.0))
+
+
+def _answer(decode: float) -> Metrics:
+    return metrics_from_dict(
+        {
+            "backend": "b",
+            "model": "m",
+            "finish": "stop",
+            "decode_tok_s": decode,
+            "output_tokens": 50,
+        }
+    )
+
+
+def test_forecast_decode_rate_is_the_median_of_the_newest_eight_answers() -> None:
+    old = [10.0] * 4
+    new = [40.0, 47.0, 41.0, 46.0, 42.0, 45.0, 43.0, 44.0]
+    rates = measured_rates([_answer(v) for v in old + new], "b")
+    assert rates.decode_tok_s == pytest.approx(statistics.median(new))  # 43.5
+    assert rates.samples == 8
+
+
+def test_a_prefill_line_with_a_negative_intercept_has_no_overhead() -> None:
+    # (100, 50) and (200, 250): 2 ms a token, intercept -150 ms, clamped to 0
+    assert fit_line([(100.0, 50.0), (200.0, 250.0)]) == (0.0, pytest.approx(2.0))
+    history = [
+        metrics_from_dict(
+            {
+                "backend": "b",
+                "model": "m",
+                "finish": "stop",
+                "evaluated_prompt_tokens": n,
+                "ttft_ms": t,
+            }
+        )
+        for n, t in ((100, 50.0), (200, 250.0))
+    ]
+    rates = measured_rates(history, "b")
+    assert rates.overhead_ms == 0.0 and rates.prefill_tok_s == pytest.approx(500.0)
+    # 100 new tokens at 2 ms each, no overhead
+    assert forecast(rates, 300, 200, 1, False).ttft_ms == pytest.approx(200.0)
