@@ -144,3 +144,11 @@ def test_the_picker_offers_settings_that_differ_from_the_current_ones() -> None:
     assert {"temperature": "0.8"} in local and {"flash_attn": "off"} in local
     remote = variants(BackendSpec("openai"), Settings(temperature=0.7))
     assert remote == [{"temperature": "0"}]  # load settings only exist for a local model
+
+
+def test_a_slower_b_outside_the_spread_is_not_noisy() -> None:
+    # B's median 50 is 50 below A's 100; each side's min-max is 2 wide: the runs tell A from B
+    a, b = spread_of([101.0, 99.0, 100.0]), spread_of([51.0, 49.0, 50.0])
+    row = MetricRow("decode_tok_s", "decode", "tok/s", a, b)
+    assert row.delta == -50.0 and row.a.width == 2.0
+    assert not row.noisy and row.warning() is None

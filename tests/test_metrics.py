@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
@@ -16,9 +18,9 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.telemetry.forecast import Rates, forecast
+from phasechat.telemetry.forecast import Rates, fit_line, forecast, measured_rates
 from phasechat.telemetry.live import snapshot
-from phasechat.telemetry.metrics import compute, percentile
+from phasechat.telemetry.metrics import Metrics, compute, metrics_from_dict, percentile
 from phasechat.telemetry.recorder import MAX_TIMES, Trace
 
 MS = 1_000_000
@@ -405,3 +407,44 @@ def test_the_stream_end_the_backend_stamped_is_the_end() -> None:
     t2.observe(Finished("stop", None, 420 * MS), 2000 * MS)  # a /metrics scrape between
     assert compute(t2).e2e_ms == 420
     assert compute(t).e2e_ms == 901
+
+
+def _answer(decode: float) -> Metrics:
+    return metrics_from_dict(
+        {
+            "backend": "b",
+            "model": "m",
+            "finish": "stop",
+            "decode_tok_s": decode,
+            "output_tokens": 50,
+        }
+    )
+
+
+def test_forecast_decode_rate_is_the_median_of_the_newest_eight_answers() -> None:
+    old = [10.0] * 4
+    new = [40.0, 47.0, 41.0, 46.0, 42.0, 45.0, 43.0, 44.0]
+    rates = measured_rates([_answer(v) for v in old + new], "b")
+    assert rates.decode_tok_s == pytest.approx(statistics.median(new))  # 43.5
+    assert rates.samples == 8
+
+
+def test_a_prefill_line_with_a_negative_intercept_has_no_overhead() -> None:
+    # (100, 50) and (200, 250): 2 ms a token, intercept -150 ms, clamped to 0
+    assert fit_line([(100.0, 50.0), (200.0, 250.0)]) == (0.0, pytest.approx(2.0))
+    history = [
+        metrics_from_dict(
+            {
+                "backend": "b",
+                "model": "m",
+                "finish": "stop",
+                "evaluated_prompt_tokens": n,
+                "ttft_ms": t,
+            }
+        )
+        for n, t in ((100, 50.0), (200, 250.0))
+    ]
+    rates = measured_rates(history, "b")
+    assert rates.overhead_ms == 0.0 and rates.prefill_tok_s == pytest.approx(500.0)
+    # 100 new tokens at 2 ms each, no overhead
+    assert forecast(rates, 300, 200, 1, False).ttft_ms == pytest.approx(200.0)

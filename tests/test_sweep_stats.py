@@ -207,3 +207,14 @@ def test_notes_name_the_knee_a_noisy_run_and_the_load() -> None:
 def test_two_values_have_their_own_population_std() -> None:
     # one sample each side of the mean: the population std is the distance to it
     assert summarize([1.0, 3.0]) == {"mean": 2.0, "median": 2.0, "std": 1.0, "p99": 2.98}
+
+
+def test_goodput_counts_a_request_exactly_at_its_slos() -> None:
+    # TTFT 100 and TPOT (300 - 100) / (5 - 1) = 50 ms sit exactly at the SLOs: met (<=, as vLLM)
+    at = Sample(ttft_ms=100.0, e2e_ms=300.0, output_tokens=5, prompt_tokens=10, decode_tok_s=20.0)
+    over = Sample(ttft_ms=100.5, e2e_ms=300.5, output_tokens=5, prompt_tokens=10, decode_tok_s=20.0)
+    under = Sample(ttft_ms=40.0, e2e_ms=200.0, output_tokens=5, prompt_tokens=10, decode_tok_s=25.0)
+    slo = Slo(ttft_ms=100.0, tpot_ms=50.0)
+    assert slo.met(at) and slo.met(under) and not slo.met(over)
+    # 2 good requests over 2 s
+    assert level(2, [at, over, under], 2.0, slo).request_goodput == pytest.approx(1.0)

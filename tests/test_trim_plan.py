@@ -11,7 +11,8 @@ from phasechat.backends.base import TokenCount
 from phasechat.backends.events import Message
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.trimmer import CALM_TURNS, Trimmer
-from phasechat.chat.trim.types import SendPlan
+from phasechat.chat.trim.types import SendPlan, measured_prefill_rate
+from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 from tests.scripted import ScriptedBackend
 
 SUMMARY = 20  # summary_tokens: a summary answer's limit
@@ -101,3 +102,20 @@ async def test_a_send_one_token_over_budget_waits_for_a_summary(over: int, waits
     plan = trimmer.prepare(backend, conversation, max_tokens=32)
     assert (plan.wait, trimmer.pending) == (waits, waits)
     await trimmer.aclose()
+
+
+def _prefilled(prompt: int, cached: int, ttft: float) -> Metrics:
+    return metrics_from_dict(
+        {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "evaluated_prompt_tokens": prompt - cached,
+            "ttft_ms": ttft,
+        }
+    )
+
+
+def test_the_panels_prefill_rate_is_evaluated_tokens_over_ttft() -> None:
+    # (400 + 200) evaluated tokens over (0.5 + 0.25) s = 800 tok/s; a 10-token prefill skipped
+    answers = [_prefilled(1000, 600, 500.0), _prefilled(200, 0, 250.0), _prefilled(510, 500, 40.0)]
+    assert measured_prefill_rate([*answers, None]) == pytest.approx(800.0)

@@ -288,3 +288,14 @@ async def test_a_summary_of_another_branch_is_not_sent() -> None:
     turns.stop()
     assert trimmer.summary is None
     assert turns.request().messages[:2] == (Message("system", "Be brief."), Message("user", "q1"))
+
+
+def test_a_branch_shown_from_a_question_ends_at_its_newest_answer() -> None:
+    root = ChatMessage("system", "sys")
+    q = ChatMessage("user", "q", parent=root.id)
+    first = ChatMessage("assistant", "a1", parent=q.id)
+    second = ChatMessage("assistant", "a2", parent=q.id)
+    # shown from the question down, no answer chosen yet: the newest (a retry) is shown
+    c = Conversation.from_tree([root, q, first, second], leaf=q.id)
+    assert c.leaf == second.id
+    assert c.branch_of(second) == (2, 2)

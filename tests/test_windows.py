@@ -4,8 +4,10 @@ saying more than one number, so that reading the wrong one shows."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from phasechat.backends.windows import context_refusal
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window
@@ -65,3 +67,14 @@ async def test_ollama_gives_the_window_of_the_loaded_model_asked_for() -> None:
         "Ollama /api/ps context_length",
         None,
     )
+
+
+def test_a_llama_server_refusal_in_words_gives_the_window_and_the_prompt() -> None:
+    text = (
+        "request (5000 tokens) exceeds the available context size (4096 tokens), try increasing it"
+    )
+    assert context_refusal(text) == {"n_ctx": 4096, "n_prompt_tokens": 5000}
+    body = json.dumps(
+        {"error": {"code": 400, "message": text, "type": "exceed_context_size_error"}}
+    )
+    assert context_refusal(body) == {"n_ctx": 4096, "n_prompt_tokens": 5000}
