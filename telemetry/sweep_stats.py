@@ -18,6 +18,13 @@ and `e2el`, `max_concurrency`), with vLLM's definitions:
 TTFT p50 / p99 are `median_ttft_ms` / `p99_ttft_ms`. Added beside vLLM's fields:
 `per_user_decode_tok_s`, the median over requests of each one's own decode rate (what
 one user sees while the others share the server).
+
+Repeats: one run of a level is one draw of a noisy quantity (on a real vLLM the
+aggregate at 2 streams read 40.7 to 49.0 tok/s across three runs, and one draw made
+2 -> 4 streams "grow 110% per doubling"). So a level is run several times and read as
+the median of its repeats with their spread (`Spread`); a step between two levels
+(`Step`) is believed only when it is wider than that spread, and a growth above
+MAX_GROWTH per doubling is flagged as impossible, never reported as a finding.
 """
 
 from __future__ import annotations
@@ -34,6 +41,11 @@ from phasechat.telemetry.metrics import percentile
 #: A doubling of concurrency that raises aggregate output throughput by less than this
 #: share is past the knee: more concurrent users now mostly share the same throughput.
 KNEE_GROWTH = 0.10
+
+#: A doubling of concurrent streams can at most double aggregate throughput (no stream
+#: runs faster for having company), and only on a perfect server: growth above this per
+#: doubling is measurement noise.
+MAX_GROWTH = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,27 +182,139 @@ def level(concurrency: int, samples: Sequence[Sample], duration_s: float, slo: S
     )
 
 
-def growth_per_doubling(low: Level, high: Level) -> float | None:
-    """Aggregate output throughput's growth from `low` to `high`, scaled to one doubling
-    of concurrency (1 -> 4 that doubles throughput is +41% per doubling). None when
-    `low` produced nothing or the levels are not increasing."""
-    if low.output_throughput <= 0 or high.concurrency <= low.concurrency:
+def growth(low_c: int, low_rate: float, high_c: int, high_rate: float) -> float | None:
+    """A rate's growth from concurrency `low_c` to `high_c`, scaled to one doubling of
+    concurrency (1 -> 4 that doubles it is +41% per doubling). None when the low rate is
+    nothing or the levels are not increasing."""
+    if low_rate <= 0 or high_c <= low_c:
         return None
-    doublings = math.log2(high.concurrency / low.concurrency)
-    ratio: float = (high.output_throughput / low.output_throughput) ** (1 / doublings)
+    ratio: float = (high_rate / low_rate) ** (1 / math.log2(high_c / low_c))
     return ratio - 1
 
 
+def growth_per_doubling(low: Level, high: Level) -> float | None:
+    """Aggregate output throughput's growth from one run of `low` to one of `high`, per
+    doubling of concurrency (see `growth`)."""
+    return growth(low.concurrency, low.output_throughput, high.concurrency, high.output_throughput)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One level's aggregate output tok/s over its repeats: the median, and p10-p90.
+
+    p10-p90 (linear, numpy's) rather than min-max: with more repeats an outlier weighs
+    less in it, so a repeat can narrow it; min-max only ever widens as repeats come in,
+    and repeating a noisy level could never settle it. One repeat has no spread (0)."""
+
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError("a spread needs at least one repeat")
+
+    @property
+    def median(self) -> float:
+        return percentile(sorted(self.values), 50)
+
+    @property
+    def p10(self) -> float:
+        return percentile(sorted(self.values), 10)
+
+    @property
+    def p90(self) -> float:
+        return percentile(sorted(self.values), 90)
+
+    @property
+    def width(self) -> float:
+        return self.p90 - self.p10
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """From one level to the next (`low` < `high` concurrency), read from the medians of
+    their repeats, with their spreads."""
+
+    low: int
+    high: int
+    low_spread: Spread
+    high_spread: Spread
+
+    @property
+    def change(self) -> float:
+        """The step: the high level's median minus the low one's (tok/s; < 0 = fell)."""
+        return self.high_spread.median - self.low_spread.median
+
+    @property
+    def growth(self) -> float | None:
+        """The medians' growth per doubling of concurrency (see `growth`)."""
+        return growth(self.low, self.low_spread.median, self.high, self.high_spread.median)
+
+    @property
+    def impossible(self) -> bool:
+        """More than doubled per doubling: noise, not a server's behaviour."""
+        return self.growth is not None and self.growth > MAX_GROWTH
+
+    @property
+    def high_noisy(self) -> bool:
+        """The high level's spread is wider than the step up to it: that level is not
+        yet measured well enough to tell the step from noise."""
+        return self.high_spread.width > abs(self.change)
+
+    @property
+    def noise(self) -> float:
+        """The wider spread of the two ends (tok/s)."""
+        return max(self.low_spread.width, self.high_spread.width)
+
+    @property
+    def inside_noise(self) -> bool:
+        """Either end's spread is wider than the step: its size is not known, nor
+        whether it is past the knee."""
+        return self.noise > abs(self.change)
+
+
+def needs_repeat(step: Step) -> bool:
+    """Should the high level of `step` (the one just measured) be run once more? When its
+    spread is wider than the step up to it, or the step grew impossibly."""
+    return step.high_noisy or step.impossible
+
+
+def steps(points: Sequence[tuple[int, Spread]]) -> list[Step]:
+    """Every step between consecutive levels of `points` ((concurrency, spread) pairs),
+    in increasing concurrency."""
+    ordered = sorted(points, key=lambda p: p[0])
+    return [Step(lo, hi, s_lo, s_hi) for (lo, s_lo), (hi, s_hi) in itertools.pairwise(ordered)]
+
+
+@dataclass(frozen=True, slots=True)
+class KneeReading:
+    """Where the knee is, or why none is claimed."""
+
+    #: the knee's concurrency; None when not reached or not claimed
+    concurrency: int | None
+    #: the first step whose median growth is below the threshold but that sits inside
+    #: the noise: the knee may be there, and no knee is claimed
+    unclear: Step | None = None
+
+
+def read_knee(sweep_steps: Sequence[Step], threshold: float = KNEE_GROWTH) -> KneeReading:
+    """The knee from the medians with their spreads: the lower level of the first step
+    whose median growth per doubling is below `threshold`, claimed only when that step is
+    wider than the noise of both its levels (else `unclear` names it, and no later step
+    is claimed either: the knee may be at the unclear one)."""
+    for step in sweep_steps:
+        rate = step.growth
+        if rate is None or rate >= threshold:
+            continue
+        if step.inside_noise:
+            return KneeReading(None, step)
+        return KneeReading(step.low)
+    return KneeReading(None)
+
+
 def knee(levels: Sequence[Level], threshold: float = KNEE_GROWTH) -> int | None:
-    """The concurrency past which aggregate throughput stops paying: the lower level of
-    the first step (levels in increasing concurrency) whose growth per doubling is below
-    `threshold`. None when every step still grows by more (no knee within the sweep)."""
-    ordered = sorted(levels, key=lambda lv: lv.concurrency)
-    for low, high in itertools.pairwise(ordered):
-        growth = growth_per_doubling(low, high)
-        if growth is not None and growth < threshold:
-            return low.concurrency
-    return None
+    """The knee of levels measured once each (no spread: every step is believed)."""
+    points = [(lv.concurrency, Spread((lv.output_throughput,))) for lv in levels]
+    return read_knee(steps(points), threshold).concurrency
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

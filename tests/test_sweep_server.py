@@ -1,6 +1,6 @@
 """`phasechat bench --sweep` against a real llama-server with 4 slots (`--parallel 4`) on
-127.0.0.1: the sweep's counts are the server's own. No timing is asserted (the figures
-go to bench/README.md-style measurements, not tests)."""
+127.0.0.1: the sweep's counts, over every repeat of every level, are the server's own. No
+timing is asserted (the figures go to bench/README.md-style measurements, not tests)."""
 
 from __future__ import annotations
 
@@ -55,9 +55,13 @@ async def test_sweep_counts_are_the_servers(start_llama_server: Callable[..., st
     assert backend.state == "ready", backend.state_detail
     before = counters(base)
     try:
+        # one request a stream per repeat, 2 repeats a level, 3 when noisy: at most 1.5
+        # times the requests of one run of 2 a stream (on a busy 2-core machine most
+        # levels are noisy; 3 repeats up to 5 took this test from 45 s to 100-400 s)
         result = await sweep(
-            backend, (1, 2, 4), Settings(max_tokens=24, temperature=0), warm_up=False
-        )
+            backend, (1, 2, 4), Settings(max_tokens=24, temperature=0), per_stream=1,
+            repeats=2, max_repeats=3, warm_up=False,
+        )  # fmt: skip
     finally:
         await backend.aclose()
     after = counters(base)
@@ -65,8 +69,10 @@ async def test_sweep_counts_are_the_servers(start_llama_server: Callable[..., st
     levels = result.levels
     assert [lv.concurrency for lv in levels] == [1, 2, 4]
     for lv, run in zip(levels, result.runs, strict=True):
-        # 2 requests a stream; a request that failed says why
-        assert lv.completed + lv.failed == 2 * lv.concurrency
+        # a request a stream in each repeat; a request that failed says why
+        assert 2 <= len(run.repeats) <= 3
+        assert lv.completed + lv.failed == lv.concurrency * len(run.repeats)
+        assert [r.completed for r in run.repeats] == [lv.concurrency] * len(run.repeats)
         assert lv.failed == 0, [s.error for s in run.samples]
         assert all(m.finish is not None for m in run.metrics)
         done = [m for m in run.metrics if m.ttft_ms is not None]
@@ -76,7 +82,8 @@ async def test_sweep_counts_are_the_servers(start_llama_server: Callable[..., st
             (m.server_prompt_n or 0) + (m.server_cache_n or 0) for m in done
         )
         assert all(m.output_tokens <= 24 for m in done)
-    # ... and the whole sweep's are the server's counters over the same time
+    # ... and the whole sweep's (every repeat, no warm-up) are the server's counters over
+    # the same time
     out = sum(lv.total_output_tokens for lv in levels)
     assert out == after["tokens_predicted_total"] - before["tokens_predicted_total"]
     prompt_in = sum(lv.total_input_tokens for lv in levels)
@@ -96,6 +103,7 @@ async def test_sweep_counts_are_the_servers(start_llama_server: Callable[..., st
     assert all(lv.output_throughput > 0 for lv in levels[1:])
     assert levels[2].per_user_decode_tok_s is not None
     assert result.knee in (None, 1, 2)
+    assert result.warm_up_requests == 0
 
 
 def test_bench_sweep_json(
@@ -103,15 +111,20 @@ def test_bench_sweep_json(
 ) -> None:
     base = start_llama_server(*SERVER_ARGS)
     argv = ["bench", "--backend", "openai", "--base-url", base, "--max-tokens", "8"]
-    argv += ["--sweep", "1,2", "--per-stream", "1", "--slo-ttft-ms", "60000", "--json"]
+    argv += ["--sweep", "1,2", "--per-stream", "1", "--repeats", "2"]
+    argv += ["--slo-ttft-ms", "60000", "--json"]
     assert main(argv) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["type"] == "sweep" and record["max_tokens"] == 8
     assert record["goodput_slo_ms"] == {"ttft": 60000.0, "tpot": None}
     assert len(record["load_average_1m"]) == 2
     assert [lv["max_concurrency"] for lv in record["levels"]] == [1, 2]
+    assert record["warm_up_requests"] == 1 and record["repeats"] == 2
     for lv in record["levels"]:
-        assert lv["completed"] + lv["failed"] == lv["max_concurrency"]
+        assert 2 <= lv["repeats"] == len(lv["repeat_output_throughput"]) <= 4
+        assert lv["completed"] + lv["failed"] == lv["max_concurrency"] * lv["repeats"]
+        assert lv["p10_output_throughput"] <= lv["median_output_throughput"]
+        assert lv["median_output_throughput"] <= lv["p90_output_throughput"]
         assert 0 < lv["total_output_tokens"] <= 8 * lv["completed"]
         assert lv["median_ttft_ms"] <= lv["p99_ttft_ms"]
         # a minute's TTFT limit: every completed request is good
@@ -127,8 +140,11 @@ def test_bench_sweep_prints_table_and_chart(
     out = capsys.readouterr().out
     assert "\x1b[" not in out  # not a terminal: plain text
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["conc", "done", "fail"]
-    assert lines[1].split()[0] == "1" and lines[2].split()[0] == "2"
+    assert lines[0].split()[:4] == ["conc", "runs", "done", "fail"]
+    # the table: a row a level (a flag under it, if any), then the warm-up, named
+    end = lines.index("warm-up: 1 request before the first level (not in the figures)")
+    rows = [line.split() for line in lines[1:end] if not line.lstrip().startswith("^")]
+    assert [row[0] for row in rows] == ["1", "2"] and int(rows[0][1]) == 3  # 3 repeats
     assert "aggregate output tok/s" in out and "concurrent requests" in out
     assert "1 -> 2: aggregate" in out and any(line.startswith("knee: ") for line in lines)
     assert lines[-1].startswith("load average (1 min): ")  # how quiet the figures were

@@ -1,25 +1,44 @@
 """The sweep's arithmetic (telemetry/sweep_stats.py) and its chart (phasechat/sweep_chart.py),
-on numbers chosen by hand."""
+on numbers chosen by hand; the runner's repeat rule (chat/trips/sweep.py) on a backend
+whose answers and clock are scripted."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+import re
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
-from phasechat.chat.trips.sweep import LevelRun, SweepResult
-from phasechat.chat.trips.sweep_chart import sweep_chart, sweep_notes, sweep_row
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta, Usage
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.sweep import LevelRun, SweepResult, sweep
+from phasechat.chat.trips.sweep_chart import (
+    result_chart,
+    sweep_chart,
+    sweep_notes,
+    sweep_row,
+    sweep_table,
+)
 from phasechat.telemetry.sweep_stats import (
     Level,
     Sample,
     Slo,
+    Spread,
+    Step,
     growth_per_doubling,
     knee,
     level,
+    needs_repeat,
     parse_levels,
+    read_knee,
+    steps,
     summarize,
 )
+from tests.scripted import ScriptedBackend
 
 
 def sample(ttft: float, e2e: float, tokens: int, **kw: object) -> Sample:
@@ -201,7 +220,8 @@ def test_notes_name_the_knee_a_noisy_run_and_the_load() -> None:
     result.runs.pop()
     result.load = (None, None)
     assert len(sweep_notes(result)) == 3  # two steps and the knee: no noise, no load known
-    assert (sweep_row(result.levels[0]).split()[:4]) == ["1", "1", "0", "100.0"]
+    # conc, runs, done, fail, agg (the median of one run: itself), its p10-p90
+    assert sweep_row(result.runs[0]).split()[:6] == ["1", "1", "1", "0", "100.0", "100.0-100.0"]
 
 
 def test_two_values_have_their_own_population_std() -> None:
@@ -218,3 +238,228 @@ def test_goodput_counts_a_request_exactly_at_its_slos() -> None:
     assert slo.met(at) and slo.met(under) and not slo.met(over)
     # 2 good requests over 2 s
     assert level(2, [at, over, under], 2.0, slo).request_goodput == pytest.approx(1.0)
+
+
+# -- repeats: the median, the spread, the repeat rule, the knee inside the noise ---------
+
+
+def test_a_spread_is_the_median_and_p10_p90_of_the_repeats() -> None:
+    # the issue's three runs at 2 streams: 40.7 to 49.0 tok/s
+    three = Spread((49.0, 40.7, 45.0))
+    assert three.median == 45.0
+    assert three.p10 == pytest.approx(40.7 + 0.2 * 4.3)  # 41.56: position 0.2
+    assert three.p90 == pytest.approx(45.0 + 0.8 * 4.0)  # 48.2: position 1.8
+    assert three.width == pytest.approx(6.64)
+    # two more runs near the middle: the outlier weighs less, the spread narrows (a
+    # min-max spread would stay 8.3 however many repeats came)
+    five = Spread((49.0, 40.7, 45.0, 45.0, 46.0))
+    assert five.median == 45.0
+    assert (five.p10, five.p90) == (pytest.approx(42.42), pytest.approx(47.8))
+    assert five.width == pytest.approx(5.38)
+    assert Spread((10.0, 20.0)).median == 15.0  # an even count: the middle two's mean
+    assert Spread((10.0, 20.0)).width == pytest.approx(8.0)  # 11 to 19
+    assert Spread((50.0,)).width == 0.0  # one run: no spread
+    assert float(np.percentile([40.7, 45.0, 49.0], 90)) == pytest.approx(three.p90)
+    with pytest.raises(ValueError, match="at least one"):
+        Spread(())
+
+
+def test_a_step_inside_its_levels_spread_is_repeated() -> None:
+    two = Spread((40.7, 45.0, 49.0))  # median 45, width 6.64
+    # clean: 23 -> 45 is a step of 22 tok/s, wider than either spread (1.6, 6.64)
+    clean = Step(1, 2, Spread((22.0, 23.0, 24.0)), two)
+    assert clean.change == pytest.approx(22.0)
+    assert clean.growth == pytest.approx(45 / 23 - 1)  # +96%: possible, barely
+    assert not clean.high_noisy and not clean.inside_noise and not clean.impossible
+    assert not needs_repeat(clean)
+    # noisy: 45 -> 47 is a step of 2; the 4-stream runs spread 6.4 (44.6 to 51)
+    noisy = Step(2, 4, two, Spread((44.0, 47.0, 52.0)))
+    assert noisy.change == pytest.approx(2.0)
+    assert noisy.high_spread.width == pytest.approx(6.4)
+    assert noisy.high_noisy and noisy.inside_noise and needs_repeat(noisy)
+    # the low level's spread makes the step unreadable, but repeating the high one
+    # cannot narrow it: not repeated, and not believed
+    low_wide = Step(1, 2, Spread((10.0, 30.0, 50.0)), Spread((31.0, 32.0, 33.0)))
+    assert low_wide.noise == pytest.approx(32.0) and low_wide.change == pytest.approx(2.0)
+    assert low_wide.inside_noise and not low_wide.high_noisy and not needs_repeat(low_wide)
+    # a level that fell: the step's size counts, not its sign
+    fell = Step(4, 8, Spread((100.0,)), Spread((80.0, 81.0, 82.0)))
+    assert fell.change == pytest.approx(-19.0) and not fell.inside_noise
+
+
+def test_growth_above_one_doubling_is_flagged_impossible() -> None:
+    # the issue's reading: one run at 2 streams (40.7) and one at 4: "+110% per doubling"
+    one_each = Step(2, 4, Spread((40.7,)), Spread((40.7 * 2.1,)))
+    assert one_each.growth == pytest.approx(1.1)
+    assert one_each.impossible and needs_repeat(one_each)  # no spread, still repeated
+    # the medians of three runs each read the same levels as +38%, with the 85.5 run an
+    # outlier whose spread (20.4) is wider than the step (17): repeated ...
+    three = Step(2, 4, Spread((40.7, 45.0, 49.0)), Spread((85.47, 60.0, 62.0)))
+    assert three.growth == pytest.approx(62 / 45 - 1) and not three.impossible
+    assert three.high_spread.width == pytest.approx(62 + 0.8 * 23.47 - 60.4)
+    assert three.high_noisy and needs_repeat(three)
+    # ... and two more runs settle it: spread 16.1 (60.4 to 76.5), step still 17
+    five = Step(2, 4, three.low_spread, Spread((85.47, 60.0, 62.0, 61.0, 63.0)))
+    assert five.high_spread.width == pytest.approx(63 + 0.6 * 22.47 - 60.4)
+    assert not five.high_noisy and not needs_repeat(five)
+    # exactly doubled per doubling is a perfect server, not an impossible one; two
+    # doublings (1 -> 4) may at most quadruple
+    assert not Step(1, 2, Spread((10.0,)), Spread((20.0,))).impossible
+    assert not Step(1, 4, Spread((100.0,)), Spread((400.0,))).impossible
+    assert Step(1, 4, Spread((100.0,)), Spread((500.0,))).growth == pytest.approx(5**0.5 - 1)
+    assert Step(1, 4, Spread((100.0,)), Spread((500.0,))).impossible
+
+
+def test_the_knee_is_not_claimed_from_a_step_inside_the_noise() -> None:
+    one, two = Spread((22.0, 23.0, 24.0)), Spread((44.0, 45.0, 46.0))
+    clean = [(1, one), (2, two), (4, Spread((47.5, 48.0, 48.5)))]
+    # 45 -> 48 is +6.7% per doubling, a step of 3 wider than both spreads (1.6, 0.8)
+    reading = read_knee(steps(clean))
+    assert reading.concurrency == 2 and reading.unclear is None
+    # the same median at 4 (47), from runs spread 44.6 to 51: a step of 2 inside 6.4
+    noisy = [(1, one), (2, two), (4, Spread((44.0, 47.0, 52.0))), (8, Spread((47.0,)))]
+    reading = read_knee(steps(noisy))
+    assert reading.concurrency is None
+    assert reading.unclear is not None and (reading.unclear.low, reading.unclear.high) == (2, 4)
+    # the first level's own spread counts too: 30 -> 32 inside its 32 tok/s
+    wide_first = [(1, Spread((10.0, 30.0, 50.0))), (2, Spread((31.0, 32.0, 33.0)))]
+    assert read_knee(steps(wide_first)).unclear is not None
+    # single runs have no spread: the knee as before
+    assert knee([at(1, 100), at(2, 180), at(4, 195)]) == 2
+    # steps come in increasing concurrency whatever the order given
+    assert [(s.low, s.high) for s in steps(list(reversed(clean)))] == [(1, 2), (2, 4)]
+
+
+def run_of(concurrency: int, *aggregates: float) -> LevelRun:
+    """A level run once per aggregate rate given (each over 1 s)."""
+    runs = [LevelRun(at(concurrency, a), samples=list(_samples(a))) for a in aggregates]
+    return LevelRun.pooled(runs, Slo())
+
+
+def _samples(throughput: float) -> list[Sample]:
+    return [sample(10, 1000, int(throughput))]
+
+
+def test_a_noisy_level_is_flagged_in_the_table_the_notes_and_the_chart() -> None:
+    result = SweepResult("openai", "m", Slo(), 2, 64, repeats=3, max_repeats=5)
+    result.warm_up_requests = 1
+    result.runs = [run_of(1, 22, 23, 24), run_of(2, 44, 45, 46), run_of(4, 44, 47, 52)]
+    result.runs.append(run_of(8, 99))  # one run: 47 -> 99 more than doubled (+111%)
+    table = sweep_table(result)
+    assert table[1].split()[:6] == ["1", "3", "3", "0", "23.0", "22.2-23.8"]
+    flagged = table[3].splitlines()
+    assert flagged[0].split()[:6] == ["4", "3", "3", "0", "47.0", "44.6-51.0"]
+    assert flagged[1].strip() == "^ noisy: spread 6.4 wider than step 2.0 tok/s (from 2)"
+    impossible = table[4].splitlines()[1].strip()
+    assert impossible.startswith("^ impossible: +111% per doubling from 4 (at most +100%)")
+    assert table[-1] == "warm-up: 1 request before the first level (not in the figures)"
+    notes = sweep_notes(result)
+    assert notes[1] == (
+        "2 -> 4: aggregate +4% per doubling (inside the noise: spread 6.4 wider than step"
+        " 2.0 tok/s)"
+    )
+    assert notes[2] == (
+        "4 -> 8: aggregate +111% per doubling (impossible: measurement noise, not the server)"
+    )
+    assert notes[3] == (
+        "knee: not claimed: 2 -> 4 adds +4% per doubling (< 10%) inside the noise"
+        " (spread 6.4 > step 2.0 tok/s)"
+    )
+    assert notes[4].startswith("each level ran 3 times (a noisy one up to 5)")
+    ticks = next(line for line in result_chart(result, width=80).splitlines() if "noisy" in line)
+    assert ticks.split() == ["1", "2", "4", "noisy", "8", "noisy"]
+    record = result.record()
+    assert (record["repeats"], record["max_repeats"], record["warm_up_requests"]) == (3, 5, 1)
+    assert record["knee_concurrency"] is None
+    assert record["knee_unclear"]["from_concurrency"] == 2
+    four = record["levels"][2]
+    assert four["repeat_output_throughput"] == [44.0, 47.0, 52.0]
+    assert (four["median_output_throughput"], four["p10_output_throughput"]) == (47.0, 44.6)
+    assert four["step"]["noisy"] and not four["step"]["impossible"]
+    assert record["levels"][3]["step"]["impossible"]
+    assert record["levels"][0]["step"] is None
+    json.dumps(record)  # JSON-ready
+
+
+class RepeatScript(ScriptedBackend):
+    """Answers `tokens[(level, repeat)]` tokens to each request (its level and number are
+    in its prompt's tag), so a repeat's aggregate rate over a scripted 1 s is the sum."""
+
+    def __init__(self, tokens: dict[tuple[int, int], int], per_stream: int) -> None:
+        super().__init__("openai")
+        self.tokens, self.per_stream = tokens, per_stream
+        self.prompts: list[str] = []
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        prompt = request.messages[-1].content
+        self.prompts.append(prompt)
+        tag = re.match(r"Request (\d+)\.\d+\.(\d+) ", prompt)
+        assert tag is not None, prompt
+        level, index = int(tag[1]), int(tag[2])
+        n = self.tokens.get((level, index // self.per_stream), 1)
+        for _ in range(n):
+            yield TextDelta("w ")
+        yield Usage(prompt_tokens=20, completion_tokens=n)
+        yield Finished("stop")
+
+
+def one_second_each() -> itertools.count[int]:
+    """A clock that reads 1 s later each time: the sweep reads it at a repeat's start and
+    end, so every repeat lasts 1 s and its aggregate is its tokens."""
+    return itertools.count()
+
+
+async def test_the_runner_repeats_a_level_wider_than_its_step_then_flags_it() -> None:
+    # level 1: 20 tok/s three times. Level 2 (two streams, one request each): 20, 60,
+    # 30 -> median 30, a step of 10 inside a spread of 32 (22 to 54): repeated; 60 ->
+    # median 45, step 25 inside 37; 20 -> median 30, step 10 inside 40 (20 to 60), and
+    # the cap (3 + 2) is reached: flagged. Level 4: 32 tok/s three times, clean.
+    per_request = {(1, r): 20 for r in range(5)}
+    per_request |= {(2, r): n // 2 for r, n in enumerate((20, 60, 30, 60, 20))}
+    per_request |= {(4, r): 8 for r in range(5)}
+    backend = RepeatScript(per_request, per_stream=1)
+    clock = one_second_each()
+    result = await sweep(
+        backend, (1, 2, 4), Settings(max_tokens=64), per_stream=1, clock=lambda: next(clock)
+    )
+    assert (result.repeats, result.max_repeats) == (3, 5)
+    assert [len(r.repeats) for r in result.runs] == [3, 5, 3]
+    assert result.runs[1].spread.values == (20.0, 60.0, 30.0, 60.0, 20.0)
+    assert result.runs[1].spread.median == 30.0
+    one_two, two_four = result.steps
+    assert one_two.high_noisy and one_two.high_spread.width == pytest.approx(40.0)
+    assert not two_four.high_noisy  # 32, 32, 32 has no spread ...
+    # ... but its step (+7% per doubling) is inside level 2's noise: no knee claimed
+    assert result.knee is None and result.knee_reading.unclear == two_four
+    row = sweep_row(result.runs[1], result.runs[1].step_from(result.runs[0]))
+    assert row.splitlines()[0].split()[:5] == ["2", "5", "10", "0", "30.0"]
+    assert row.splitlines()[1].strip() == "^ noisy: spread 40.0 wider than step 10.0 tok/s (from 1)"
+    # every request the backend saw is in the table, but the warm-up, which is named
+    done = sum(lv.completed + lv.failed for lv in result.levels)
+    assert len(backend.prompts) == done + 1 == 3 + 10 + 12 + 1
+    assert result.warm_up_requests == 1 and "warm-up: 1 request" in sweep_table(result)[-1]
+    # each repeat's prompts are its own
+    assert len(set(backend.prompts)) == len(backend.prompts)
+    record = result.record()
+    assert record["levels"][1]["repeats"] == 5 and record["levels"][1]["step"]["noisy"]
+    assert record["levels"][1]["completed"] == 10  # the vLLM fields pool every repeat
+
+
+async def test_a_noisy_level_stops_repeating_once_its_spread_settles() -> None:
+    # level 2: 40, 40, 80 (step 20 inside 32), 40 (inside 28), 40 (inside 24), 40: the
+    # spread of 40 x 5 and 80 is 20 (40 to 60), not wider than the step: settled at 6
+    per_request = {(1, r): 20 for r in range(8)}
+    per_request |= {(2, r): n // 2 for r, n in enumerate((40, 40, 80, 40, 40, 40, 40, 40))}
+    backend = RepeatScript(per_request, per_stream=1)
+    clock = one_second_each()
+    result = await sweep(
+        backend, (1, 2), Settings(max_tokens=64), per_stream=1, max_repeats=8,
+        clock=lambda: next(clock), warm_up=False,
+    )  # fmt: skip
+    assert [len(r.repeats) for r in result.runs] == [3, 6]
+    assert not result.steps[0].high_noisy
+    assert result.warm_up_requests == 0 and sweep_table(result)[-1].startswith("warm-up: none")
+    with pytest.raises(ValueError, match="at least once"):
+        await sweep(backend, (1,), Settings(), repeats=0)

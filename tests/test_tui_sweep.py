@@ -96,7 +96,8 @@ async def test_sweep_screen_runs_on_a_real_server(
     app = PhasechatApp(settings=Settings(temperature=0), backend=backend)
     async with app.run_test(size=(110, 50)) as pilot:
         await wait_for(pilot, lambda: backend.state == "ready")
-        assert open_sweep(app, levels=(1, 2))
+        # one run a level (the repeat rule is tests/test_sweep_stats.py's and the CLI's)
+        assert open_sweep(app, levels=(1, 2), repeats=1)
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, SweepScreen)
@@ -104,7 +105,9 @@ async def test_sweep_screen_runs_on_a_real_server(
         assert screen.result is not None
         assert [lv.concurrency for lv in screen.result.levels] == [1, 2]
         table = text_of(screen.query_one(".sweep-table")).splitlines()
-        assert len(table) == 3 and table[1].split()[0] == "1" and table[2].split()[0] == "2"
+        rows = [line.split() for line in table if line[:6].strip().isdigit()]
+        assert [row[0] for row in rows] == ["1", "2"] and int(rows[0][1]) == 1
+        assert table[-1].startswith("warm-up: 1 request")
         assert "concurrent requests" in text_of(screen.query_one(".sweep-chart"))
         assert "knee:" in text_of(screen.query_one(".sweep-notes"))
         await pilot.press("escape")
@@ -114,14 +117,20 @@ async def test_sweep_screen_runs_on_a_real_server(
 
 
 def fixed_result() -> SweepResult:
-    """A sweep as a 4-slot server draws it: per-user speed falls, the total flattens."""
-    result = SweepResult("openai", "SmolLM2-135M-Instruct", Slo(ttft_ms=500), 2, 64)
-    for c, aggregate, per_user, ttft in ((1, 62, 64, 90), (2, 112, 58, 120), (4, 171, 45, 210),
-                                         (8, 180, 23, 900)):  # fmt: skip
+    """A sweep as a 4-slot server draws it: per-user speed falls, the total flattens; each
+    level ran 3 times, and 8 five times, still wider than its step from 4 (so no knee)."""
+    result = SweepResult("openai", "SmolLM2-135M-Instruct", Slo(ttft_ms=500), 2, 64, repeats=3,
+                         max_repeats=5, warm_up_requests=1)  # fmt: skip
+    for c, aggregates, per_user, ttft in ((1, (60, 62, 63), 64, 90),
+                                          (2, (110, 112, 115), 58, 120),
+                                          (4, (165, 171, 176), 45, 210),
+                                          (8, (168, 180, 190, 175, 185), 23, 900)):  # fmt: skip
         n = 2 * c
         e2e = ttft + 63 * 1000 / per_user
         samples = [Sample(ttft + i, e2e + i, 64, 50, per_user, (15.6, 16.0)) for i in range(n)]
-        result.runs.append(LevelRun(level(c, samples, n * 64 / aggregate, result.slo)))
+        runs = [LevelRun(level(c, samples, n * 64 / a, result.slo), samples=samples)
+                for a in aggregates]  # fmt: skip
+        result.runs.append(LevelRun.pooled(runs, result.slo))
     return result
 
 

@@ -3,8 +3,8 @@ levels, then the chart (phasechat/sweep_chart.py) with the knee marked.
 
 Reached from the command palette ("Concurrency sweep"). It runs chat/sweep.py on the
 backend the chat uses (its own one-turn requests; the chat is not touched), at
-concurrency 1, 2, 4 and 8 with DEFAULT_MAX_TOKENS per answer. Closing the screen stops
-the sweep.
+concurrency 1, 2, 4 and 8 with DEFAULT_MAX_TOKENS per answer, each level DEFAULT_REPEATS
+times (more when noisy). Closing the screen stops the sweep.
 """
 
 from __future__ import annotations
@@ -24,8 +24,20 @@ from textual.widgets import Static
 from phasechat.backends.base import Backend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import one_line
-from phasechat.chat.trips.sweep import DEFAULT_MAX_TOKENS, LevelRun, SweepResult, sweep
-from phasechat.chat.trips.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.chat.trips.sweep import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_REPEATS,
+    LevelRun,
+    SweepResult,
+    sweep,
+)
+from phasechat.chat.trips.sweep_chart import (
+    SWEEP_HEADER,
+    result_chart,
+    sweep_notes,
+    sweep_row,
+    sweep_table,
+)
 from phasechat.tui.host import ChatHost
 
 LEVELS = (1, 2, 4, 8)
@@ -36,7 +48,7 @@ class SweepScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     SweepScreen { align: center middle; }
-    SweepScreen > VerticalScroll { width: 104; max-width: 100%; height: 90%;
+    SweepScreen > VerticalScroll { width: 108; max-width: 100%; height: 90%;
         background: $surface; border: thick $primary; padding: 0 1; }
     SweepScreen .sweep-state { color: $text-muted; }
     SweepScreen .sweep-table { margin: 1 0; }
@@ -50,14 +62,18 @@ class SweepScreen(ModalScreen[None]):
         levels: Sequence[int] = LEVELS,
         *,
         result: SweepResult | None = None,
+        repeats: int = DEFAULT_REPEATS,
     ) -> None:
-        """Sweep `backend` at `levels`; given a finished `result`, only draw it."""
+        """Sweep `backend` at `levels`, each `repeats` times (more when noisy); given a
+        finished `result`, only draw it."""
         super().__init__()
         self.backend = backend
         self.settings = settings
         self.levels = tuple(levels)
+        self.repeats = repeats
         self.result = result
         self.rows: list[str] = []
+        self.previous: LevelRun | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -70,11 +86,10 @@ class SweepScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         if self.result is not None:
-            for run in self.result.runs:
-                self.rows.append(sweep_row(run.level))
             self.draw(self.result)
         else:
-            self.state(f"running: levels {', '.join(map(str, self.levels))}; Esc stops")
+            levels = ", ".join(map(str, self.levels))
+            self.state(f"running: levels {levels}, each {self.repeats} times; Esc stops")
             self.run_sweep()
 
     def state(self, text: str) -> None:
@@ -83,12 +98,15 @@ class SweepScreen(ModalScreen[None]):
     @work(exclusive=True, group="sweep")
     async def run_sweep(self) -> None:
         settings = replace(self.settings, max_tokens=DEFAULT_MAX_TOKENS)
-        result = await sweep(self.backend, self.levels, settings, on_level=self.level_done)
+        result = await sweep(
+            self.backend, self.levels, settings, on_level=self.level_done, repeats=self.repeats
+        )
         self.result = result
         self.draw(result)
 
     def level_done(self, run: LevelRun) -> None:
-        self.rows.append(sweep_row(run.level))
+        self.rows.append(sweep_row(run, run.step_from(self.previous)))
+        self.previous = run
         self.query_one(".sweep-table", Static).update(
             Content("\n".join([SWEEP_HEADER, *self.rows]))
         )
@@ -98,11 +116,9 @@ class SweepScreen(ModalScreen[None]):
 
     def draw(self, result: SweepResult) -> None:
         """The table, the chart (sized to the screen) and the notes of a finished sweep."""
-        self.query_one(".sweep-table", Static).update(
-            Content("\n".join([SWEEP_HEADER, *self.rows]))
-        )
+        self.query_one(".sweep-table", Static).update(Content("\n".join(sweep_table(result))))
         width = max(40, min(90, self.app.size.width - 10))
-        chart = sweep_chart(result.levels, result.knee, width=width, height=18)
+        chart = result_chart(result, width=width, height=18)
         self.query_one(".sweep-chart", Static).update(Content(chart))
         self.query_one(".sweep-notes", Static).update(Content("\n".join(sweep_notes(result))))
         per = f"{result.per_stream} requests a stream, {result.max_tokens} tokens each"
@@ -115,7 +131,9 @@ class SweepScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-def open_sweep(app: ChatHost, levels: Sequence[int] = LEVELS) -> bool:
+def open_sweep(
+    app: ChatHost, levels: Sequence[int] = LEVELS, repeats: int = DEFAULT_REPEATS
+) -> bool:
     """Show the sweep screen for the app's backend; False (with a notice) when it cannot
     run: a local model (one request at a time) or an answer still streaming."""
     backend = app.backend
@@ -125,7 +143,7 @@ def open_sweep(app: ChatHost, levels: Sequence[int] = LEVELS) -> bool:
     if app.generating:
         app.notify("An answer is streaming: stop it or wait, then sweep.", severity="warning")
         return False
-    app.push_screen(SweepScreen(backend, app.turns.settings, levels))
+    app.push_screen(SweepScreen(backend, app.turns.settings, levels, repeats=repeats))
     return True
 
 

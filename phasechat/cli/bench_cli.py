@@ -19,11 +19,19 @@ from phasechat.chat.trips.replay import Script, TurnRow, load_script, replay
 from phasechat.chat.trips.sweep import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PER_STREAM,
+    DEFAULT_REPEATS,
+    EXTRA_REPEATS,
     LevelRun,
     SweepResult,
     sweep,
 )
-from phasechat.chat.trips.sweep_chart import SWEEP_HEADER, sweep_chart, sweep_notes, sweep_row
+from phasechat.chat.trips.sweep_chart import (
+    SWEEP_HEADER,
+    result_chart,
+    sweep_notes,
+    sweep_row,
+    warm_up_line,
+)
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import build_workspace, fail
 from phasechat.telemetry.sweep_stats import Slo, parse_levels
@@ -63,6 +71,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_PER_STREAM,
         metavar="N",
         help=f"sweep: requests each concurrent stream sends in turn (default {DEFAULT_PER_STREAM})",
+    )
+    g.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        metavar="N",
+        help=f"sweep: runs of each level, read as their median and p10-p90 (default"
+        f" {DEFAULT_REPEATS}; a level noisier than its step runs up to {EXTRA_REPEATS} more)",
     )
     g.add_argument("--slo-ttft-ms", type=float, help="sweep goodput: a request's TTFT limit")
     g.add_argument("--slo-tpot-ms", type=float, help="sweep goodput: a request's TPOT limit")
@@ -131,6 +147,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         return fail("--sweep sends its own one-turn prompts: leave out the script")
     if args.per_stream < 1:
         return fail("--per-stream must be 1 or more")
+    if args.repeats < 1:
+        return fail("--repeats must be 1 or more")
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         value = getattr(args, name)
         if value is not None and value <= 0:
@@ -168,7 +186,8 @@ async def _sweep(
             settings,
             per_stream=args.per_stream,
             slo=slo,
-            on_level=None if args.json else _sweep_row,
+            on_level=None if args.json else _RowPrinter(),
+            repeats=args.repeats,
         )
     finally:
         await workspace.aclose()
@@ -179,12 +198,19 @@ async def _sweep(
     return 1 if any(lv.completed == 0 for lv in result.levels) else 0
 
 
-def _sweep_row(run: LevelRun) -> None:
-    print(sweep_row(run.level), flush=True)
+class _RowPrinter:
+    """Prints each level's row as it settles, flagged against the level before."""
+
+    def __init__(self) -> None:
+        self.previous: LevelRun | None = None
+
+    def __call__(self, run: LevelRun) -> None:
+        print(sweep_row(run, run.step_from(self.previous)), flush=True)
+        self.previous = run
 
 
 def sweep_report(result: SweepResult, *, color: bool = False) -> str:
-    """After the table: the chart, the growth per doubling and the knee."""
+    """After the table: its warm-up line, the chart, the growth per doubling, the knee."""
     title = f"{one_line(result.backend)} · {one_line(result.model)}"
-    chart = sweep_chart(result.levels, result.knee, color=color, title=title)
-    return "\n".join([chart, *sweep_notes(result)])
+    chart = result_chart(result, color=color, title=title)
+    return "\n".join([warm_up_line(result), chart, *sweep_notes(result)])
