@@ -186,6 +186,9 @@ async def test_tokens_are_handed_over_in_batches_as_often_as_the_consumer_reads(
         if every_s is None:  # 25 ms: a 32-token answer wakes the loop several times
             assert woken[-1] > 2
         else:  # the first token at once; the rest wait for the end of the answer
-            assert woken[-1] == 1
+            # (the first may ride on a wake an urgent event just before it had asked for
+            # and the loop had not yet taken, e.g. the prompt's count: then it asks none;
+            # an == 1 here failed once in a fresh clone and twice under load)
+            assert woken[-1] <= 1
         # Batching delays delivery, never the timestamps: each token keeps its own.
         assert len(set(stamps)) == len(stamps)
