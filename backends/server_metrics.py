@@ -69,19 +69,18 @@ _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 @dataclass(frozen=True, slots=True)
 class Scrape:
     """One read of `/metrics`: the figures above (summed over label sets; None: not
-    exported or not believed), the pool, and when it was read (`perf_counter_ns`)."""
+    exported or not believed) and the pool."""
 
     engine: str  # "vLLM" or "llama-server"
     values: dict[str, float]
     pool_tokens: int | None
     block_tokens: int | None
-    t_ns: int
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
 
 
-def parse(text: str, t_ns: int = 0) -> Scrape | None:
+def parse(text: str) -> Scrape | None:
     """The figures in a Prometheus text page, or None when it is no server we know."""
     sums: dict[str, float] = {}
     info: dict[str, str] = {}
@@ -114,7 +113,7 @@ def parse(text: str, t_ns: int = 0) -> Scrape | None:
     blocks = _count(info.get("num_gpu_blocks"))
     pool = blocks * block if blocks and block else _count(info.get("kv_cache_size_tokens"))
     engine = "vLLM" if names is VLLM else "llama-server"
-    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block, t_ns)
+    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block)
 
 
 def _number(raw: str) -> float | None:
@@ -210,10 +209,9 @@ async def scrape(client: httpx.AsyncClient, root: str, headers: dict[str, str]) 
             if r.status_code != 200:
                 return None
             body = await read_body(r, MAX_BODY)
-            t = time.perf_counter_ns()
     except (TimeoutError, httpx.HTTPError):
         return None
-    return parse(body.decode("utf-8", errors="replace"), t) if body is not None else None
+    return parse(body.decode("utf-8", errors="replace")) if body is not None else None
 
 
 @dataclass(frozen=True, slots=True)

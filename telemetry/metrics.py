@@ -207,6 +207,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     reasoning_end = reasoning_end or trace.t_last_reasoning
 
     s, a = trace.server, trace.account
+    known = a if a is not None and a.unknown is None else None  # this request's own
     own = _engine(trace)
     block = a.block_tokens if a else None
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
@@ -270,10 +271,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
         server_source=own.source,
-        server_ttft_ms=a.ttft_ms if a and not a.unknown else None,
-        server_queue_ms=a.queue_ms if a and not a.unknown else None,
-        transport_ms=ttft - a.ttft_ms
-        if a and not a.unknown and a.ttft_ms is not None and ttft is not None and ttft >= a.ttft_ms
+        server_ttft_ms=known.ttft_ms if known else None,
+        server_queue_ms=known.queue_ms if known else None,
+        transport_ms=ttft - known.ttft_ms
+        if known and known.ttft_ms is not None and ttft is not None and ttft >= known.ttft_ms
         else None,
         server_unknown=a.unknown if a else None,
         server_kv_pool_tokens=a.pool_tokens if a else None,
