@@ -167,6 +167,12 @@ def engine_says(m: Metrics) -> str:
     """The engine's own account beside ours, labelled with its source ('' when it gave
     none): `vLLM /metrics says prefill 532.0 tok/s (199 tokens, 192 cached) · decode 23.0
     tok/s · queue 0 ms · pool 46,592 tokens, 3% full, blocks of 32`."""
+    return "".join(engine_account(m))
+
+
+def engine_account(m: Metrics) -> tuple[str, str]:
+    """`engine_says` in two parts: the label ("vLLM /metrics says ", '' when the line
+    has none) and the figures."""
 
     def n(v: float | None) -> str:
         return "-" if v is None else f"{v:,.1f}"
@@ -174,11 +180,12 @@ def engine_says(m: Metrics) -> str:
     who = {"llama.cpp": "llama.cpp", "timings": "the server"}.get(
         m.server_source or "", m.server_source or "the server"
     )
-    bits = []
+    label, bits = "", []
     if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
         cached = f", {m.server_cache_n:,} cached" if m.server_cache_n else ""
+        label = f"{who} says "
         bits.append(
-            f"{who} says prefill {n(m.server_prefill_tok_s)} tok/s "
+            f"prefill {n(m.server_prefill_tok_s)} tok/s "
             f"({m.server_prompt_n} tok{cached}) · decode {n(m.server_decode_tok_s)} tok/s"
         )
         if m.server_queue_ms is not None:
@@ -190,4 +197,4 @@ def engine_says(m: Metrics) -> str:
         full = f", {share:.0%} full at the send" if share is not None else ""
         block = f", blocks of {m.server_kv_block_tokens}" if m.server_kv_block_tokens else ""
         bits.append(f"KV pool {m.server_kv_pool_tokens:,} tokens{full}{block}")
-    return " · ".join(bits)
+    return label, " · ".join(bits)

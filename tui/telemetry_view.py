@@ -18,7 +18,7 @@ from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
 from phasechat.telemetry.metrics import Metrics
-from phasechat.telemetry.verdict import engine_says
+from phasechat.telemetry.verdict import engine_account
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -234,9 +234,9 @@ def answer_footer(
 def engine_line(m: Metrics) -> Content:
     """The engine's own account beside ours, the roofline hint, and any disagreement."""
     parts: list[str | tuple[str, str] | Content] = []
-    if says := engine_says(m):
-        who, sep, rest = says.partition(" says ")
-        parts += [(who + sep, "dim"), one_line(rest if sep else says)]
+    label, figures = engine_account(m)
+    if figures:
+        parts += [(label, "dim"), one_line(figures)]
     if m.prefill_tok_s is None and not m.cache_reported and m.ttft_ms is not None:
         parts += [("   prefill ", "dim"), "n/a (server does not report its cache)"]
     if m.draft_acceptance is not None:
