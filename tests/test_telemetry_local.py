@@ -94,9 +94,14 @@ async def test_client_figures_agree_with_llama_cpp_counters(local_backend: Local
     assert m.server_prompt_n == m.evaluated_prompt_tokens  # the same prompt tokens evaluated
     assert m.server_cache_n == m.cached_tokens
     assert m.server_prompt_ms is not None and m.ttft_ms is not None
-    # TTFT is llama.cpp's prefill plus templating, tokenizing and the first sample: a
-    # few ms (the first token is stamped on the llama thread, not when the UI reads it)
-    assert m.server_prompt_ms <= m.ttft_ms <= m.server_prompt_ms + 25
+    # TTFT is the trace's own send-to-first-token span (the first token is stamped on
+    # the llama thread, not when the UI reads it), and it holds llama.cpp's whole
+    # prefill plus templating, tokenizing and the first sample. How much more than the
+    # prefill depends on the machine's load, so it is not bounded here.
+    t = session.exchanges[-1].trace
+    assert t.t_first_token is not None
+    assert m.ttft_ms == pytest.approx((t.t_first_token - t.t_sent) / 1e6, rel=1e-9)
+    assert m.server_prompt_ms <= m.ttft_ms
     # The same decode steps timed from two sides, compared step for step rather than as
     # two rates. Stopped at max_tokens, the engine decoded every token but the last (the
     # last is never fed back): output - 1 one-token decodes, each run after the stamp of
@@ -105,8 +110,7 @@ async def test_client_figures_agree_with_llama_cpp_counters(local_backend: Local
     # our window, on any machine under any load, and our rate cannot exceed its rate.
     assert m.finish == "length" and m.evaluated_prompt_tokens and m.evaluated_prompt_tokens > 1
     assert m.server_predicted_n == m.output_tokens - 1
-    t = session.exchanges[-1].trace
-    assert t.t_first_token is not None and t.t_last_token is not None
+    assert t.t_last_token is not None
     window_ms = (t.t_last_token - t.t_first_token) / 1e6
     assert m.decode_tok_s == pytest.approx((m.output_tokens - 1) / window_ms * 1000)
     assert m.server_predicted_ms is not None and m.server_predicted_ms <= window_ms
