@@ -414,12 +414,12 @@ async def test_a_send_while_a_summary_is_written_waits_only_when_over_budget_or_
 
 async def test_a_send_says_when_it_is_over_budget_with_too_few_turns_to_summarize() -> None:
     backend, conversation = Words(), chat([(4, 30)])
-    trimmer = Trimmer(budget=34, keep_last=3)
+    trimmer = Trimmer(budget=34)  # keeps the last 4 turns by default
     assert trimmer.prepare(backend, conversation, max_tokens=32) == SendPlan()  # fits
     trimmer.budget = 33
     assert trimmer.prepare(backend, conversation, max_tokens=32) == SendPlan(
         note="over budget (34 > 33 tokens) with too few turns to summarize "
-        "(keeping the last 3): sent as is"
+        "(keeping the last 4): sent as is"
     )
     assert not trimmer.pending
 
