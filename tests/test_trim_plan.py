@@ -72,7 +72,7 @@ async def kept_after_trim(budget: int, keep_last: int, turns: list[tuple[int, in
 # 180 -> 54 (2: 43), 100 -> 14 (none fits: the last turn alone); at the edges: 440 -> 184
 # (all but the first, 183), 158 -> 43 (2 turns, exactly), 156 -> 42 (they are 1 over)
 @pytest.mark.parametrize("budget", [440, 400, 260, 180, 158, 156, 100])
-@pytest.mark.parametrize("keep_last", [1, 2, 4])
+@pytest.mark.parametrize("keep_last", [0, 1, 2, 4, 7])
 async def test_a_trim_summarizes_the_fewest_oldest_turns_that_reach_the_goal(
     budget: int, keep_last: int
 ) -> None:
@@ -344,6 +344,11 @@ def test_the_panel_shows_the_newest_summarys_cost_and_every_summarys_time() -> N
     assert stats.summary_ms_total == 1000.0
     assert (stats.prefill_tok_s, stats.prefill_s_saved) == (None, None)
     assert (stats.tokens_cut, stats.tokens_cut_total) == (0, 0)  # nothing sent yet
+    # counts are estimates when the backend's are, or when its count says so
+    assert not stats.estimated
+    assert trimmer.stats(Window(exact=False), 32, []).estimated
+    assert trimmer.sent(ScriptedBackend(), Conversation(), 0) == 0  # a count: an estimate
+    assert trimmer.stats(Words(), 32, []).estimated
 
 
 async def test_a_summary_stays_while_every_message_it_covers_is_on_the_branch_shown() -> None:
@@ -451,7 +456,8 @@ async def test_a_send_that_waits_for_the_summary_says_how_long_or_why_it_failed(
     t0 = time.perf_counter()
     plan = await trimmer.wait(SendPlan(wait=True, serial=True))
     outer = (time.perf_counter() - t0) * 1000
-    assert plan.waited_ms is not None and 50 <= plan.waited_ms <= outer  # slept 50 ms in it
+    # it slept 50 ms in there (a timer may fire a hair early)
+    assert plan.waited_ms is not None and 49 <= plan.waited_ms <= outer
     if fails:
         assert not plan.trimmed and trimmer.summary is None
         assert plan.note == "summary failed: RuntimeError: out of memory; sent full history"
@@ -488,3 +494,12 @@ async def test_a_summary_written_after_an_answer_is_used_and_prefilled_at_once(
         assert trimmer.prepare(backend, conversation, max_tokens=32) == SendPlan(trimmed=True)
         assert trimmer.prepare(backend, conversation, max_tokens=32) == SendPlan()
     await trimmer.aclose()
+
+
+async def test_closing_cancels_the_summary_being_written() -> None:
+    backend, trimmer = Slow(), Trimmer(budget=180, keep_last=2, summary_tokens=SUMMARY)
+    assert trimmer.start(backend, chat(), max_tokens=32)
+    task = trimmer._task
+    await trimmer.aclose()
+    assert task is not None and task.cancelled() and not trimmer.pending
+    assert backend.requests == []  # cancelled before it was sent
