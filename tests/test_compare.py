@@ -307,6 +307,8 @@ def test_cache_reuse_of_an_empty_prompt_is_unknown_and_counts_are_figures() -> N
     assert metric_value(empty, "cache_reuse") is None
     assert metric_value(empty, "output_tokens") == 7.0
     assert metric_value(empty, "ttft_ms") is None
+    for a, b in (([5.0, 7.0], [None]), ([None], [5.0, 7.0])):  # one side never reported it
+        assert (row(a, b).delta, row(a, b).noisy, row(a, b).warning()) == (None, False, None)
 
 
 async def test_a_side_with_a_prompt_variant_sends_its_own_messages() -> None:
