@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import statistics
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
-from phasechat.backends.events import Message
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    StreamError,
+    TextDelta,
+)
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare import (
+    Answer,
+    Comparison,
     MetricRow,
+    Side,
+    aligned,
     can_run_together,
     cold_messages,
     compare_metrics,
     fmt,
+    fmt_ratio,
     fmt_spread,
+    greedy,
     metric_value,
+    request_for,
     spread_of,
+    word_diff,
 )
 from phasechat.chat.trips.compare_targets import derive, split_name, variants
 from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.telemetry.recorder import Trace
 from tests.scripted import ScriptedBackend
 
 
@@ -152,3 +171,209 @@ def test_a_slower_b_outside_the_spread_is_not_noisy() -> None:
     row = MetricRow("decode_tok_s", "decode", "tok/s", a, b)
     assert row.delta == -50.0 and row.a.width == 2.0
     assert not row.noisy and row.warning() is None
+
+
+def pair(a: ScriptedBackend, b: ScriptedBackend, **kwargs: bool) -> Comparison:
+    sides = (Side("A", a, Settings(temperature=0.0)), Side("B", b, Settings(temperature=0.0)))
+    return Comparison(*sides, (Message("system", "Be terse."), Message("user", "Hi")), **kwargs)
+
+
+async def test_rounds_keep_every_measured_answer_and_the_latest_is_the_newest() -> None:
+    c = pair(ScriptedBackend("a", "one two"), ScriptedBackend("b", "three"))
+    assert (c.latest(0), c.latest(1)) == (None, None)
+    rounds: list[tuple[int, int]] = []
+    await c.run(3, warm_up=True, on_round=lambda a, b: rounds.append((a.round, b.round)))
+    assert rounds == [(0, 0), (1, 1), (2, 2)] and c.repeat == 3  # the warm-up not kept
+    assert [(x.side, x.round) for x in c.answers] == [(s, r) for r in range(3) for s in (0, 1)]
+    assert (c.latest(0), c.latest(1)) == (c.answers[4], c.answers[5])
+    assert c.of(0) == c.answers[0::2] and c.of(1) == c.answers[1::2]
+    assert [x.text.split() for x in c.answers[4:]] == [["one", "two"], ["three"]]
+    by_key = {r.key: r for r in c.rows()}
+    assert (by_key["output_tokens"].a.n, by_key["output_tokens"].b.n) == (3, 3)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_a_cold_round_tags_both_sides_alike_unless_they_share_one_engine(
+    shared: bool,
+) -> None:
+    a = ScriptedBackend("a")
+    c = pair(a, a if shared else ScriptedBackend("b"), cold=True)
+    await c.run(2)
+    tags = [x.request.messages[0].content.split("\n")[0] for x in c.answers]
+    assert all(re.fullmatch(r"\[[0-9a-f]{8}\]", t) for t in tags)
+    assert (tags[0] == tags[1], tags[2] == tags[3]) == (not shared, not shared)
+    assert len({tags[0], tags[2]}) == 2  # each round its own
+    assert [x.request.messages[1:] for x in c.answers] == [(Message("user", "Hi"),)] * 4
+
+
+def test_only_answers_that_completed_are_compared() -> None:
+    c = pair(ScriptedBackend("a"), ScriptedBackend("b"))
+    for n, (error, finish) in enumerate(
+        [(None, "stop"), (None, "cancelled"), (StreamError("http", "boom"), "error")]
+    ):
+        trace = Trace(backend="a", model="m")
+        trace.error, trace.finish = error, finish
+        figures = metrics_from_dict({"ttft_ms": 100.0 * (n + 1)})
+        c.answers.append(Answer(0, n, trace, request_for(Settings(), c.messages), figures))
+    request, fast = c.answers[0].request, metrics_from_dict({"ttft_ms": 50.0})
+    c.answers.append(Answer(1, 0, Trace(backend="b", model="m"), request, fast))
+    c.answers.append(Answer(1, 1, Trace(backend="b", model="m"), request))  # streaming
+    assert [x.complete for x in c.answers] == [True, False, False, True, False]
+    assert c.of(1) == [c.answers[3]] and c.of(0) == c.answers[:3]
+    ttft = next(r for r in c.rows() if r.key == "ttft_ms")
+    assert (ttft.a.n, ttft.a.median, ttft.b.n, ttft.b.median) == (1, 100.0, 1, 50.0)
+
+
+def test_greedy_needs_temperature_0_and_a_seed_on_both_sides() -> None:
+    def c(a: Settings, b: Settings) -> Comparison:
+        x = ScriptedBackend("x")
+        return Comparison(Side("A", x, a), Side("B", x, b), ())
+
+    fixed = Settings(temperature=0.0, seed=7)
+    assert greedy(c(fixed, Settings(temperature=0.0, seed=0)))
+    assert not greedy(c(fixed, Settings(temperature=0.0, seed=None)))
+    assert not greedy(c(Settings(temperature=0.7, seed=7), fixed))
+    assert not greedy(c(fixed, Settings(temperature=0.2, seed=7)))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "noisy"),
+    [
+        ([10.0, 20.0, 30.0], [30.0, 40.0, 50.0], False),  # spreads 20, medians 20 apart
+        ([30.0, 40.0, 50.0], [10.0, 20.0, 30.0], False),  # the same with B slower
+        ([10.0, 20.0, 31.0], [30.0, 40.0, 50.0], True),  # A spreads 21
+        ([30.0, 40.0, 50.0], [10.0, 20.0, 31.0], True),  # B spreads 21, B slower
+    ],
+)
+def test_a_spread_as_wide_as_the_difference_still_tells_a_from_b(
+    a: list[float], b: list[float], noisy: bool
+) -> None:
+    assert row(list(a), list(b)).noisy == noisy
+
+
+def test_the_warning_names_the_wider_sides_spread_and_the_difference() -> None:
+    ten = [float(x) for x in (1, 2, 3, 4, 5, 6, 7, 8, 9, 500)]  # p10-p90 1.9 to 58.1
+    wide_b = row([20.0, 21.0, 22.0], ten)
+    assert wide_b.warning() == (
+        "decode: the spread (p10-p90 56.2 tok/s) is wider than the difference "
+        "(15.5 tok/s): these runs do not tell A from B"
+    )
+    wide_a = row([100.0, 300.0, 500.0], [290.0, 310.0])  # min-max 400 wide, 0 apart
+    assert wide_a.warning() == (
+        "decode: the spread (min-max 400 tok/s) is wider than the difference "
+        "(0.0 tok/s): these runs do not tell A from B"
+    )
+    edge = row([50.0, 150.0], [0.5])  # exactly 100 wide: whole numbers from 100 on
+    assert edge.warning() == (
+        "decode: the spread (min-max 100 tok/s) is wider than the difference "
+        "(99.5 tok/s): these runs do not tell A from B"
+    )
+    reuse = MetricRow("cache_reuse", "cache reuse", "%", spread_of([0.2, 0.9]), spread_of([0.6]))
+    assert reuse.warning() == (
+        "cache reuse: the spread (min-max 70%) is wider than the difference (5%): "
+        "these runs do not tell A from B"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "shown"),
+    [
+        (99.94, "ms", "99.9"),
+        (100.0, "ms", "100"),
+        (1234.6, "ms", "1,235"),
+        (-99.5, "ms", "-99.5"),  # a difference B - A: its size picks the decimals
+        (-150.4, "ms", "-150"),
+        (0.456, "%", "46%"),
+    ],
+)
+def test_figures_under_100_keep_one_decimal(value: float, unit: str, shown: str) -> None:
+    assert fmt(value, unit) == shown
+
+
+def test_a_spread_is_shown_from_two_runs_on() -> None:
+    assert fmt_spread(spread_of([12.0]), "ms") == "12.0"
+    assert fmt_spread(spread_of([12.0, 250.0]), "ms") == "131 [12.0-250]"
+    assert fmt_spread(spread_of([0.25, 0.5, 0.75]), "%") == "50% [25%-75%]"
+
+
+def test_the_word_diff_marks_what_b_dropped_and_added() -> None:
+    assert word_diff("the cat sat", "the dog sat down") == "the [-cat-] {+dog+} sat {+down+}"
+    assert word_diff("a b c", "a c") == "a [-b-] c"
+    assert word_diff("same  words", "same words") == "same words"
+
+
+def test_cache_reuse_of_an_empty_prompt_is_unknown_and_counts_are_figures() -> None:
+    empty = metrics_from_dict({"prompt_tokens": 0, "cached_tokens": 0, "output_tokens": 7})
+    assert metric_value(empty, "cache_reuse") is None
+    assert metric_value(empty, "output_tokens") == 7.0
+    assert metric_value(empty, "ttft_ms") is None
+    for a, b in (([5.0, 7.0], [None]), ([None], [5.0, 7.0])):  # one side never reported it
+        assert (row(a, b).delta, row(a, b).noisy, row(a, b).warning()) == (None, False, None)
+
+
+async def test_a_side_with_a_prompt_variant_sends_its_own_messages() -> None:
+    own = (Message("user", "Hi, in French"),)
+    a, b = ScriptedBackend("a"), ScriptedBackend("b")
+    c = Comparison(Side("A", a, Settings()), Side("B", b, Settings(), own), [Message("user", "Hi")])
+    assert c.together and not pair(a, b, together=False).together and not pair(a, a).together
+    await c.run()  # one round
+    assert [x.request.messages for x in c.answers] == [(Message("user", "Hi"),), own]
+
+
+class Stuck(ScriptedBackend):
+    """Streams one word, then waits until cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__("stuck")
+        self.streaming = asyncio.Event()
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield TextDelta("partial ")
+        self.streaming.set()
+        await asyncio.Event().wait()
+        yield Finished("stop")
+
+
+async def test_a_round_cancelled_during_a_finishes_both_answers_as_cancelled() -> None:
+    backend = Stuck()
+    c = pair(backend, backend)  # one engine: A then B
+    run = asyncio.create_task(c.run(2))
+    await backend.streaming.wait()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    a, b = c.answers
+    assert (a.done, b.done, a.started, b.started) == (True, True, True, False)
+    assert (a.text, b.text) == ("partial ", "")
+    assert (a.trace.finish, b.trace.finish) == ("cancelled", "cancelled")
+    assert not a.complete and not b.complete and c.repeat == 0
+    assert all(r.a.n == r.b.n == 0 for r in c.rows())
+
+
+@pytest.mark.parametrize(
+    ("ratio", "shown"),
+    [
+        (999_999.4, "999,999"),
+        (999_999.5, "1.0e+06"),  # would round to 1,000,000: 9 characters
+        (-2e6, "-2.0e+06"),  # the size decides, whatever the sign
+        (999.995, "1,000"),  # would round to 1000.00
+        (1000.6, "1,001"),
+        (-1500.0, "-1,500"),
+        (0.0046, "<0.01"),
+        (0.005, "0.01"),
+        (0.5, "0.50"),
+    ],
+)
+def test_a_ratio_changes_its_form_exactly_where_the_rounded_figure_would_not_fit(
+    ratio: float, shown: str
+) -> None:
+    assert fmt_ratio(ratio) == shown
+
+
+def test_table_columns_are_parted_by_two_spaces_at_least() -> None:
+    rows = [["metric", "A"], ["TTFT", "1,234.5"]]
+    # too narrow: each column as wide as its widest cell and 2
+    assert aligned(rows, [4, 3]) == ["metric" + " " * 10 + "A", "TTFT" + " " * 6 + "1,234.5"]
+    assert aligned(rows, [10, 12]) == ["metric" + " " * 15 + "A", "TTFT" + " " * 11 + "1,234.5"]

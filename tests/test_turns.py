@@ -116,6 +116,20 @@ def test_a_question_left_unanswered_is_not_sent_again() -> None:
     )
 
 
+def test_an_answer_whose_question_is_not_sent_is_not_sent_either() -> None:
+    # the first and third questions were refused (too long for the context); their
+    # answers kept some text: sent, they would follow the system prompt or another answer
+    c = Conversation("sys")
+    c.add(ChatMessage("user", "q0", status="error"))
+    c.add(ChatMessage("assistant", "a0 partial", status="error"))
+    c.add(ChatMessage("user", "q1"))
+    c.add(ChatMessage("assistant", "a1"))
+    c.add(ChatMessage("user", "q2", status="error"))
+    c.add(ChatMessage("assistant", "a2 partial", status="error"))
+    c.add(ChatMessage("user", "q3"))
+    assert [m.content for m in c.prompt_messages()] == ["sys", "q1", "a1", "q3"]
+
+
 # -- turns ------------------------------------------------------------------------------
 
 
@@ -295,7 +309,21 @@ def test_a_branch_shown_from_a_question_ends_at_its_newest_answer() -> None:
     q = ChatMessage("user", "q", parent=root.id)
     first = ChatMessage("assistant", "a1", parent=q.id)
     second = ChatMessage("assistant", "a2", parent=q.id)
+    third = ChatMessage("assistant", "a3", parent=q.id)
+    # then the user went back to the first answer and asked on: the newest message
+    q2 = ChatMessage("user", "q2", parent=first.id)
+    tree = [root, q, first, second, third, q2]
     # shown from the question down, no answer chosen yet: the newest (a retry) is shown
-    c = Conversation.from_tree([root, q, first, second], leaf=q.id)
-    assert c.leaf == second.id
-    assert c.branch_of(second) == (2, 2)
+    c = Conversation.from_tree(tree, leaf=q.id)
+    assert c.leaf == third.id
+    assert (c.branch_of(second), c.branch_of(third)) == ((2, 3), (3, 3))
+    # no leaf saved: the newest message's branch, though a3 is q's newest answer
+    c = Conversation.from_tree(tree, leaf=None)
+    assert c.leaf == q2.id and [m.content for m in c.messages] == ["q", "a1", "q2"]
+    assert q2.id in c and third.id in c and 999_999 not in c
+
+
+def test_a_chat_rewound_before_its_root_shows_and_sends_nothing() -> None:
+    c = Conversation("sys", [ChatMessage("user", "q"), ChatMessage("assistant", "a")])
+    c.rewind(None)  # a new system prompt is about to start a new root
+    assert (c.messages, c.prompt_messages(), c.path()) == ([], (), [])
