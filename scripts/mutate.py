@@ -158,7 +158,7 @@ def main() -> int:
     p.add_argument("tests", nargs="*", help="test files or node ids to run on each mutant")
     p.add_argument("--lines", help="only mutants on these lines, e.g. 40-90,120")
     p.add_argument("--marks", default="not server and not model", help="pytest -m")
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    p.add_argument("--timeout", type=float, help="seconds a run may take (10x the clean run)")
     p.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     a = p.parse_args()
 
@@ -187,6 +187,12 @@ def main() -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", a.marks]
     cache = path.parent / "__pycache__"
+    t0 = time.monotonic()
+    clean = subprocess.run([*cmd, *a.tests], env=env, capture_output=True, text=True)
+    if clean.returncode != 0:
+        print(f"the tests fail without a mutant:\n{clean.stdout[-2000:]}")
+        return 2
+    timeout = a.timeout or max(30.0, 10 * (time.monotonic() - t0))  # a mutant's hang is a catch
     survivors: list[Mutant] = []
     t0 = time.monotonic()
     try:
@@ -195,9 +201,7 @@ def main() -> int:
             for pyc in cache.glob(f"{path.stem}.*.pyc"):
                 pyc.unlink()
             try:
-                r = subprocess.run(
-                    [*cmd, *a.tests], env=env, capture_output=True, timeout=a.timeout
-                )
+                r = subprocess.run([*cmd, *a.tests], env=env, capture_output=True, timeout=timeout)
                 caught = r.returncode != 0
             except subprocess.TimeoutExpired:
                 caught = True  # a hang is a failure the suite shows

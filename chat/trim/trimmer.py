@@ -266,7 +266,7 @@ class Trimmer:
     # -- writing a summary --------------------------------------------------------------
     def start(self, backend: Backend, conversation: Conversation, max_tokens: int) -> bool:
         """Start a background summary of the oldest turns; False if there is nothing
-        to summarize (fewer than keep_last + 1 turns not yet covered)."""
+        to summarize (fewer than two turns not yet covered: the last is always kept)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # called from sync code with no loop: nothing can run it
@@ -305,8 +305,11 @@ class Trimmer:
 
     def _plan(self, backend: Backend, conversation: Conversation, budget: int) -> list[ChatMessage]:
         """The oldest uncovered turns to summarize: as few as bring the prompt down to
-        `goal`. The last `keep_last` turns are kept verbatim while that is possible; when
-        they alone exceed the goal they yield, down to the last turn."""
+        `goal`, found by binary search (the remaining prompt shrinks as the cut deepens).
+        The fewest turns summarized keeps the most recent ones verbatim, so the last
+        `keep_last` are kept whenever they fit the goal; `keep_last` only narrows the
+        search (any value gives the same cut). When the last turns alone exceed the goal
+        they yield, down to the last turn."""
         covered = self.covered
         rest = [m for m in conversation.messages if m.id not in covered]
         starts = [i for i, m in enumerate(rest) if m.role == "user"]
