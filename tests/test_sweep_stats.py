@@ -29,6 +29,7 @@ from phasechat.telemetry.sweep_stats import (
     Slo,
     Spread,
     Step,
+    growth,
     growth_per_doubling,
     knee,
     level,
@@ -463,3 +464,39 @@ async def test_a_noisy_level_stops_repeating_once_its_spread_settles() -> None:
     assert result.warm_up_requests == 0 and sweep_table(result)[-1].startswith("warm-up: none")
     with pytest.raises(ValueError, match="at least once"):
         await sweep(backend, (1,), Settings(), repeats=0)
+
+
+def test_tpot_starts_at_two_tokens_and_a_one_token_answer_meets_a_tpot_slo() -> None:
+    two = Sample(
+        ttft_ms=100.0, e2e_ms=300.0, output_tokens=2, prompt_tokens=None, decode_tok_s=None
+    )
+    one = Sample(
+        ttft_ms=100.0, e2e_ms=100.0, output_tokens=1, prompt_tokens=None, decode_tok_s=None
+    )
+    assert two.tpot_ms == 200.0 and one.tpot_ms is None
+    # vLLM counts a one-token answer's TPOT as 0: it meets even a 0.5 ms TPOT objective
+    assert Slo(tpot_ms=0.5).met(one) and not Slo(tpot_ms=199.0).met(two)
+    # a missing prompt count adds nothing to the level's input tokens
+    counted = Sample(ttft_ms=1.0, e2e_ms=2.0, output_tokens=3, prompt_tokens=10, decode_tok_s=None)
+    assert level(1, [one, counted], 1.0, Slo()).total_input_tokens == 10
+    with pytest.raises(ValueError, match="positive"):
+        level(1, [one], 0.0, Slo())
+
+
+def test_growth_needs_a_higher_level_and_accepts_a_low_rate_under_one() -> None:
+    assert growth(2, 10.0, 2, 10.0) is None
+    assert growth(1, 0.5, 2, 1.0) == 1.0
+
+
+def test_a_step_as_wide_as_its_noise_is_believed_and_a_fall_is_measured_by_its_size() -> None:
+    # low: median 100, p10-p90 96-104 (width 8); high 108: the step (8) equals the noise
+    step = Step(1, 2, Spread((95.0, 105.0)), Spread((108.0,)))
+    assert step.noise == 8.0 and step.change == 8.0 and not step.inside_noise
+    # a fall of 10 with a high spread of width 8 (86-94): the high level is measured well
+    fall = Step(1, 2, Spread((100.0,)), Spread((85.0, 95.0)))
+    assert fall.change == -10.0 and not fall.high_noisy
+
+
+def test_a_growth_exactly_at_the_threshold_is_not_yet_the_knee() -> None:
+    points = [(1, Spread((100.0,))), (2, Spread((150.0,))), (4, Spread((150.0,)))]
+    assert read_knee(steps(points), threshold=0.5).concurrency == 2
