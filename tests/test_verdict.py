@@ -300,3 +300,220 @@ def test_a_prompt_shorter_than_one_block_is_not_told_to_keep_a_stable_prefix() -
     longer = metrics_from_dict({**base, "prompt_tokens": 40, "cached_tokens": 0,
                                 "server_kv_block_tokens": 32})  # fmt: skip
     assert knob("prefill", longer).startswith("a stable prefix the engine can cache (0 of 40")
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # a TTFT past the e2e (clocks read apart): prefill is the whole wall time, not more
+        ({"ttft_ms": 1200.0}, (("prefill", 1.0), ("decode", 0.0))),
+        # a thinking span longer than what is left after the TTFT: cut to the rest
+        (
+            {"ttft_ms": 100.0, "reasoning_ms": 950.0, "reasoning_tokens": 9},
+            (("thinking", 0.9), ("prefill", 0.1), ("decode", 0.0)),
+        ),
+        # prefill and decode tied: prefill stays first (the order the phases are listed)
+        ({"ttft_ms": 500.0}, (("prefill", 0.5), ("decode", 0.5))),
+        # distinct shares, prefill largest: largest first, not smallest
+        ({"ttft_ms": 750.0}, (("prefill", 0.75), ("decode", 0.25))),
+        # no reasoning span: no thinking phase however many thinking tokens
+        ({"reasoning_tokens": 9}, (("decode", 0.9), ("prefill", 0.1))),
+        # a zero or negative e2e has no shares
+        # a thinking span of zero, or negative (clocks apart): no thinking phase
+        ({"reasoning_ms": 0.0, "reasoning_tokens": 9}, (("decode", 0.9), ("prefill", 0.1))),
+        ({"reasoning_ms": -50.0, "reasoning_tokens": 9}, (("decode", 0.9), ("prefill", 0.1))),
+        # a sub-millisecond answer still has shares
+        ({"ttft_ms": 0.125, "e2e_ms": 0.5}, (("decode", 0.75), ("prefill", 0.25))),
+        ({"e2e_ms": 0.0}, None),
+        ({"e2e_ms": -5.0}, None),
+        ({"ttft_ms": None}, None),
+    ],
+)
+def test_phase_shares_split_the_wall_time_largest_first_clamped_to_it(
+    fields: dict[str, Any], expected: tuple[tuple[str, float], ...] | None
+) -> None:
+    shares = phase_shares(metrics(**fields))
+    if expected is None:
+        assert shares is None
+        return
+    assert shares is not None
+    assert [(n, round(s, 6)) for n, s in shares] == list(expected)
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "label", "expected"),
+    [
+        (20.0, "", "decode runs at 25% of what memory allows (5.0 of 20.0 GB/s)"),
+        (
+            8.0,
+            "probed on a busy machine",
+            "decode runs at 62% of what memory allows (5.0 of 8.0 GB/s, probed on a busy machine)",
+        ),
+        (0.5, "", "decode runs at 1000% of what memory allows (5.0 of 0.5 GB/s)"),
+        (0.0, "", "roofline unknown: this machine's memory bandwidth is not measured"),
+        (-3.0, "", "roofline unknown: this machine's memory bandwidth is not measured"),
+        (float("inf"), "", "roofline unknown: this machine's memory bandwidth is not measured"),
+        (float("nan"), "", "roofline unknown: this machine's memory bandwidth is not measured"),
+    ],
+)
+def test_the_roofline_is_implied_over_measured_and_refuses_a_nonsense_bandwidth(
+    bandwidth: float, label: str, expected: str
+) -> None:
+    v = verdict(metrics(implied_bandwidth_gb_s=5.0), bandwidth, label)
+    assert v is not None and v.roofline == expected
+
+
+def test_the_roofline_without_a_decode_rate_says_so() -> None:
+    v = verdict(metrics(decode_tok_s=None), 20.0)
+    assert v is not None and v.roofline == "roofline: no decode rate (fewer than two tokens)"
+
+
+def test_a_prompt_of_exactly_one_block_keeps_the_prefix_advice() -> None:
+    base = {"backend": "openai", "model": "m", "ttft_ms": 900.0, "e2e_ms": 1000.0}
+    one = metrics_from_dict({**base, "prompt_tokens": 32, "cached_tokens": 0,
+                             "server_kv_block_tokens": 32})  # fmt: skip
+    assert knob("prefill", one).startswith("a stable prefix the engine can cache (0 of 32")
+    below = metrics_from_dict({**base, "prompt_tokens": 31, "cached_tokens": 0,
+                               "server_kv_block_tokens": 32})  # fmt: skip
+    assert knob("prefill", below).startswith("a shorter prompt: this server caches whole blocks")
+    # a cut answer with decode or thinking the largest phase; prefill is not told so
+    cut = metrics(finish="length")
+    assert knob("thinking", cut) == (
+        "a lower max_tokens (the answer stopped at it), less thinking (a lower reasoning "
+        "effort or a non-thinking mode)"
+    )
+    assert knob("decode", cut) == (
+        "a lower max_tokens (the answer stopped at it), smaller or more quantized weights"
+    )
+    assert knob("prefill", metrics(finish="length", cached_tokens=400)) == KNOBS["prefill"]
+    assert knob("decode", metrics()) == KNOBS["decode"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # the server's prefill exactly the TTFT: nothing left for the transport
+        (
+            {"server_prompt_ms": 400.0},
+            "TTFT 400 ms: the server's prefill 400 ms, the transport and its queue 0 ms (0%)",
+        ),
+        # the server's prefill past our TTFT (clocks apart): its figures are not split
+        (
+            {"server_prompt_ms": 401.0, "connect_ms": 0.0},
+            "TTFT 400 ms: headers at 20 ms (the server does not say its own prefill time)",
+        ),
+        # vLLM: no queue figure, no prefill figure; the transport's share of the TTFT
+        (
+            {"server_ttft_ms": 300.0, "transport_ms": 100.0},
+            "TTFT 400 ms: the server's own 300 ms (prefill unknown), the transport 100 ms (25%)",
+        ),
+        # the server's TTFT without the transport's: not vLLM's split
+        (
+            {"server_ttft_ms": 300.0},
+            "TTFT 400 ms: headers at 20 ms (the server does not say its own prefill time)",
+        ),
+        # a sub-millisecond TTFT is still split
+        (
+            {"ttft_ms": 0.5, "headers_ms": 0.25},
+            "TTFT 0 ms: headers at 0 ms (the server does not say its own prefill time)",
+        ),
+        ({"ttft_ms": 0.0}, ""),
+        ({"ttft_ms": -1.0}, ""),
+    ],
+)
+def test_the_ttft_split_at_its_edges(fields: dict[str, Any], expected: str) -> None:
+    base = {"backend": "openai", "model": "m", "ttft_ms": 400.0, "e2e_ms": 500.0}
+    assert transport(metrics_from_dict({**base, "headers_ms": 20.0, **fields})) == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (
+            {"server_source": "llama.cpp", "server_prompt_ms": 10.0, "server_prompt_n": 5,
+             "server_cache_n": 0, "server_prefill_tok_s": 500.0, "server_decode_tok_s": 40.25},
+            "llama.cpp says prefill 500.0 tok/s (5 tok) · decode 40.2 tok/s",
+        ),
+        (
+            {"server_source": "timings", "server_predicted_ms": 10.0, "server_prompt_n": 5,
+             "server_cache_n": 3, "server_queue_ms": 0.0},
+            "the server says prefill - tok/s (5 tok, 3 cached) · decode - tok/s · queue 0 ms",
+        ),
+        (
+            {"server_kv_pool_tokens": 1000},
+            "KV pool 1,000 tokens",
+        ),
+        (
+            {"server_kv_pool_tokens": 1000, "server_kv_used_share": 0.0},
+            "KV pool 1,000 tokens, 0% full at the send",
+        ),
+        ({"server_kv_pool_tokens": 0, "server_kv_block_tokens": 16}, ""),
+    ],
+)  # fmt: skip
+def test_the_engine_s_account_names_its_source_and_leaves_out_what_it_did_not_say(
+    fields: dict[str, Any], expected: str
+) -> None:
+    assert engine_says(metrics_from_dict({"backend": "openai", "model": "m", **fields})) == expected
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(set(), 1), ({0}, 1), ({0, 1, 2}, 3)])
+def test_the_probe_copies_with_one_thread_per_cpu_it_may_run_on_at_least_one(
+    monkeypatch: pytest.MonkeyPatch, cpus: set[int], expected: int
+) -> None:
+    monkeypatch.setattr(membw.os, "sched_getaffinity", lambda pid: cpus)
+    assert membw.probe_threads() == expected
+
+
+@pytest.mark.parametrize(("count", "expected"), [(None, 1), (1, 1), (4, 4)])
+def test_without_an_affinity_the_probe_counts_the_cpus(
+    monkeypatch: pytest.MonkeyPatch, count: int | None, expected: int
+) -> None:
+    monkeypatch.delattr(membw.os, "sched_getaffinity")
+    monkeypatch.setattr(membw.os, "cpu_count", lambda: count)
+    assert membw.probe_threads() == expected
+
+
+@pytest.mark.parametrize(
+    ("size", "threads", "copied"),
+    [
+        (1, 1, 1),  # the smallest probe
+        (1, 2, 2),  # fewer bytes than threads: each still copies one
+        (3, 2, 2),  # 3 bytes in two threads: a byte each, the odd one left out
+        (1000, 4, 1000),
+    ],
+)
+def test_the_rate_counts_the_bytes_each_thread_copied_read_and_written(
+    monkeypatch: pytest.MonkeyPatch, size: int, threads: int, copied: int
+) -> None:
+    # two rounds, the second the fastest: 1/1024 s; no more rounds than asked (min_s 0)
+    monkeypatch.setattr(membw, "time", fake_perf_counter([1 / 256, 1 / 1024]))
+    assert membw.copy_rate(size, 2, threads) == 2 * copied * 1024 / 1e9
+
+
+def test_the_probe_stops_at_max_rounds_however_long_min_s_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the 400th round is the fastest; a 401st would read past the fake clock
+    durations = [1 / 64] * (membw.MAX_ROUNDS - 1) + [1 / 128]
+    monkeypatch.setattr(membw, "time", fake_perf_counter(durations))
+    assert membw.MAX_ROUNDS == 400
+    assert membw.copy_rate(16, 1, 1, min_s=1e9) == 2 * 16 * 128 / 1e9
+
+
+@pytest.mark.parametrize(("size", "rounds"), [(0, 1), (1, 0), (-1, 1), (1, -1)])
+def test_the_probe_refuses_no_bytes_or_no_rounds(size: int, rounds: int) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        probe_bandwidth(size=size, rounds=rounds, min_s=0)
+
+
+def test_every_round_waits_for_every_thread_s_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    copies: list[int] = []
+    fake = SimpleNamespace(
+        create_string_buffer=membw.ctypes.create_string_buffer,
+        memset=membw.ctypes.memset,
+        memmove=lambda dst, src, n: copies.append(n),
+        Array=membw.ctypes.Array,
+    )
+    monkeypatch.setattr(membw, "ctypes", fake)
+    membw.copy_rate(64, 5, 4)
+    assert copies == [16] * 20

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from phasechat.backends.windows import context_refusal
+import pytest
+
+from phasechat.backends.windows import context_refusal, from_models, root_of
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window
@@ -78,3 +80,66 @@ def test_a_llama_server_refusal_in_words_gives_the_window_and_the_prompt() -> No
         {"error": {"code": 400, "message": text, "type": "exceed_context_size_error"}}
     )
     assert context_refusal(body) == {"n_ctx": 4096, "n_prompt_tokens": 5000}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # vLLM: the window first, then the prompt; not swapped
+        (
+            json.dumps({"error": {"message": "This model's maximum context length is 2048 "
+                                  "tokens. However, you requested 2100 tokens (2000 in the "
+                                  "messages, 100 in the completion)."}}),
+            {"n_ctx": 2048, "n_prompt_tokens": 2100},
+        ),
+        # llama-server with a zero n_ctx field (not a size): both sizes from its words
+        (
+            json.dumps({"error": {"type": "exceed_context_size_error", "n_ctx": 0,
+                                  "n_prompt_tokens": 300, "message": "request (7 tokens) "
+                                  "exceeds the available context size (256 tokens)"}}),
+            {"n_prompt_tokens": 7, "n_ctx": 256},
+        ),
+        (
+            json.dumps({"error": {"type": "exceed_context_size_error", "n_ctx": 512,
+                                  "n_prompt_tokens": 600}}),
+            {"n_ctx": 512, "n_prompt_tokens": 600},
+        ),
+        # OpenAI: it does not fit, sizes unsaid
+        (json.dumps({"error": {"code": "context_length_exceeded", "message": "too long"}}), {}),
+        (json.dumps({"error": {"code": "rate_limit_exceeded", "message": "slow down"}}), None),
+        ("internal server error", None),
+    ],
+)  # fmt: skip
+def test_a_refusal_gives_the_window_and_the_prompt_each_in_its_place(
+    body: str, expected: dict[str, object] | None
+) -> None:
+    assert context_refusal(body) == expected
+
+
+def test_the_listing_gives_the_window_of_the_model_asked_for_else_the_first() -> None:
+    entries = [
+        {"id": "a", "max_model_len": 1000},
+        {"id": "b", "meta": {"n_ctx": 0}, "max_model_len": 2000},
+        {"id": "c", "meta": {"n_ctx": 3000}, "max_model_len": 4000},
+    ]
+    found = [from_models(entries, model) for model in ("c", "b", "zz")]
+    assert [(w.tokens, w.source) if w else None for w in found] == [
+        (3000, "llama-server /v1/models meta.n_ctx"),
+        (2000, "vLLM /v1/models max_model_len"),
+        (1000, "vLLM /v1/models max_model_len"),
+    ]
+    assert from_models([], "a") is None
+    assert from_models([{"id": "a", "max_model_len": 0}], "a") is None
+
+
+@pytest.mark.parametrize(
+    ("url", "root"),
+    [
+        ("http://h:8080/v1", "http://h:8080"),
+        ("http://h:8080/v1/", "http://h:8080"),
+        ("http://h:8080/", "http://h:8080"),
+        ("http://h:8080/api/v1x", "http://h:8080/api/v1x"),
+    ],
+)
+def test_the_server_s_root_drops_only_a_final_v1(url: str, root: str) -> None:
+    assert root_of(url) == root
