@@ -12,7 +12,8 @@ not fail on is a survivor: a bug they cannot see, or an equivalent change to jud
         --lines 120-180 --marks 'not server and not model'
     .venv/bin/python scripts/mutate.py telemetry/metrics.py --list
 
-Run it alone in its own worktree: it edits the module's file while it runs.
+Run it alone in its own worktree: it edits the module's file while it runs, and
+nothing else (pytest, ruff) should read that file meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import ast
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -187,6 +189,9 @@ def main() -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", a.marks]
     cache = path.parent / "__pycache__"
+    # SIGTERM (a `timeout` around this script) ends the run through `finally`, which
+    # restores the module
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
     clean = subprocess.run([*cmd, *a.tests], env=env, capture_output=True, text=True)
     if clean.returncode != 0:
