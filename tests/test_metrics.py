@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from phasechat.backends.events import (
+    EngineThreads,
     Finished,
     FinishReason,
     KVStats,
@@ -500,3 +501,49 @@ def test_a_forecast_of_a_cached_prompt_and_no_output_is_its_overhead_alone() -> 
     f = forecast(Rates(100.0, 50.0, 1, overhead_ms=10.0), 20, 30, 0, False)
     assert f.new_tokens == 0 and f.prefill_ms == 0.0
     assert (f.ttft_ms, f.total_ms, f.overhead_ms) == (10.0, 10.0, 10.0)
+
+
+def test_an_answer_without_thinking_has_no_thinking_count() -> None:
+    m = compute(local_trace())
+    assert (m.reasoning_tokens, m.reasoning_tokens_source, m.answer_tokens) == (None, "none", 11)
+
+
+def test_live_thinking_of_a_stream_that_does_not_count_tokens_is_its_chunks() -> None:
+    t = Trace("remote", "m")
+    for ms in (100, 130, 190):
+        t.observe(ReasoningDelta("hm ", tokens=None), ms * MS)
+    assert snapshot(t, 200 * MS).reasoning_tokens == 3
+
+
+def test_a_thread_change_is_a_new_thread_count_after_the_first() -> None:
+    t = Trace("local", "m")
+    for threads in (4, 4, 4, 6):  # the start, the same twice, then a change
+        t.observe(EngineThreads(threads, 8, "load"), 5 * MS)
+    t.observe(TextDelta("a", 1), 10 * MS)
+    t.observe(Finished("stop"), 20 * MS)
+    m = compute(t)
+    assert (t.thread_changes, m.thread_changes, m.threads) == (1, 1, 6)
+
+
+def test_token_times_are_kept_from_the_send_and_halved_exactly_at_the_cap() -> None:
+    t = Trace("local", "m")
+    t.t_sent = 1000 * MS
+    n = MAX_TIMES + 3
+    for i in range(n):  # token i at 1 ms + i ms after the send; odd ones: two thinking tokens
+        kind = ReasoningDelta if i % 2 else TextDelta
+        t.observe(kind("ab" if i % 2 else "a", 1 + i % 2), t.t_sent + (1 + i) * MS)
+    # at MAX_TIMES entries every other one goes (the odd ones), then every second token
+    kept = [*range(0, MAX_TIMES, 2), MAX_TIMES, MAX_TIMES + 2]
+    assert list(t.times) == [(1 + i) * MS for i in kept]
+    assert list(t.sizes) == [1 + i % 2 for i in kept]
+    assert list(t.lengths) == [1 + i % 2 for i in kept]
+    assert list(t.kinds) == [i % 2 for i in kept] and t.stride == 2
+
+
+def test_cancel_ends_only_a_running_request_at_the_time_given() -> None:
+    running, finished = local_trace(), local_trace()
+    running.t_done, running.finish = None, None
+    running.cancel(900 * MS)
+    finished.cancel(900 * MS)
+    assert (running.t_done, running.finish) == (900 * MS, "cancelled")
+    assert (finished.t_done, finished.finish) == (305 * MS, "stop")
