@@ -547,3 +547,22 @@ def test_cancel_ends_only_a_running_request_at_the_time_given() -> None:
     finished.cancel(900 * MS)
     assert (running.t_done, running.finish) == (900 * MS, "cancelled")
     assert (finished.t_done, finished.finish) == (305 * MS, "stop")
+
+
+def test_a_thinking_count_over_the_output_leaves_no_negative_answer_count() -> None:
+    t = Trace("remote", "m")
+    t.observe(TextDelta("ab"), 200 * MS)
+    t.observe(TextDelta("cd"), 210 * MS)
+    t.observe(Usage(30, 5, reasoning_tokens=8), 220 * MS)  # 8 of 5 tokens thinking
+    t.observe(Finished("stop"), 221 * MS)
+    m = compute(t)
+    assert (m.output_tokens, m.reasoning_tokens, m.answer_tokens) == (5, 8, 0)
+
+
+def test_two_tokens_have_a_tpot_and_a_character_rate_per_token() -> None:
+    t = Trace("local", "m")
+    t.observe(TextDelta("ab", 1), 200 * MS)
+    t.observe(TextDelta("cdef", 1), 210 * MS)
+    t.observe(Finished("stop"), 215 * MS)
+    m = compute(t)
+    assert (m.tpot_ms, m.chars_per_token) == (pytest.approx(10.0), 4.0)
