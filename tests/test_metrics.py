@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from phasechat.backends.events import (
+    EngineThreads,
     Finished,
     FinishReason,
     KVStats,
@@ -360,6 +361,7 @@ def test_a_forecast_decodes_all_but_the_first_token() -> None:
     # 10 of 11 tokens at 50 tok/s take 200 ms more (the first came with the prefill)
     f = forecast(Rates(100.0, 50.0, 3, overhead_ms=10.0), 130, 30, 11, False)
     assert (f.ttft_ms, f.total_ms) == (pytest.approx(1010.0), pytest.approx(1210.0))
+    assert (f.new_tokens, f.overhead_ms, f.prefill_ms) == (100, 10.0, pytest.approx(1000.0))
 
 
 def remote_trace(visible: int, counted: int, reason: FinishReason, silent_ms: int | None) -> Trace:
@@ -448,3 +450,119 @@ def test_a_prefill_line_with_a_negative_intercept_has_no_overhead() -> None:
     assert rates.overhead_ms == 0.0 and rates.prefill_tok_s == pytest.approx(500.0)
     # 100 new tokens at 2 ms each, no overhead
     assert forecast(rates, 300, 200, 1, False).ttft_ms == pytest.approx(200.0)
+
+
+def _measured(backend: str = "b", finish: str = "stop", **figures: float) -> Metrics:
+    return metrics_from_dict({"backend": backend, "model": "m", "finish": finish, **figures})
+
+
+def test_forecast_rates_count_answers_from_their_minimum_sizes_on() -> None:
+    history = [
+        _measured(decode_tok_s=30.0, output_tokens=4),  # 4 tokens: enough for a rate
+        _measured(decode_tok_s=10.0, output_tokens=3),  # 3: too few
+        _measured(decode_tok_s=50.0, output_tokens=20),
+        _measured("other", decode_tok_s=90.0, output_tokens=20),  # another backend's
+        _measured(finish="error", decode_tok_s=70.0, output_tokens=20),  # a failed answer
+        # one prompt size each, no TTFT: the prefill rate is the median of those that
+        # evaluated 16 tokens or more
+        _measured(prefill_tok_s=100.0, evaluated_prompt_tokens=16),
+        _measured(prefill_tok_s=10.0, evaluated_prompt_tokens=15),
+        _measured(prefill_tok_s=300.0, evaluated_prompt_tokens=40),
+    ]
+    rates = measured_rates(history, "b")
+    assert rates.decode_tok_s == pytest.approx(40.0)  # median of 30 and 50
+    assert rates.prefill_tok_s == pytest.approx(200.0)  # median of 100 and 300
+    assert (rates.samples, rates.overhead_ms) == (6, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("points", "line"),
+    [
+        # sizes 8 apart: sum of squares 32 = 16 a point, enough; 50 ms fixed + 2 ms a token
+        ([(100.0, 250.0), (108.0, 266.0)], (50.0, 2.0)),
+        ([(100.0, 250.0), (107.0, 264.0)], None),  # 7 apart: 24.5 < 32, the slope is noise
+        # three at 100, one at 109: 60.75 < 16 x 4 points, noise too
+        ([(100.0, 250.0), (100.0, 250.0), (100.0, 250.0), (109.0, 268.0)], None),
+        # a fast prefill, 0.5 ms a token (2,000 tok/s), 50 ms fixed
+        ([(100.0, 100.0), (300.0, 200.0)], (50.0, 0.5)),
+        ([(100.0, 50.0), (200.0, 50.0)], None),  # TTFT not growing with the prompt
+        ([(100.0, 50.0)], None),  # one size
+    ],
+)
+def test_a_prefill_line_needs_prompt_sizes_apart_and_a_rising_ttft(
+    points: list[tuple[float, float]], line: tuple[float, float] | None
+) -> None:
+    fitted = fit_line(points)
+    assert fitted == (pytest.approx(line) if line is not None else None)
+
+
+def test_a_forecast_of_a_cached_prompt_and_no_output_is_its_overhead_alone() -> None:
+    # 30 cached of a 20-token prompt: no new tokens (not -10); 0 max tokens: no decode
+    f = forecast(Rates(100.0, 50.0, 1, overhead_ms=10.0), 20, 30, 0, False)
+    assert f.new_tokens == 0 and f.prefill_ms == 0.0
+    assert (f.ttft_ms, f.total_ms, f.overhead_ms) == (10.0, 10.0, 10.0)
+
+
+def test_an_answer_without_thinking_has_no_thinking_count() -> None:
+    m = compute(local_trace())
+    assert (m.reasoning_tokens, m.reasoning_tokens_source, m.answer_tokens) == (None, "none", 11)
+
+
+def test_live_thinking_of_a_stream_that_does_not_count_tokens_is_its_chunks() -> None:
+    t = Trace("remote", "m")
+    for ms in (100, 130, 190):
+        t.observe(ReasoningDelta("hm ", tokens=None), ms * MS)
+    assert snapshot(t, 200 * MS).reasoning_tokens == 3
+
+
+def test_a_thread_change_is_a_new_thread_count_after_the_first() -> None:
+    t = Trace("local", "m")
+    for threads in (4, 4, 4, 6):  # the start, the same twice, then a change
+        t.observe(EngineThreads(threads, 8, "load"), 5 * MS)
+    t.observe(TextDelta("a", 1), 10 * MS)
+    t.observe(Finished("stop"), 20 * MS)
+    m = compute(t)
+    assert (t.thread_changes, m.thread_changes, m.threads) == (1, 1, 6)
+
+
+def test_token_times_are_kept_from_the_send_and_halved_exactly_at_the_cap() -> None:
+    t = Trace("local", "m")
+    t.t_sent = 1000 * MS
+    n = MAX_TIMES + 3
+    for i in range(n):  # token i at 1 ms + i ms after the send; odd ones: two thinking tokens
+        kind = ReasoningDelta if i % 2 else TextDelta
+        t.observe(kind("ab" if i % 2 else "a", 1 + i % 2), t.t_sent + (1 + i) * MS)
+    # at MAX_TIMES entries every other one goes (the odd ones), then every second token
+    kept = [*range(0, MAX_TIMES, 2), MAX_TIMES, MAX_TIMES + 2]
+    assert list(t.times) == [(1 + i) * MS for i in kept]
+    assert list(t.sizes) == [1 + i % 2 for i in kept]
+    assert list(t.lengths) == [1 + i % 2 for i in kept]
+    assert list(t.kinds) == [i % 2 for i in kept] and t.stride == 2
+
+
+def test_cancel_ends_only_a_running_request_at_the_time_given() -> None:
+    running, finished = local_trace(), local_trace()
+    running.t_done, running.finish = None, None
+    running.cancel(900 * MS)
+    finished.cancel(900 * MS)
+    assert (running.t_done, running.finish) == (900 * MS, "cancelled")
+    assert (finished.t_done, finished.finish) == (305 * MS, "stop")
+
+
+def test_a_thinking_count_over_the_output_leaves_no_negative_answer_count() -> None:
+    t = Trace("remote", "m")
+    t.observe(TextDelta("ab"), 200 * MS)
+    t.observe(TextDelta("cd"), 210 * MS)
+    t.observe(Usage(30, 5, reasoning_tokens=8), 220 * MS)  # 8 of 5 tokens thinking
+    t.observe(Finished("stop"), 221 * MS)
+    m = compute(t)
+    assert (m.output_tokens, m.reasoning_tokens, m.answer_tokens) == (5, 8, 0)
+
+
+def test_two_tokens_have_a_tpot_and_a_character_rate_per_token() -> None:
+    t = Trace("local", "m")
+    t.observe(TextDelta("ab", 1), 200 * MS)
+    t.observe(TextDelta("cdef", 1), 210 * MS)
+    t.observe(Finished("stop"), 215 * MS)
+    m = compute(t)
+    assert (m.tpot_ms, m.chars_per_token) == (pytest.approx(10.0), 4.0)

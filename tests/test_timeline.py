@@ -113,3 +113,35 @@ async def test_t_on_an_answer_opens_its_timeline() -> None:
         await pilot.press("t")
         await pilot.pause()
         assert not isinstance(app.screen, TimelineView)
+
+
+def test_quantile_bounds_of_two_gaps_start_at_the_shortest() -> None:
+    # nearest rank round(k * 2 / 5), at least the first: ranks 1, 1, 1, 2, 2
+    assert quantile_bounds([3.0, 1.0]) == (1.0, 1.0, 1.0, 3.0, 3.0)
+
+
+def test_a_gap_of_exactly_four_medians_is_not_a_stall_and_the_first_tick_is_the_ttft() -> None:
+    trace = Trace("local", "m")
+    at = 5  # a TTFT shorter than every inner gap: its shade is still the TTFT's own (the top)
+    trace.observe(TextDelta("a", tokens=1, t_ns=at * MS), at * MS)
+    for gap in (10, 41, 10, 40, 10):  # median 10 ms: 40 is 4x it (no stall), 41 is over
+        at += gap
+        trace.observe(TextDelta("b", tokens=1, t_ns=at * MS), at * MS)
+    line = timeline_of(trace)
+    assert [t.gap_ms for t in line.ticks] == [5.0, 10.0, 41.0, 10.0, 40.0, 10.0]
+    assert [t.stall for t in line.ticks] == [False, False, True, False, False, False]
+    assert [t.shade for t in line.ticks] == [4, 0, 4, 0, 3, 0]
+    assert line.bounds == (10.0, 10.0, 10.0, 40.0, 41.0)
+
+
+def test_a_sampled_trace_spreads_each_gap_over_its_stride() -> None:
+    trace = Trace("local", "m")
+    trace.times.extend([20 * MS, 26 * MS, 30 * MS])  # every other token kept
+    trace.sizes.extend([0, 0, 0])
+    trace.lengths.extend([3, 3, 3])
+    trace.kinds.extend([0, 0, 0])
+    trace.stride = 2
+    line = timeline_of(trace)
+    assert [t.gap_ms for t in line.ticks] == [20.0, 12.0, 8.0]
+    assert not line.whole and [t.text for t in line.ticks] == ["", "", ""]
+    assert [t.tokens for t in line.ticks] == [1, 1, 1]  # no text to estimate: one each
