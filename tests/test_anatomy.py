@@ -173,3 +173,6 @@ def test_an_estimate_spreads_the_template_before_each_part_the_last_taking_the_r
         ("template", 7, 7, 0),
     ]
     assert [s.prefill_ms for s in a.sections] == [0.0, 0.0, 1.0, 0.0]
+    # the first 9 cached: the history's token is the 9th, the new message's template after it
+    nine = split_estimated(parts, 14, 9, None, lambda text: len(text.split()))
+    assert [s.cached_tokens for s in nine.sections] == [4, 1, 0, 4]
