@@ -8,7 +8,14 @@ import pytest
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
-from phasechat.chat.anatomy import Held, anatomy_of, parts_of, section_at
+from phasechat.chat.anatomy import (
+    Held,
+    anatomy_of,
+    held_after,
+    ms_per_evaluated_token,
+    parts_of,
+    section_at,
+)
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import Part, find_break, split_estimated, split_exact
 from phasechat.telemetry.metrics import metrics_from_dict
@@ -176,3 +183,26 @@ def test_an_estimate_spreads_the_template_before_each_part_the_last_taking_the_r
     # the first 9 cached: the history's token is the 9th, the new message's template after it
     nine = split_estimated(parts, 14, 9, None, lambda text: len(text.split()))
     assert [s.cached_tokens for s in nine.sections] == [4, 1, 0, 4]
+
+
+def test_the_engine_holds_the_prompt_then_the_answer_and_their_tokens_summed() -> None:
+    m = metrics_from_dict({"prompt_tokens": 9, "output_tokens": 3})
+    exact = split_exact(TEXT, PIECES, PARTS, None, None, "tokenizer")
+    assert held_after(exact, "Hi", m) == Held(TEXT + "Hi", 12)
+    estimate = split_estimated(PARTS, 9, None, None, len)
+    assert held_after(estimate, "Hi", m) is None  # no text: nothing to compare with
+
+
+@pytest.mark.parametrize(
+    ("fields", "ms"),
+    [
+        ({"server_prompt_ms": 30.0, "server_prompt_n": 6, "ttft_ms": 99.0}, 5.0),
+        ({"server_prompt_ms": 30.0, "ttft_ms": 12.0, "evaluated_prompt_tokens": 4}, 3.0),
+        ({"server_prompt_n": 6, "ttft_ms": 12.0, "evaluated_prompt_tokens": 4}, 3.0),
+        ({"evaluated_prompt_tokens": 4}, None),
+    ],
+)
+def test_an_evaluated_token_costs_the_engines_own_ms_per_token_else_ttft_per_token(
+    fields: dict[str, float], ms: float | None
+) -> None:
+    assert ms_per_evaluated_token(metrics_from_dict(fields)) == ms
