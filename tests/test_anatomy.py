@@ -4,9 +4,18 @@ that still add up, and where a cache break is found."""
 
 from __future__ import annotations
 
+import pytest
+
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
-from phasechat.chat.anatomy import Held, anatomy_of, parts_of, section_at
+from phasechat.chat.anatomy import (
+    Held,
+    anatomy_of,
+    held_after,
+    ms_per_evaluated_token,
+    parts_of,
+    section_at,
+)
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import Part, find_break, split_estimated, split_exact
 from phasechat.telemetry.metrics import metrics_from_dict
@@ -113,3 +122,87 @@ def test_anatomy_of_a_turn_and_the_break_after_an_edit() -> None:
     assert section_at(rendered, messages, 2) == "system prompt"
     assert section_at(rendered, messages, 6) == "new message 1"
     assert section_at(rendered, messages, 1) == "template"
+
+
+def test_a_part_at_the_very_start_owns_its_first_token_and_an_empty_token_is_the_templates() -> (
+    None
+):
+    # no template before the part: "Be" starts at byte 0 and is the system prompt's; the
+    # empty token inside the part (a control token that shows no text) is the template's
+    pieces = (b"Be", b"", b" brief.", b"<a>")
+    a = split_exact("Be brief.<a>", pieces, [Part("system", 0, "Be brief.")], 1, 2.0, "x")
+    assert a is not None
+    got = [(s.kind, s.tokens, s.cached_tokens, s.evaluated_tokens) for s in a.sections]
+    assert got == [("system", 2, 1, 1), ("template", 2, 0, 2)]
+    assert [s.prefill_ms for s in a.sections] == [2.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("cached", "chars"),
+    [(0, 0), (1, 0), (2, len("<s>sys: ")), (3, len("<s>sys: Be"))],
+)
+def test_the_cached_prefix_in_the_text_starts_after_the_bos(cached: int, chars: int) -> None:
+    # PIECES[0] is a 2-byte BOS, PIECES[1] 8 bytes: a cache of 0 or 1 token holds no text
+    # (nor a negative amount of it); 2 tokens hold the BOS and "<s>sys: "
+    a = split_exact(TEXT, PIECES, PARTS, cached=cached, ms_per_token=None, source="x")
+    assert a is not None and a.cached_chars == chars
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "tokens"),
+    [
+        (8, [4, 1, 2, 1]),  # one left for the template
+        (7, [4, 1, 2, 0]),  # the estimate is exact
+        (6, [3, 1, 2, 0]),  # one over: the largest part loses one
+        (5, [2, 1, 2, 0]),
+        (2, [0, 1, 1, 0]),  # five over: the largest is emptied, then the next largest cut
+    ],
+)
+def test_an_estimate_over_the_engines_count_is_cut_from_the_largest_part_down_to_it(
+    prompt_tokens: int, tokens: list[int]
+) -> None:
+    parts = [Part("system", 0, "a b c d"), Part("history", 1, "x"), Part("new", 2, "y z")]
+    a = split_estimated(parts, prompt_tokens, None, None, lambda text: len(text.split()))
+    assert [s.tokens for s in a.sections] == tokens
+
+
+def test_an_estimate_spreads_the_template_before_each_part_the_last_taking_the_rest() -> None:
+    # 7 template tokens over 3 parts: 2 before the system prompt, 2 before the history,
+    # the remaining 3 before the new message, which ends the prompt:
+    # T T s s s s T T h T T T n n, the first 13 cached
+    parts = [Part("system", 0, "a b c d"), Part("history", 1, "x"), Part("new", 2, "y z")]
+    a = split_estimated(parts, 14, 13, 1.0, lambda text: len(text.split()))
+    got = [(s.kind, s.tokens, s.cached_tokens, s.evaluated_tokens) for s in a.sections]
+    assert got == [
+        ("system", 4, 4, 0),
+        ("history", 1, 1, 0),
+        ("new", 2, 1, 1),
+        ("template", 7, 7, 0),
+    ]
+    assert [s.prefill_ms for s in a.sections] == [0.0, 0.0, 1.0, 0.0]
+    # the first 9 cached: the history's token is the 9th, the new message's template after it
+    nine = split_estimated(parts, 14, 9, None, lambda text: len(text.split()))
+    assert [s.cached_tokens for s in nine.sections] == [4, 1, 0, 4]
+
+
+def test_the_engine_holds_the_prompt_then_the_answer_and_their_tokens_summed() -> None:
+    m = metrics_from_dict({"prompt_tokens": 9, "output_tokens": 3})
+    exact = split_exact(TEXT, PIECES, PARTS, None, None, "tokenizer")
+    assert held_after(exact, "Hi", m) == Held(TEXT + "Hi", 12)
+    estimate = split_estimated(PARTS, 9, None, None, len)
+    assert held_after(estimate, "Hi", m) is None  # no text: nothing to compare with
+
+
+@pytest.mark.parametrize(
+    ("fields", "ms"),
+    [
+        ({"server_prompt_ms": 30.0, "server_prompt_n": 6, "ttft_ms": 99.0}, 5.0),
+        ({"server_prompt_ms": 30.0, "ttft_ms": 12.0, "evaluated_prompt_tokens": 4}, 3.0),
+        ({"server_prompt_n": 6, "ttft_ms": 12.0, "evaluated_prompt_tokens": 4}, 3.0),
+        ({"evaluated_prompt_tokens": 4}, None),
+    ],
+)
+def test_an_evaluated_token_costs_the_engines_own_ms_per_token_else_ttft_per_token(
+    fields: dict[str, float], ms: float | None
+) -> None:
+    assert ms_per_evaluated_token(metrics_from_dict(fields)) == ms

@@ -517,3 +517,34 @@ def test_every_round_waits_for_every_thread_s_copy(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(membw, "ctypes", fake)
     membw.copy_rate(64, 5, 4)
     assert copies == [16] * 20
+
+
+@pytest.mark.parametrize(
+    ("durations", "rounds_run", "best"),
+    [
+        # 1/2 + 1/2 reaches min_s (1 s) exactly: two rounds, not a third (the fast 1/8)
+        ([1 / 2, 1 / 2, 1 / 8], 2, 1 / 2),
+        # 1/2 + 1/4 is still short of it: a third round, then 1.25 s is enough
+        ([1 / 2, 1 / 4, 1 / 2, 1 / 8], 3, 1 / 4),
+    ],
+)
+def test_the_probe_runs_rounds_until_the_time_spent_reaches_min_s(
+    monkeypatch: pytest.MonkeyPatch, durations: list[float], rounds_run: int, best: float
+) -> None:
+    clock = fake_perf_counter(durations)
+    reads: list[float] = []
+
+    def perf_counter() -> float:
+        reads.append(clock.perf_counter())
+        return reads[-1]
+
+    monkeypatch.setattr(membw, "time", SimpleNamespace(perf_counter=perf_counter))
+    # one round asked, min_s 1 s: rounds go on while the time spent is below 1 s
+    assert membw.copy_rate(16, 1, 1, min_s=1.0) == 2 * 16 / best / 1e9
+    assert len(reads) == 2 * rounds_run
+
+
+def test_the_probe_accepts_a_single_byte() -> None:
+    # the refusal is for no bytes (size <= 0): one byte is a (tiny) probe
+    probed = probe_bandwidth(size=1, rounds=1, threads=1, min_s=0)
+    assert probed.threads == 1 and probed.gb_s > 0
