@@ -17,12 +17,12 @@ Run it alone in its own worktree: it edits product files while it runs.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import signal
-import subprocess
 import sys
+
+from mutate import run_with  # scripts/ is on the path when run as a script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: model- and UI-heavy files run last, so that -x stops early on a cheap failure
@@ -38,18 +38,16 @@ def test_files(module: str) -> list[str]:
     return sorted((f"tests/{f.name}" for f in found), key=lambda f: (bool(HEAVY.search(f)), f))
 
 
-def clear_bytecode(path: pathlib.Path) -> None:
-    for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
-        pyc.unlink()
-
-
 def main() -> int:
     bugs = json.loads((ROOT / "scripts" / "known_bugs.json").read_text())
     if len(sys.argv) > 1:
         bugs = [b for b in bugs if any(a in b["file"] for a in sys.argv[1:])]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     pytest = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+
+    def cmd(module: str) -> list[str]:
+        return [*pytest, "-m", "not server", *test_files(module)]
+
     missed, stale = [], []
     for i, bug in enumerate(bugs, 1):
         path = ROOT / bug["file"]
@@ -59,23 +57,7 @@ def main() -> int:
             stale.append(where)
             print(f"{where}: its text is gone (write it again)", flush=True)
             continue
-        try:
-            path.write_text(src.replace(bug["old"], bug["new"]))
-            clear_bytecode(path)
-            run = subprocess.run(
-                [*pytest, "-m", "not server", *test_files(bug["file"])],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1800,  # a bug that hangs a test is caught, not waited for
-            )
-            rc, out = run.returncode, run.stdout
-        except subprocess.TimeoutExpired:
-            rc, out = 124, "ERROR (timed out)"
-        finally:
-            path.write_text(src)
-            clear_bytecode(path)
+        rc, out = run_with(path, src.replace(bug["old"], bug["new"]), cmd(bug["file"]), 1800)
         failed = [line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))]
         if rc == 0:
             missed.append(where)

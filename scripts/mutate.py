@@ -154,6 +154,31 @@ def mutants(src: str) -> list[Mutant]:
     return sorted(set(out), key=lambda m: (m.start, m.end, m.new))
 
 
+def run_with(path: pathlib.Path, text: str, cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Run `cmd` (pytest) with `path` holding `text`, then put its own text back (also
+    on Ctrl-C or SIGTERM): (exit status, output). A run past `timeout` is a failure
+    the suite shows (124)."""
+    src = path.read_text()
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    try:
+        path.write_text(text)
+        _clear_bytecode(path)
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        return run.returncode, run.stdout
+    except subprocess.TimeoutExpired:
+        return 124, "ERROR (timed out)"
+    finally:
+        path.write_text(src)
+        _clear_bytecode(path)
+
+
+def _clear_bytecode(path: pathlib.Path) -> None:
+    """So that Python reads the source just written, not a .pyc of the same size and
+    second."""
+    for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        pyc.unlink()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("module", help="the file to mutate, e.g. telemetry/metrics.py")
@@ -186,37 +211,24 @@ def main() -> int:
     if not a.tests:
         p.error("name the tests to run")
 
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", a.marks]
-    cache = path.parent / "__pycache__"
+    cmd += a.tests
     # SIGTERM (a `timeout` around this script) ends the run through `finally`, which
     # restores the module
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
-    clean = subprocess.run([*cmd, *a.tests], env=env, capture_output=True, text=True)
-    if clean.returncode != 0:
-        print(f"the tests fail without a mutant:\n{clean.stdout[-2000:]}")
+    rc, out = run_with(path, src, cmd, timeout=3600)
+    if rc != 0:
+        print(f"the tests fail without a mutant:\n{out[-2000:]}")
         return 2
     timeout = a.timeout or max(30.0, 10 * (time.monotonic() - t0))  # a mutant's hang is a catch
     survivors: list[Mutant] = []
     t0 = time.monotonic()
-    try:
-        for i, m in enumerate(todo, 1):
-            path.write_text(src[: m.start] + m.new + src[m.end :])
-            for pyc in cache.glob(f"{path.stem}.*.pyc"):
-                pyc.unlink()
-            try:
-                r = subprocess.run([*cmd, *a.tests], env=env, capture_output=True, timeout=timeout)
-                caught = r.returncode != 0
-            except subprocess.TimeoutExpired:
-                caught = True  # a hang is a failure the suite shows
-            if not caught:
-                survivors.append(m)
-            print(f"[{i}/{len(todo)}] {'caught  ' if caught else 'SURVIVED'} {show(m)}", flush=True)
-    finally:
-        path.write_text(src)
-        for pyc in cache.glob(f"{path.stem}.*.pyc"):
-            pyc.unlink()
+    for i, m in enumerate(todo, 1):
+        rc, _ = run_with(path, src[: m.start] + m.new + src[m.end :], cmd, timeout)
+        if rc == 0:
+            survivors.append(m)
+        print(f"[{i}/{len(todo)}] {'SURVIVED' if rc == 0 else 'caught  '} {show(m)}", flush=True)
     took = time.monotonic() - t0
     print(f"\n{len(todo) - len(survivors)}/{len(todo)} caught in {took:.0f} s; survivors:")
     for m in survivors:
