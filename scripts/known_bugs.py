@@ -8,7 +8,7 @@ too), and the file is restored (also on Ctrl-C or SIGTERM). Every bug must be ca
 miss means a test that once guarded it was weakened or removed. A bug whose text no
 longer occurs (the code was rewritten) is reported, to be written again for the new code.
 
-    .venv/bin/python scripts/known_bugs.py            # all (about 15 minutes here)
+    .venv/bin/python scripts/known_bugs.py            # all (20 minutes on 2 cores)
     .venv/bin/python scripts/known_bugs.py windows    # the bugs whose file names match
 
 Run it alone in its own worktree: it edits product files while it runs.

@@ -19,6 +19,7 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
+from phasechat.backends.tokens import estimate_text
 from phasechat.telemetry.forecast import Rates, fit_line, forecast, measured_rates
 from phasechat.telemetry.live import snapshot
 from phasechat.telemetry.metrics import Metrics, compute, metrics_from_dict, percentile
@@ -566,3 +567,25 @@ def test_two_tokens_have_a_tpot_and_a_character_rate_per_token() -> None:
     t.observe(Finished("stop"), 215 * MS)
     m = compute(t)
     assert (m.tpot_ms, m.chars_per_token) == (pytest.approx(10.0), 4.0)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [(40, 10), (41, 10), (43, 11), (6, 2)])
+def test_a_server_total_without_its_split_is_shared_by_the_texts_estimated_sizes(
+    completion: int, expected: int
+) -> None:
+    """A server that counts the whole output but not its thinking (llama-server): the
+    thinking's share of the estimated text, applied to the server's exact total. Here
+    the thinking estimates at a third of the answer (4 : 12 tokens), so it is a quarter
+    of the total, rounded: 40 -> 10, 41 -> 10.25 -> 10, 43 -> 10.75 -> 11, 6 -> 1.5 -> 2."""
+    thinking, answer = " word" * 4, " word" * 12
+    a, b = estimate_text(thinking), estimate_text(answer)
+    assert b == 3 * a  # the premise: a share of exactly one quarter
+    t = Trace("remote", "m", prompt_estimate=10)
+    t.observe(ReasoningDelta(thinking), 100 * MS)
+    t.observe(TextDelta(answer), 150 * MS)
+    t.observe(Usage(10, completion), 160 * MS)
+    t.observe(Finished("stop"), 170 * MS)
+    m = compute(t)
+    assert m.output_tokens == completion and not m.output_tokens_estimated
+    assert (m.reasoning_tokens, m.reasoning_tokens_source) == (expected, "estimate")
+    assert m.answer_tokens == completion - expected
