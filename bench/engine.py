@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import fast_model
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.backends.llama_glue import physical_cores
 from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 
@@ -309,7 +309,7 @@ def _row(label: str, ref: list[float], ours: list[float]) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    model = Path(args.model) if args.model else default_model_path()
+    model = fast_model.resolve(args.model)
     threads = args.threads or physical_cores()
     binary = None if args.skip_llama_bench else find_llama_bench(args.llama_bench)
     print(f"model {model.name} · {threads} threads · {args.rounds} rounds x {args.reps} reps")
@@ -384,7 +384,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run both engines, print the comparison."""
     p = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n")[0])
-    p.add_argument("--model", help="GGUF path (default: the bundled SmolLM2)")
+    p.add_argument("--model", help="GGUF path, or 'fast' (bench/fast_model.py; default: bundled)")
     p.add_argument("--threads", type=int, help="threads for both (default: physical cores)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both sides")
     p.add_argument("--reps", type=int, default=2, help="repetitions per side per round")

@@ -1,6 +1,6 @@
 """`phasechat ask` decode against llama-bench's best configuration, in one run.
 
-Run: .venv/bin/python -m bench.speed [--rounds 3] [--reps 2] [--threads N]
+Run: .venv/bin/python -m bench.speed [--rounds 3] [--reps 2] [--threads N] [--model PATH|fast]
 
 Issue 13, item 1: `ask` decode >= 0.95 x llama-bench's best configuration (flash
 attention on or off, whichever is faster here) on the same model and threads. In
@@ -29,13 +29,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench import fast_model
 from bench.engine import find_llama_bench, restore_symlinks
 from phasechat.backends.flash import cached
 from phasechat.backends.llama_glue import physical_cores
-from phasechat.backends.models import default_model_path
 
 PROMPT = "Write a long story about a dragon who learns to fly."
 TOKENS = 128
+#: the model both sides run (`--model`; default the bundled one)
+MODEL: list[Path] = []
 
 
 def load() -> str:
@@ -62,10 +64,10 @@ def llama_bench(
 
 
 def ask(extra: list[str]) -> dict[str, object]:
-    """One `phasechat ask --json` in a fresh process: its metrics."""
+    """One `phasechat ask --json` in a fresh process (on MODEL): its metrics."""
     cmd = [
         str(Path(sys.executable).parent / "phasechat"),
-        *("ask", "--json", "--no-save", "--temperature", "0"),
+        *("ask", "--json", "--no-save", "--temperature", "0", "--model", str(MODEL[0])),
         *("--max-tokens", str(TOKENS + 1), *extra, PROMPT),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -86,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=2, help="per side per round")
     p.add_argument("--threads", type=int, help="default: physical cores")
     p.add_argument("--llama-bench", help="path to the llama-bench binary")
+    p.add_argument("--model", help="GGUF path, or 'fast' (bench/fast_model.py)")
     args = p.parse_args(argv)
-    model = default_model_path()
+    model = fast_model.resolve(args.model)
+    MODEL[:] = [model]
     threads = args.threads or physical_cores()
     binary = find_llama_bench(args.llama_bench)
     if binary is None or not binary.is_file():
