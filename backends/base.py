@@ -56,9 +56,10 @@ class Backend(Protocol):
 
     @property
     def shares_cpu(self) -> bool:
-        """Whether the engine computes on this machine's CPU (a local model on the CPU,
-        or a server on a loopback address): every CPU-second the UI spends while it
-        generates is taken from the engine."""
+        """Whether the engine competes with the UI for this machine's CPU: a local model
+        (in this process, on the CPU or a GPU: its per-token Python shares the
+        interpreter lock with the UI), or a server on a loopback address. Every
+        CPU-second the UI spends while it generates is then taken from the engine."""
         ...
 
     @property

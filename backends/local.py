@@ -80,6 +80,9 @@ class LocalConfig:
     warmup: bool = True
     # None: whichever decodes faster here, measured once and cached (backends/flash.py)
     flash_attn: bool | None = None
+    #: run the engine in a process of its own (backends/engine_process.py): the app's
+    #: choice, so that its UI never holds the interpreter lock the engine needs
+    own_process: bool = False
 
 
 class LocalBackend:
@@ -131,8 +134,13 @@ class LocalBackend:
 
     @property
     def shares_cpu(self) -> bool:
-        """On the CPU unless every layer is offloaded to a GPU."""
-        return self.gpu_layers != -1
+        """Always, GPU or not: the engine runs in this process. With every layer on a GPU
+        a step is about a millisecond, most of it the Python around `llama_decode`
+        (sampling, detokenizing, stamping), which needs this process's interpreter lock;
+        a UI drawing every frame beside it held the lock a fifth of the time and took a
+        fifth of decode on an H200 (issue 35; `bench.tui_share --model fast --pace full`
+        shows the same on a CPU)."""
+        return True
 
     @property
     def state(self) -> LoadState:
@@ -305,14 +313,25 @@ class LocalBackend:
         self, request: GenerationRequest, *, every_s: float | None = None
     ) -> AsyncIterator[Event]:
         """Stream one answer; closing the iterator stops generation at the next token."""
+        async for batch in self.batches(request, every_s=every_s):
+            for event in batch:
+                yield event
+
+    async def batches(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[list[Event]]:
+        """`stream`'s events as the llama thread hands them over, a batch at a time (for
+        a consumer that forwards them: backends/engine_process.py)."""
         if self._state != "ready":
             if self._load_task is not None and self._state == "loading":
                 await asyncio.shield(self._load_task)
             if self.state != "ready":  # the property: the load may have finished meanwhile
-                yield StreamError("model", f"local model not ready: {self._detail}")
+                yield [StreamError("model", f"local model not ready: {self._detail}")]
                 return
-        while self._pending:
-            yield Notice(self._pending.pop(0))
+        if self._pending:
+            notices: list[Event] = [Notice(line) for line in self._pending]
+            self._pending.clear()
+            yield notices
         loop = asyncio.get_running_loop()
         handoff = Handoff(loop, every_s or WAKE_S)
         cancel = threading.Event()
@@ -324,11 +343,12 @@ class LocalBackend:
         try:
             done = False
             while not done:
-                for event in await handoff.take():
-                    yield event
+                batch = await handoff.take()
+                for i, event in enumerate(batch):
                     if isinstance(event, Finished | StreamError):
-                        done = True
+                        done, batch = True, batch[: i + 1]
                         break
+                yield batch
         finally:
             cancel.set()
             # Wait for the thread to stop so the context is free for the next request.

@@ -181,7 +181,8 @@ class TurnController:
 
     @property
     def shares_cpu(self) -> bool:
-        """Whether the answering engine computes on this machine's CPU: a consumer then
+        """Whether the answering engine competes with this process for the CPU (a local
+        model, or a server on this machine: `Backend.shares_cpu`): a consumer then
         draws less often (every CPU-second it spends is taken from the engine)."""
         return self._backend.shares_cpu
 

@@ -12,6 +12,7 @@ import pytest
 from textual.content import Content
 
 from phasechat.backends.events import Event, GenerationRequest
+from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui import chat_log
@@ -34,6 +35,16 @@ from tests.test_tui_faults import wait_for
 )
 def test_a_server_on_loopback_shares_this_machines_cpu(url: str, shares: bool) -> None:
     assert RemoteBackend(RemoteConfig(base_url=url)).shares_cpu is shares
+
+
+@pytest.mark.parametrize("gpu_layers", [0, 15, -1])
+def test_a_local_engine_shares_this_process_on_a_gpu_too(gpu_layers: int) -> None:
+    # Every layer on a GPU still leaves each token's Python (sampling, detokenizing,
+    # stamping) under this process's interpreter lock: a UI drawing every frame took a
+    # fifth of decode on an H200 (issue 35), so the UI is paced for any local engine.
+    backend = LocalBackend(LocalConfig(n_gpu_layers=gpu_layers))
+    backend.gpu_layers = gpu_layers  # as the load sets it
+    assert backend.shares_cpu
 
 
 def ask_every(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:

@@ -22,7 +22,8 @@ from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP
 from phasechat.tui.telemetry_view import answer_footer, thinking_title
 from phasechat.tui.widgets import MessageView
 
-#: While an engine on this machine's CPU generates, every frame the UI draws takes about
+#: While an engine that shares this machine's CPU or this process generates (a local
+#: model, GPU or not: `Backend.shares_cpu`), every frame the UI draws takes about
 #: 5 ms of a core from it (bench/ui_cost.py): the answer and the panel are drawn at this
 #: rate instead of the app's REFRESH_HZ (issue 13: the TUI must not slow the engine it
 #: measures).
@@ -33,8 +34,9 @@ SHARED_PANEL_HZ = 2
 
 
 class Pace:
-    """How a streaming answer is drawn. While an engine on this machine's CPU generates
-    (`Backend.shares_cpu`), all the UI does takes a core from it, so: the refresh timer
+    """How a streaming answer is drawn. While an engine that shares this machine's CPU or
+    this process generates (`Backend.shares_cpu`), all the UI does takes a core or the
+    interpreter lock from it, so: the refresh timer
     wakes SHARED_HZ times a second instead of the app's REFRESH_HZ, the answer's tail
     grows SHARED_STEP lines at a time, the engine hands tokens over once per draw
     (`GenerationRequest.batch_s`), the panel is redrawn SHARED_PANEL_HZ times a second,
@@ -59,7 +61,7 @@ class Pace:
         self._cursor = cursor
 
     def begin(self, shared: bool) -> None:
-        """An answer starts (`shared`: on an engine on this machine's CPU); `end` ends it."""
+        """An answer starts (`shared`: `Backend.shares_cpu`); `end` ends it."""
         self.shared = shared
         if self._timers is not None:
             every, slow = self._timers

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phasechat.backends.base import Backend
+from phasechat.backends.engine_process import EngineProcess
 from phasechat.backends.httplog import redact_url
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path, gemma3_model_path
@@ -49,6 +50,8 @@ class BackendSpec:
 def make_backend(spec: BackendSpec) -> Backend:
     """A new, not yet started backend for `spec`."""
     if spec.kind == "local":
+        if spec.local.own_process:
+            return EngineProcess(spec.local, name=spec.local_name)
         return LocalBackend(spec.local, name=spec.local_name)
     if spec.kind == "openai":
         return RemoteBackend(spec.remote)

@@ -87,7 +87,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "ablate":
         return ablate_cli.run(args)
     try:
-        workspace = build_workspace(args)
+        workspace = build_workspace(args, own_process=True)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
     if not sys.stdout.isatty() and not os.environ.get("PHASECHAT_FORCE_TUI"):

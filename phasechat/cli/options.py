@@ -188,15 +188,27 @@ def settings_from(args: argparse.Namespace, config: Config | None = None) -> Set
     return replace(base, **given)
 
 
-def build_workspace(args: argparse.Namespace, *, all_backends: bool = True) -> Workspace:
+def build_workspace(
+    args: argparse.Namespace, *, all_backends: bool = True, own_process: bool = False
+) -> Workspace:
     """The workspace the options and the config describe: what `ask`, `bench` and the
-    UI all run on. `all_backends=False` leaves out the profiles one could switch to.
+    UI all run on. `all_backends=False` leaves out the profiles one could switch to;
+    `own_process` runs each local model in a process of its own (the UI's choice:
+    backends/engine_process.py).
 
     Raises ConfigError, ModelNotFound, OSError or ValueError with a one-line message."""
     config = read_config(args)
     spec = backend_spec(args, config)
     profiles = all_profiles(spec, args, config) if all_backends else [spec]
+    if own_process:
+        spec, profiles = _own_process(spec), [_own_process(p) for p in profiles]
     return Workspace(config, spec, profiles, settings_from(args, config))
+
+
+def _own_process(spec: BackendSpec) -> BackendSpec:
+    if spec.kind != "local":
+        return spec
+    return replace(spec, local=replace(spec.local, own_process=True))
 
 
 def fail(message: str, code: int = 2) -> int:
