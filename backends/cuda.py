@@ -120,9 +120,9 @@ def load_runtime(maps: Path = MAPS) -> tuple[str, Any] | None:
         return None
     try:
         lib = ctypes.CDLL(path)
-    except OSError:
+        _declare(lib)
+    except (OSError, AttributeError):  # not a library, or not the runtime (a call missing)
         return None
-    _declare(lib)
     return path, lib
 
 

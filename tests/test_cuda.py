@@ -222,6 +222,15 @@ def test_the_runtime_is_the_one_the_loaded_cuda_backend_links(tmp_path: Path) ->
     assert runtime_path(tmp_path / "absent") is None
     # a runtime in the map that cannot be opened is no GPU either
     assert cuda.gpus(write_maps(tmp_path / "gone", "/nowhere/libcudart.so.12")) is None
+    # nor a library by that name without the runtime's calls (here: this process's libc)
+    libc = next(
+        line.split()[-1]
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if "/libc.so" in line
+    )
+    impostor = tmp_path / "libcudart.so.12"
+    impostor.symlink_to(libc)
+    assert cuda.load_runtime(write_maps(tmp_path / "impostor", str(impostor))) is None
 
 
 @pytest.mark.model

@@ -303,7 +303,11 @@ def test_doctor_names_the_gpu_its_memory_its_bandwidth_and_the_layers_on_it() ->
     assert doctor.placement(part, 3).startswith(
         "2 of 4 layers and the output layer (--gpu-layers 3)"
     )
-    device = Device(0, "NVIDIA H200", 400 + 64 * 100, 2**40, None)
-    line = doctor.context_line(g, part, device, (1000 - 400) + 64 * 30)
+    line = doctor.context_line(g, part, (400 + 64 * 100, "NVIDIA H200"), (1000 - 400) + 64 * 30)
     assert line.startswith("largest context 30 tokens fit in free GPU memory")
-    assert "the host's memory sets it" in line
+    assert "on NVIDIA H200 and 0.0 GiB MemAvailable; the host's memory sets it" in line
+    # two devices share the layers: their free memory together; one unknown: no figure
+    pair = Gpus("rt", "", (Device(0, "A", 3 * 2**30, 4 * 2**30, None),) * 2)
+    assert doctor.gpu_free(pair) == (6 * 2**30, "2 devices")
+    assert doctor.gpu_free(Gpus("rt", "", (Device(0, "A", None, None, None),))) is None
+    assert doctor.gpu_free(None) is None

@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
-from phasechat.chat.roofline import ceilings
+from phasechat.chat.roofline import Ceilings, ceilings
 from phasechat.chat.text import one_line
 from phasechat.chat.turns import Exchange
 from phasechat.telemetry.verdict import verdict
@@ -33,8 +33,9 @@ async def add_verdict(view: Widget, exchange: Exchange) -> VerdictLine | None:
     m = exchange.metrics
     if m is None or exchange.answer.status == "error":
         return None
-    notes = notes_of(exchange)
-    found = await asyncio.to_thread(ceilings, m)
+    notes, found = notes_of(exchange), Ceilings()
+    if m.implied_bandwidth_gb_s is not None or m.gpu_bytes_per_token is not None:
+        found = await asyncio.to_thread(ceilings, m)
     if found.notice is not None:  # a damaged bandwidth.json, ignored
         notes.append(found.notice)
     judged = verdict(m, found.cpu_gb_s, found.cpu_label, found.gpu_gb_s, found.gpu_label)

@@ -75,9 +75,9 @@ def report(gpu_layers: int | None = None) -> str:
         lines.append(f"  {'on the GPU':<16}{placement(where, layers)}")
     lines.append(f"  {_flash(path, cores, on_gpu=offload and layers != 0)}")
     available = mem_available()
-    device = found.devices[0] if found is not None and found.devices else None
-    if where is not None and device is not None and device.free_bytes is not None:
-        lines.append(f"  {context_line(g, where, device, available)}")
+    free = gpu_free(found)
+    if where is not None and free is not None:
+        lines.append(f"  {context_line(g, where, free, available)}")
         return "\n".join(lines)
     if available is None:
         lines.append("  largest context unknown (no /proc/meminfo MemAvailable)")
@@ -159,11 +159,21 @@ def placement(where: Split, layers: int) -> str:
     )
 
 
-def context_line(g: Geometry, where: Split, device: Device, available: int | None) -> str:
+def gpu_free(found: Gpus | None) -> tuple[int, str] | None:
+    """The GPUs' free memory together (llama.cpp shares the offloaded layers out between
+    them by their free memory) and where it is; None where unknown."""
+    known = [d for d in found.devices if d.free_bytes is not None] if found else []
+    if not known or found is None or len(known) < len(found.devices):
+        return None
+    where = known[0].name if len(known) == 1 else f"{len(known)} devices"
+    return sum(d.free_bytes or 0 for d in known), where
+
+
+def context_line(g: Geometry, where: Split, gpu: tuple[int, str], available: int | None) -> str:
     """The largest context with layers on the GPU: each layer's KV cache beside the
-    weights on its side, the GPU's free memory and (for layers left on the CPU) the
-    host's."""
-    free = device.free_bytes or 0
+    weights on its side, the GPUs' free memory (`gpu`: bytes, where) and, for layers
+    left on the CPU, the host's."""
+    free, on = gpu
     fits, side = largest_context_offloaded(g, where, free, available)
     kv_token = g.kv_bytes(1, 1)
     host = (
@@ -175,7 +185,7 @@ def context_line(g: Geometry, where: Split, device: Device, available: int | Non
     )
     return (
         f"largest context {fits:,} tokens fit in free GPU memory ({free / 2**30:.1f} GiB free "
-        f"on {device.name}{host}; the {side}'s memory sets it) beside the weights, "
+        f"on {on}{host}; the {side}'s memory sets it) beside the weights, "
         f"at {kv_token:,} KV bytes per token"
         + (f"; the model was trained for {g.n_ctx_train:,}" if g.n_ctx_train else "")
     )
