@@ -311,3 +311,30 @@ def test_doctor_names_the_gpu_its_memory_its_bandwidth_and_the_layers_on_it() ->
     assert doctor.gpu_free(pair) == (6 * 2**30, "2 devices")
     assert doctor.gpu_free(Gpus("rt", "", (Device(0, "A", None, None, None),))) is None
     assert doctor.gpu_free(None) is None
+
+
+@pytest.mark.model
+def test_the_engine_reports_the_split_for_its_gpu_layers(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llama_cpp
+
+    from phasechat.backends.llama_glue import kv_stats
+
+    g = geometry(model_path)
+    assert g.weights is not None
+    llm = llama_cpp.Llama(model_path=str(model_path), n_ctx=64, n_gpu_layers=10, verbose=False)
+    try:
+        llm.eval([1, 2, 3, 4])
+        cpu_build = kv_stats(llm, g, g.weights.total)
+        assert cpu_build.gpu_bytes is None and cpu_build.cpu_bytes is None  # nothing offloads
+        # as a build that offloads reports it: the output layer and the last 9 layers
+        monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
+        stats = kv_stats(llm, g, g.weights.total)
+        assert stats.used_bytes == g.kv_bytes(4, 64) > 0
+        expected = split(g.weights, 10, stats.used_bytes)
+        assert expected is not None and expected.gpu_layers == 9 and expected.output_on_gpu
+        assert (stats.gpu_bytes, stats.cpu_bytes) == (expected.gpu_bytes, expected.cpu_bytes)
+        assert (stats.gpu_bytes or 0) + (stats.cpu_bytes or 0) == g.weights.total + stats.used_bytes
+    finally:
+        llm.close()
