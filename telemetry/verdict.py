@@ -137,11 +137,7 @@ def gpu_roofline(m: Metrics, memory: Memory) -> str:
     if floor is None:
         return "roofline unknown: this machine's memory bandwidth is not measured"
     gpu_bytes, cpu_bytes = m.gpu_bytes_per_token or 0, m.cpu_bytes_per_token or 0
-    gpu = (
-        f"{memory.gpu_gb_s:,.0f} GB/s, {memory.gpu_label}"
-        if memory.gpu_label
-        else (f"{memory.gpu_gb_s:,.0f} GB/s")
-    )
+    gpu = f"{memory.gpu_gb_s:,.0f} GB/s" + (f", {memory.gpu_label}" if memory.gpu_label else "")
     took = f"{floor.actual_ms:.2f} ms a token where memory needs {floor.memory_ms:.2f}"
     if not cpu_bytes:
         reads = gpu_bytes * m.decode_tok_s / 1e9
@@ -164,7 +160,7 @@ def gpu_knob(m: Metrics, memory: Memory) -> str | None:
     floor = gpu_floor(m, memory)
     if floor is None:
         return None
-    if floor.cpu_ms >= floor.gpu_ms:
+    if floor.cpu_ms > 0 and floor.cpu_ms >= floor.gpu_ms:
         return (
             "more layers on the GPU (a higher --gpu-layers, -1 for all): the part of each "
             f"token read in host memory takes {floor.cpu_ms:.2f} of the {floor.memory_ms:.2f} "

@@ -187,6 +187,11 @@ def test_a_partial_offload_says_both_shares_and_names_more_layers() -> None:
         "more layers on the GPU (a higher --gpu-layers, -1 for all): the part of each token "
         "read in host memory takes 10.00 of the 10.50 ms memory needs"
     )
+    # the host's part the smaller (1 of 3 ms) and a token at 10 ms: overhead, not layers
+    few = metrics(decode_tok_s=100.0, gpu_bytes_per_token=8e9, cpu_bytes_per_token=1e8)
+    judged = verdict(few, bandwidth_gb_s=100.0, gpu_gb_s=4000.0)
+    assert judged is not None and judged.knob.startswith("less per-token overhead")
+    assert judged.knob.endswith("a token takes 10.00 ms where memory needs 3.00")
 
 
 def test_a_gpu_answer_near_its_roofline_is_told_to_shrink_the_weights() -> None:
