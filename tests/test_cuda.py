@@ -268,11 +268,3 @@ def test_llama_cpp_s_log_lines_are_dropped_unless_asked_for() -> None:
     assert not any(mark in quiet for mark in marks)
     shown = _load_stderr("llama_logs.set_verbose(True); llama_logs.quiet_llama()")
     assert all(mark in shown for mark in marks)  # --verbose: every line again
-
-
-def test_version_prints_no_llama_or_ggml_line_on_stderr() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "phasechat", "--version"], capture_output=True, text=True, timeout=60
-    )
-    assert r.returncode == 0 and r.stderr == ""
-    assert "llama-cpp-python" in r.stdout
