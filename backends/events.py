@@ -179,6 +179,11 @@ class KVStats:
     used_bytes: int
     capacity_bytes: int
     model_bytes: int = 0
+    #: with layers on a GPU, the bytes a decode step reads from the GPU's memory and from
+    #: the host's (the weights of the layers on each and their KV cache so far: see
+    #: backends/offload.py); None: every layer on the CPU
+    gpu_bytes: int | None = None
+    cpu_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

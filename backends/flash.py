@@ -9,7 +9,8 @@ and thread count decodes a few tokens each way, interleaved (two small contexts 
 same weights), and keeps flash attention on unless off is at least `MARGIN` faster, overall
 and in most rounds (on is what llama.cpp would choose). The answer is cached on disk,
 keyed by the model file (path, size, mtime), the llama.cpp build and the thread count,
-so later loads pay nothing. With layers on a GPU it is on, as llama.cpp's "auto" does.
+so later loads pay nothing. With layers on a GPU it is on, as llama.cpp's "auto" does,
+and said to be unmeasured: the measurement here runs on the CPU.
 
 A measurement is only as good as the machine was quiet: one taken beside a compiler
 chose off (on 62 ms, off 49 ms a step) where a quiet machine runs on 19% faster. So the
@@ -31,6 +32,7 @@ from typing import Any
 
 from phasechat.backends import flash_cache
 from phasechat.backends.flash_cache import STAMP, FlashChoice, cache_file
+from phasechat.backends.llama_logs import quiet_llama, verbose
 from phasechat.backends.measured import busy, others_during
 from phasechat.backends.threads import CpuShare
 
@@ -77,13 +79,14 @@ def decide(setting: bool | None, gpu: bool, model: Path, threads: int) -> Decisi
     if setting is not None:
         return Decision(setting, f"flash attention {'on' if setting else 'off'} (set)")
     if gpu:
-        return Decision(True, "flash attention on (GPU offload: llama.cpp's auto)")
+        return Decision(True, "flash attention on (GPU offload: llama.cpp's auto, not measured)")
     choice, notice = choose(model, threads)
     return Decision(choice.flash_attn, choice.summary, choice, notice)
 
 
 def build_id() -> str:
     """The llama.cpp build llama-cpp-python loads: its version, CPU features and library."""
+    quiet_llama()
     import llama_cpp
 
     lib = Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"
@@ -153,6 +156,7 @@ def recheck(
 
 def measure_model(model: Path, threads: int) -> Measured:
     """Decode a few tokens each way on two small contexts of `model`, interleaved."""
+    quiet_llama()
     import llama_cpp
 
     def make(flash: bool) -> Any:
@@ -164,7 +168,7 @@ def measure_model(model: Path, threads: int) -> Measured:
             n_threads=threads,
             n_threads_batch=threads,
             flash_attn=flash,
-            verbose=False,
+            verbose=verbose(),
         )
 
     on, off = make(True), make(False)

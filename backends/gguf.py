@@ -1,7 +1,9 @@
-"""Read a GGUF file's metadata without loading the model, and derive its KV geometry.
+"""Read a GGUF file's metadata without loading the model, and derive its KV geometry
+and the bytes of its weights by layer.
 
-Used by `doctor`, by the KV-cache gauge, and to reject a missing, truncated or
-not-GGUF file with a clear message before llama.cpp sees it.
+Used by `doctor`, by the KV-cache gauge, by the roofline's split between a GPU and the
+CPU (backends/offload.py), and to reject a missing, truncated or not-GGUF file with a
+clear message before llama.cpp sees it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ class GGUFError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class LayerBytes:
+    """The bytes a decode step reads from each part of the weights: each repeating
+    layer (`blk.N.*`) and the output layer (the output matrix, or the token embedding
+    it is tied to, with its norm). The token embedding's other use, the input, reads one
+    row per token and is left out. Sizes come from the tensors' offsets in the file (a
+    tensor's bytes, plus at most the file's alignment of padding)."""
+
+    blocks: tuple[int, ...]
+    output: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.blocks) + self.output
+
+
+@dataclass(frozen=True, slots=True)
 class Geometry:
     """What KV arithmetic needs from a model's metadata."""
 
@@ -54,6 +72,8 @@ class Geometry:
     sliding_window: int | None
     n_swa_layers: int
     file_bytes: int
+    #: None: the tensor table did not add up (sizes unknown)
+    weights: LayerBytes | None = None
 
     def kv_bytes(
         self, n_tokens: int, n_ctx: int, type_bytes: float = 2.0, swa_full: bool = True
@@ -83,10 +103,17 @@ def swa_cache_cells(window: int, n_ctx: int, n_seq: int = 1, n_ubatch: int = 512
 
 def read_metadata(path: Path) -> dict[str, object]:
     """All scalar and string metadata of a GGUF file (arrays are summarised by length)."""
+    return read_header(path)[0]
+
+
+def read_header(path: Path) -> tuple[dict[str, object], dict[str, int]]:
+    """The metadata (as `read_metadata`) and each tensor's bytes, by name: the distance
+    from its offset to the next tensor's (the last one's: to the end of the file)."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
-            return _read(f, size)
+            meta, infos, data_start = _read(f, size)
+            return meta, _tensor_sizes(infos, size - data_start)
     except FileNotFoundError:
         raise GGUFError(f"model file not found: {path}") from None
     except IsADirectoryError:
@@ -97,20 +124,42 @@ def read_metadata(path: Path) -> dict[str, object]:
         raise GGUFError(f"model file is truncated (ends inside its header): {path}") from None
 
 
-def _read(f: BinaryIO, size: int) -> dict[str, object]:
+def _read(f: BinaryIO, size: int) -> tuple[dict[str, object], list[tuple[str, int]], int]:
+    """The metadata, each tensor's (name, offset in the data section), and where the
+    data section starts."""
     magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"not a GGUF model file (starts with {magic!r}, expected b'GGUF')")
     (version,) = _unpack(f, "<I")
     if version not in (2, 3):
         raise GGUFError(f"unsupported GGUF version {version}")
-    _n_tensors, n_kv = _unpack(f, "<QQ")
+    n_tensors, n_kv = _unpack(f, "<QQ")
     meta: dict[str, object] = {"__file_bytes__": size}
     for _ in range(n_kv):
         key = _string(f)
         (vtype,) = _unpack(f, "<I")
         meta[key] = _value(f, vtype)
-    return meta
+    infos: list[tuple[str, int]] = []
+    for _ in range(n_tensors):
+        name = _string(f)
+        (n_dims,) = _unpack(f, "<I")
+        if n_dims > 8:  # GGML_MAX_DIMS is 4: not a tensor table
+            raise GGUFError(f"tensor {name!r} has {n_dims} dimensions: not a GGUF tensor table")
+        f.seek(8 * n_dims + 4, 1)  # the dimensions and the type: sizes come from offsets
+        (offset,) = _unpack(f, "<Q")
+        infos.append((name, offset))
+    align = meta.get("general.alignment", 32)
+    align = align if isinstance(align, int) and align > 0 else 32
+    return meta, infos, -(-f.tell() // align) * align
+
+
+def _tensor_sizes(infos: list[tuple[str, int]], data_bytes: int) -> dict[str, int]:
+    """Each tensor's bytes from the offsets (sorted: a tensor ends where the next one
+    begins); {} when they do not add up (an offset past the end, two at one place)."""
+    ordered = sorted(infos, key=lambda info: info[1])
+    ends = [offset for _, offset in ordered[1:]] + [data_bytes]
+    sizes = {name: end - offset for (name, offset), end in zip(ordered, ends, strict=True)}
+    return sizes if all(size > 0 for size in sizes.values()) else {}
 
 
 def _unpack(f: BinaryIO, fmt: str) -> tuple[int, ...]:
@@ -156,8 +205,8 @@ def _value(f: BinaryIO, vtype: int) -> object:
 
 
 def geometry(path: Path) -> Geometry:
-    """The KV geometry of a GGUF model, from its metadata alone."""
-    meta = read_metadata(path)
+    """The KV geometry of a GGUF model and its weights by layer, from its header alone."""
+    meta, tensors = read_header(path)
     arch = str(meta.get("general.architecture", "unknown"))
 
     def num(key: str, default: int | None = None) -> int:
@@ -187,7 +236,30 @@ def geometry(path: Path) -> Geometry:
         sliding_window=window,
         n_swa_layers=_swa_layers(arch, n_layers, meta) if window else 0,
         file_bytes=int(str(meta["__file_bytes__"])),
+        weights=layer_bytes(tensors, n_layers),
     )
+
+
+def layer_bytes(tensors: dict[str, int], n_layers: int) -> LayerBytes | None:
+    """`tensors` (name -> bytes) as the bytes of each layer; None without them, or when a
+    block's number is not one of the model's layers. llama.cpp's names: `blk.N.*` the
+    repeating layers, `output.weight` (absent: tied to `token_embd.weight`) and
+    `output_norm.*` the output layer; the rest (the input embedding, rope factors) are
+    read a row at a time, or are tiny."""
+    if not tensors:
+        return None
+    blocks = [0] * n_layers
+    for name, size in tensors.items():
+        head, _, rest = name.partition(".")
+        if head != "blk":
+            continue
+        number = rest.partition(".")[0]
+        if not (number.isascii() and number.isdigit()) or int(number) >= n_layers:
+            return None
+        blocks[int(number)] += size
+    out = tensors.get("output.weight", tensors.get("token_embd.weight", 0))
+    norms = sum(size for name, size in tensors.items() if name.startswith("output_norm."))
+    return LayerBytes(tuple(blocks), out + norms)
 
 
 def _swa_layers(arch: str, n_layers: int, meta: dict[str, object]) -> int:

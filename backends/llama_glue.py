@@ -12,6 +12,7 @@ from typing import Any
 
 from phasechat.backends.events import KVStats, ServerTimings, StreamError
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
+from phasechat.backends.offload import split
 
 # Chat formats for GGUFs without a template, by architecture (llama-cpp-python names).
 FORMAT_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama-2"}
@@ -299,18 +300,27 @@ def token_decoder(piece: Callable[[int], bytes]) -> Callable[[int | None], str]:
 
 
 def kv_stats(llm: Any, g: Geometry | None, model_bytes: int) -> KVStats:
-    """KV fill from the context, bytes from the GGUF geometry and the cache type."""
+    """KV fill from the context, bytes from the GGUF geometry and the cache type, and
+    with layers on a GPU, the bytes a decode step reads on each side."""
+    import llama_cpp
+
     used, cap = int(llm.n_tokens), int(llm.n_ctx())
     if g is None:
         return KVStats(used, cap, 0, 0)
     type_bytes = KV_TYPE_BYTES.get(int(llm.context_params.type_k), 2.0)
     swa_full = bool(llm.context_params.swa_full)
+    used_bytes = g.kv_bytes(used, cap, type_bytes, swa_full)
+    where = None
+    if g.weights is not None and llama_cpp.llama_supports_gpu_offload():
+        where = split(g.weights, int(llm.model_params.n_gpu_layers), used_bytes)
     return KVStats(
         used,
         cap,
-        g.kv_bytes(used, cap, type_bytes, swa_full),
+        used_bytes,
         g.kv_bytes(cap, cap, type_bytes, swa_full),
         model_bytes,
+        where.gpu_bytes if where else None,
+        where.cpu_bytes if where else None,
     )
 
 

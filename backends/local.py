@@ -57,6 +57,7 @@ from phasechat.backends.llama_glue import (
     token_loop,
     warm_up,
 )
+from phasechat.backends.llama_logs import quiet_llama, verbose
 from phasechat.backends.models import ModelNotFound, default_model_path
 from phasechat.backends.prompts import Prompts
 from phasechat.backends.stops import StopMatcher
@@ -181,6 +182,7 @@ class LocalBackend:
         return load_error(message, self.config.n_ctx, self._path, self.geometry)
 
     def _load_inner(self) -> None:
+        quiet_llama()  # its log lines off (unless --verbose) before it is touched
         import llama_cpp
 
         path = self._path or default_model_path()
@@ -211,7 +213,7 @@ class LocalBackend:
             n_threads_batch=self.threads,
             chat_format=self.config.chat_format,
             flash_attn=flash.flash_attn,
-            verbose=False,
+            verbose=verbose(),
         )
         formatter, self._format_name = chat_formatter(
             llm, self.config.chat_format, g, self.config.chat_template

@@ -13,7 +13,10 @@ interference (which only ever slows a run). Printed:
   prompt tokens / TTFT as telemetry computes it (TTFT includes every Python step);
 - phasechat decode: 128 tokens after the first at temperature 0, rate = (tokens - 1) /
   the decode window, as telemetry computes it; and per token, the wall time inside
-  `llama_decode` and between two decodes (sampling, Python, event emission);
+  `llama_decode`, waiting for the logits, and the rest (sampling, Python, event
+  emission). On a GPU `llama_decode` only queues the work and returns; the wait for
+  the GPU comes when the logits are read (`llama_get_logits_ith` synchronises), so the
+  wait is timed there: on a CPU it is about nothing, on a GPU it is the GPU's compute;
 - the ratios phasechat / llama-bench (goal: >= 0.95 each);
 - Python's share of TTFT for a short prompt: stream() call -> first `llama_decode` and
   last decode -> first token seen by the consumer, plus `format_prompt` (chat template +
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -183,12 +187,14 @@ async def prefill_rates(backend: LocalBackend, reps: int) -> tuple[list[float], 
 
 @dataclass
 class Decode:
-    """Decode runs: tok/s, tokens made, and per-token wall time inside / between
-    `llama_decode` calls on the llama thread (us, median over each run's steps)."""
+    """Decode runs: tok/s, tokens made, and per-token wall time on the llama thread (us,
+    median over each run's steps): inside `llama_decode`, waiting for the logits in
+    `llama_get_logits_ith` between two decodes, and the rest of the time between them."""
 
     rates: list[float] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     inside_us: list[float] = field(default_factory=list)
+    wait_us: list[float] = field(default_factory=list)
     between_us: list[float] = field(default_factory=list)
 
 
@@ -205,35 +211,60 @@ async def decode_rates(backend: LocalBackend, reps: int, out: Decode) -> None:
         out.counts.append(m.output_tokens)
         steps = dc.calls[1:]  # the prompt's decode(s) first, then one per token
         out.inside_us.append(statistics.median(e - s for s, e in steps) / 1e3)
-        gaps = [steps[i][0] - steps[i - 1][1] for i in range(1, len(steps))]
-        out.between_us.append(statistics.median(gaps) / 1e3 if gaps else 0.0)
+        waits, rests = split_gaps(steps, dc.reads)
+        out.wait_us.append(statistics.median(waits) / 1e3 if waits else 0.0)
+        out.between_us.append(statistics.median(rests) / 1e3 if rests else 0.0)
+
+
+def split_gaps(
+    steps: list[tuple[int, int]], reads: list[tuple[int, int]]
+) -> tuple[list[int], list[int]]:
+    """For each gap between two decode calls: the time spent in logits reads inside it
+    (the wait for the device), and the rest (ns)."""
+    waits, rests = [], []
+    for (_, end), (start, _) in itertools.pairwise(steps):
+        wait = sum(e - s for s, e in reads if end <= s and e <= start)
+        waits.append(wait)
+        rests.append(start - end - wait)
+    return waits, rests
 
 
 class DecodeClock:
-    """Stamps entry and exit of every `llama_decode` call (the engine's own work), by
-    wrapping the binding that both llama-cpp-python and our backend call through."""
+    """Stamps entry and exit of every `llama_decode` call (the engine's own work on a
+    CPU; queueing it on a GPU) and every `llama_get_logits_ith` (which waits for the
+    device to finish), by wrapping the bindings that both llama-cpp-python and our
+    backend call through (the greedy loop binds them when an answer starts)."""
 
     def __init__(self) -> None:
         import llama_cpp.llama_cpp as lib
 
         self._lib = lib
         self._orig: Callable[..., int] = lib.llama_decode
+        self._orig_logits: Callable[..., Any] = lib.llama_get_logits_ith
         self.calls: list[tuple[int, int]] = []
+        self.reads: list[tuple[int, int]] = []
 
     def __enter__(self) -> DecodeClock:
-        clock, orig, calls = time.perf_counter_ns, self._orig, self.calls
-
-        def timed(ctx: Any, batch: Any) -> int:
-            start = clock()
-            rc = orig(ctx, batch)
-            calls.append((start, clock()))
-            return rc
-
-        self._lib.llama_decode = timed
+        self._lib.llama_decode = stamped(self._orig, self.calls)
+        self._lib.llama_get_logits_ith = stamped(self._orig_logits, self.reads)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._lib.llama_decode = self._orig
+        self._lib.llama_get_logits_ith = self._orig_logits
+
+
+def stamped(func: Callable[..., Any], calls: list[tuple[int, int]]) -> Callable[..., Any]:
+    """`func`, appending (entry, exit) of each call to `calls`."""
+    clock = time.perf_counter_ns
+
+    def timed(*args: Any) -> Any:
+        start = clock()
+        out = func(*args)
+        calls.append((start, clock()))
+        return out
+
+    return timed
 
 
 @dataclass(frozen=True)
@@ -356,11 +387,14 @@ async def run(args: argparse.Namespace) -> int:
         other = "on" if not fa else "off"
         print(_row(f"  llama-bench fa {other}: pp", ref.pp[not fa], []))
         print(_row(f"  llama-bench fa {other}: tg", ref.tg[not fa], []))
-    inside, between = statistics.median(dec.inside_us), statistics.median(dec.between_us)
+    inside, wait = statistics.median(dec.inside_us), statistics.median(dec.wait_us)
+    between = statistics.median(dec.between_us)
     print(
-        f"\nphasechat per decoded token (median): {inside:.0f} us in llama_decode, "
-        f"{between:.0f} us between decodes (sampling, Python, emit) = "
-        f"{inside / (inside + between):.3f} of the step in the engine"
+        f"\nphasechat per decoded token (median): {inside:.0f} us in llama_decode "
+        f"(on a GPU: queueing the work), {wait:.0f} us waiting for the logits "
+        f"(llama_get_logits_ith: the device finishing the step), {between:.0f} us else "
+        f"(sampling, Python, emit) = {(inside + wait) / (inside + wait + between):.3f} "
+        "of the step in the engine"
     )
     print("\nshort-prompt TTFT, ms (median)")
     print(f"  TTFT                          {over.ttft:7.2f}")

@@ -1,5 +1,6 @@
 """The machine's side of the roofline: its memory bandwidth (probed, cached on disk by
-machine) and how much memory is free for a model's KV cache.
+machine), the GPU's (backends/cuda.py, measured once a run) where an answer read from
+one, and how much memory is free for a model's KV cache.
 
 The probe itself is telemetry/membw.py (every core copying at once); this module keeps
 its result in phasechat's cache directory (`bandwidth.json`, one entry per machine key:
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from phasechat.backends.cuda import Gpus, gpus
 from phasechat.backends.gguf import Geometry
 from phasechat.backends.measured import (
     busy,
@@ -34,8 +36,10 @@ from phasechat.backends.measured import (
     shown,
     write_entries,
 )
+from phasechat.backends.offload import Split
 from phasechat.chat.config.paths import cache_dir
 from phasechat.telemetry.membw import Probed, probe_bandwidth
+from phasechat.telemetry.metrics import Metrics
 
 MEMINFO = Path("/proc/meminfo")
 #: GB/s believed: below, no machine that runs a model; above, beyond any memory today
@@ -72,6 +76,57 @@ class Bandwidth:
 
 #: probes taken on a busy machine, by cache file: for the rest of this run, not written
 _THIS_RUN: dict[Path, Bandwidth] = {}
+#: the GPUs found and measured, once a run (a copy takes milliseconds; a GPU's memory is
+#: not shared with a compiler the way the host's is, so there is nothing to keep on disk)
+_GPUS: list[Gpus] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Ceilings:
+    """The bandwidths an answer's roofline divides by (GB/s; None: not needed, or not
+    known), each with its label, and a notice (a kept figure that was ignored)."""
+
+    cpu_gb_s: float | None = None
+    cpu_label: str = ""
+    gpu_gb_s: float | None = None
+    gpu_label: str = ""
+    notice: str | None = None
+
+
+def ceilings(
+    m: Metrics,
+    cpu: Callable[[], Bandwidth] | None = None,
+    gpu: Callable[[], Gpus | None] | None = None,
+) -> Ceilings:
+    """The bandwidths `m`'s roofline needs, found only where it needs them: the host's
+    (cached, else probed: about a second) for reads from host memory, the GPU's for
+    reads from a GPU (measured once a run)."""
+    on_gpu = m.gpu_bytes_per_token is not None
+    needs_cpu = bool(m.cpu_bytes_per_token) if on_gpu else bool(m.implied_bandwidth_gb_s)
+    found = Ceilings()
+    if needs_cpu:
+        bw = (cpu or machine_bandwidth)()
+        found = Ceilings(bw.gb_s, bw.trust, notice=bw.notice)
+    if on_gpu:
+        device = (gpu or gpu_devices)()
+        fastest = device.fastest() if device is not None else None
+        if fastest is not None and device is not None:
+            label = fastest.how + (
+                f", the fastest of {len(device.devices)}" if len(device.devices) > 1 else ""
+            )
+            found = replace(found, gpu_gb_s=fastest.gb_s, gpu_label=label)
+    return found
+
+
+def gpu_devices() -> Gpus | None:
+    """This process's CUDA devices with their bandwidth measured, once a run; None
+    until llama.cpp's CUDA backend is loaded (and on a build without one)."""
+    if not _GPUS:
+        found = gpus()
+        if found is None:
+            return None
+        _GPUS.append(found)
+    return _GPUS[0]
 
 
 def _meminfo(field: str, meminfo: Path = MEMINFO) -> int | None:
@@ -198,3 +253,25 @@ def largest_context(g: Geometry, weights_bytes: int, available: int) -> int:
     if room <= 0 or per_token <= 0:
         return 0
     return room // per_token
+
+
+def largest_context_offloaded(
+    g: Geometry, where: Split, gpu_free: int, host_free: int | None
+) -> tuple[int, str]:
+    """With layers on a GPU (`where`, its bytes the weights alone): the largest n_ctx
+    whose f16 KV cache fits, each layer's share of it beside the weights on its side:
+    the GPU's free memory for the offloaded layers, the host's (None: unknown, not
+    counted) for the rest; and the side that sets it, "GPU" or "host". 0 when the
+    weights alone do not fit (compute buffers come on top, as in `largest_context`)."""
+    per_token = g.kv_bytes(1, 1)
+    gpu_token = per_token * where.gpu_layers // where.n_layers if where.n_layers else 0
+    sides = [("GPU", gpu_free - where.gpu_bytes, gpu_token)]
+    if where.partial and host_free is not None:
+        sides.append(("host", host_free - (g.file_bytes - where.gpu_bytes), per_token - gpu_token))
+    fits: tuple[int, str] | None = None
+    for side, room, per in sides:
+        if room <= 0:
+            return 0, side
+        if per > 0 and (fits is None or room // per < fits[0]):
+            fits = (room // per, side)
+    return fits or (0, "GPU")

@@ -126,6 +126,10 @@ class Metrics:
     server_kv_pool_tokens: int | None = None
     server_kv_used_share: float | None = None
     server_kv_block_tokens: int | None = None
+    #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
+    #: and from the host's (None: every layer on the CPU, or a server)
+    gpu_bytes_per_token: int | None = None
+    cpu_bytes_per_token: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -280,6 +284,8 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_kv_pool_tokens=a.pool_tokens if a else None,
         server_kv_used_share=a.used_share if a else None,
         server_kv_block_tokens=block,
+        gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
+        cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
     )
 
 

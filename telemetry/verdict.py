@@ -12,12 +12,20 @@ allows at most bandwidth / (weight bytes + KV bytes) tokens per second, and
 `implied_bandwidth_gb_s` (decode tok/s x those bytes) over the measured bandwidth is
 the share of that limit decode reached. It needs the weights' size, which only the
 local backend knows; for a server it is "unknown".
+
+With layers on a GPU the bytes a token reads are split between the GPU's memory and
+the host's (backends/offload.py), and memory needs gpu bytes / the GPU's bandwidth + cpu
+bytes / the host's a token: the roofline says both shares, and never divides the GPU's
+reads by the host's bandwidth. The knob follows the regime: far below that floor (a
+token in about a millisecond on a GPU), the time goes to per-token overhead (kernel
+launches, Python, sampling), which smaller weights do not cut; with the host's share of
+the reads the slower one, the lever is more layers on the GPU.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phasechat.telemetry.metrics import Metrics
 
@@ -27,6 +35,9 @@ KNOBS = {
     "thinking": "less thinking (a lower reasoning effort or a non-thinking mode), "
     "or a lower max_tokens",
 }
+
+#: Decode below this share of what memory allows is overhead-bound, not memory-bound
+OVERHEAD_SHARE = 0.5
 
 #: A prompt whose cached share is below this, with prefill the largest phase, gets the
 #: cache named first: reusing the prefix is the cheapest cut.
@@ -68,22 +79,126 @@ def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
     return tuple((name, ms / total) for name, ms in ordered)
 
 
-def roofline(m: Metrics, bandwidth_gb_s: float | None, label: str = "") -> str:
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What the roofline divides by: the host's memory bandwidth and, with layers on a
+    GPU, the GPU's (GB/s; None: unknown), each with its label (how far to trust it,
+    where it comes from)."""
+
+    cpu_gb_s: float | None = None
+    cpu_label: str = ""
+    gpu_gb_s: float | None = None
+    gpu_label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """A decode step on a GPU, at memory speed and as it ran (ms)."""
+
+    gpu_ms: float  # the GPU's share of the reads at its bandwidth
+    cpu_ms: float  # the host's share at the host's bandwidth (0: every layer on the GPU)
+    actual_ms: float  # 1 / decode rate
+
+    @property
+    def memory_ms(self) -> float:
+        return self.gpu_ms + self.cpu_ms
+
+    @property
+    def share(self) -> float:
+        """The share of what memory allows that decode reached."""
+        return self.memory_ms / self.actual_ms
+
+
+def _known(gb_s: float | None) -> bool:
+    return gb_s is not None and 0 < gb_s < math.inf  # NaN fails too
+
+
+def gpu_floor(m: Metrics, memory: Memory) -> Floor | None:
+    """With layers on a GPU: the step's time at memory speed beside its real time;
+    None without a decode rate, the split, or a bandwidth a part needs."""
+    gpu_bytes, cpu_bytes, rate = m.gpu_bytes_per_token, m.cpu_bytes_per_token or 0, m.decode_tok_s
+    if gpu_bytes is None or rate is None or not rate > 0 or not _known(memory.gpu_gb_s):
+        return None
+    if cpu_bytes and not _known(memory.cpu_gb_s):
+        return None
+    gpu_ms = gpu_bytes / (memory.gpu_gb_s or 1) / 1e6
+    cpu_ms = cpu_bytes / (memory.cpu_gb_s or 1) / 1e6 if cpu_bytes else 0.0
+    return Floor(gpu_ms, cpu_ms, 1000 / rate)
+
+
+def gpu_roofline(m: Metrics, memory: Memory) -> str:
+    """The roofline with layers on a GPU: the GPU's share of a token's reads at its
+    bandwidth, the host's at its own, and what the two allow beside what decode did."""
+    if m.decode_tok_s is None:
+        return "roofline: no decode rate (fewer than two tokens)"
+    if not _known(memory.gpu_gb_s):
+        return "roofline unknown: the GPU's memory bandwidth is not known (no CUDA runtime)"
+    floor = gpu_floor(m, memory)
+    if floor is None:
+        return "roofline unknown: this machine's memory bandwidth is not measured"
+    gpu_bytes, cpu_bytes = m.gpu_bytes_per_token or 0, m.cpu_bytes_per_token or 0
+    gpu = f"{memory.gpu_gb_s:,.0f} GB/s" + (f", {memory.gpu_label}" if memory.gpu_label else "")
+    took = f"{floor.actual_ms:.2f} ms a token where memory needs {floor.memory_ms:.2f}"
+    if not cpu_bytes:
+        reads = gpu_bytes * m.decode_tok_s / 1e9
+        return (
+            f"decode runs at {floor.share:.0%} of what the GPU's memory allows "
+            f"({reads:.1f} of {gpu}; {took})"
+        )
+    host = f"{memory.cpu_gb_s:.1f} GB/s" + (f", {memory.cpu_label}" if memory.cpu_label else "")
+    return (
+        f"decode runs at {floor.share:.0%} of what memory allows: a token reads "
+        f"{gpu_bytes / 1e9:.2f} GB on the GPU ({floor.gpu_ms:.2f} ms at {gpu}) and "
+        f"{cpu_bytes / 1e9:.2f} GB in host memory ({floor.cpu_ms:.2f} ms at {host}); {took}"
+    )
+
+
+def gpu_knob(m: Metrics, memory: Memory) -> str | None:
+    """Decode's knob with layers on a GPU, by regime: more layers on the GPU while the
+    host's share of the reads is the slower part; per-token overhead while decode runs
+    far below what memory allows; None (the general knob: smaller weights) otherwise."""
+    floor = gpu_floor(m, memory)
+    if floor is None:
+        return None
+    if floor.cpu_ms > 0 and floor.cpu_ms >= floor.gpu_ms:
+        return (
+            "more layers on the GPU (a higher --gpu-layers, -1 for all): the part of each "
+            f"token read in host memory takes {floor.cpu_ms:.2f} of the {floor.memory_ms:.2f} "
+            "ms memory needs"
+        )
+    if floor.share < OVERHEAD_SHARE:
+        return (
+            "less per-token overhead (kernel launches, Python, sampling), not smaller "
+            f"weights: a token takes {floor.actual_ms:.2f} ms where memory needs "
+            f"{floor.memory_ms:.2f}"
+        )
+    return None
+
+
+def roofline(
+    m: Metrics, bandwidth_gb_s: float | None, label: str = "", memory: Memory | None = None
+) -> str:
     """`decode runs at N% of what memory allows (X of Y GB/s)`, or why it is unknown.
-    `label`: how far to trust the bandwidth (e.g. "probed on a busy machine")."""
+    `label`: how far to trust the bandwidth (e.g. "probed on a busy machine"). With
+    layers on a GPU (`m.gpu_bytes_per_token`), `gpu_roofline` with `memory`'s GPU."""
+    if m.gpu_bytes_per_token is not None:
+        return gpu_roofline(
+            m, replace(memory or Memory(), cpu_gb_s=bandwidth_gb_s, cpu_label=label)
+        )
     if m.implied_bandwidth_gb_s is None:
         if m.decode_tok_s is None:
             return "roofline: no decode rate (fewer than two tokens)"
         return "roofline unknown: the weights' size is not known for this backend"
-    if bandwidth_gb_s is None or not 0 < bandwidth_gb_s < math.inf:  # NaN fails too
+    if not _known(bandwidth_gb_s):
         return "roofline unknown: this machine's memory bandwidth is not measured"
-    share = m.implied_bandwidth_gb_s / bandwidth_gb_s
+    share = m.implied_bandwidth_gb_s / (bandwidth_gb_s or 1)
     of = f"{m.implied_bandwidth_gb_s:.1f} of {bandwidth_gb_s:.1f} GB/s"
     return f"decode runs at {share:.0%} of what memory allows ({of}{label and ', ' + label})"
 
 
-def knob(phase: str, m: Metrics) -> str:
-    """The knob for `phase`, made specific where the figures say which part applies."""
+def knob(phase: str, m: Metrics, memory: Memory | None = None) -> str:
+    """The knob for `phase`, made specific where the figures say which part applies;
+    with layers on a GPU, decode's follows the regime (`gpu_knob`, given `memory`)."""
     cached, prompt, block = m.cached_tokens, m.prompt_tokens, m.server_kv_block_tokens
     if phase == "prefill" and prompt and block and prompt < block:
         # the server caches whole blocks: a prompt shorter than one is never cached
@@ -96,22 +211,35 @@ def knob(phase: str, m: Metrics) -> str:
             f"a stable prefix the engine can cache ({cached:,} of {prompt:,} prompt tokens "
             "were cached), a shorter prompt, or trimming the history"
         )
+    regime = gpu_knob(m, memory) if phase == "decode" and memory is not None else None
     if phase in ("decode", "thinking") and m.finish == "length":
-        return "a lower max_tokens (the answer stopped at it), " + KNOBS[phase].split(", or")[0]
-    return KNOBS[phase]
+        first = regime or KNOBS[phase].split(", or")[0]
+        return "a lower max_tokens (the answer stopped at it), " + first
+    return regime or KNOBS[phase]
 
 
 def verdict(
-    m: Metrics, bandwidth_gb_s: float | None = None, bandwidth_label: str = ""
+    m: Metrics,
+    bandwidth_gb_s: float | None = None,
+    bandwidth_label: str = "",
+    gpu_gb_s: float | None = None,
+    gpu_label: str = "",
 ) -> Verdict | None:
     """The verdict on one finished answer; None when it has no timing to judge (a request
-    that failed before its first token). `bandwidth_label`: see `roofline`."""
+    that failed before its first token). `bandwidth_label`: see `roofline`; `gpu_gb_s`:
+    the GPU's memory bandwidth, for an answer with layers on it, `gpu_label` where the
+    figure comes from."""
     shares = phase_shares(m)
     if shares is None:
         return None
     phase = shares[0][0]
+    memory = Memory(bandwidth_gb_s, bandwidth_label, gpu_gb_s, gpu_label)
     return Verdict(
-        phase, shares, knob(phase, m), roofline(m, bandwidth_gb_s, bandwidth_label), transport(m)
+        phase,
+        shares,
+        knob(phase, m, memory),
+        roofline(m, bandwidth_gb_s, bandwidth_label, memory),
+        transport(m),
     )
 
 

@@ -373,7 +373,7 @@ async def test_json_nested_200000_deep_is_one_line(
 def test_a_defect_in_a_command_is_one_line_and_exit_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def broken() -> int:  # stands for any defect no handler expected
+    def broken(*_: object) -> int:  # stands for any defect no handler expected
         raise RuntimeError("boom\n\x1b[31m")
 
     monkeypatch.setattr(cli_main, "doctor", broken)

@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
-from phasechat.chat.roofline import machine_bandwidth
+from phasechat.chat.roofline import Ceilings, ceilings
 from phasechat.chat.text import one_line
 from phasechat.chat.turns import Exchange
 from phasechat.telemetry.verdict import verdict
@@ -27,18 +27,18 @@ async def add_verdict(view: Widget, exchange: Exchange) -> VerdictLine | None:
     """Mount the verdict on `exchange`'s answer at the end of `view` (its MessageView);
     None when the answer has nothing to judge (it failed before its first token).
 
-    The roofline needs this machine's memory bandwidth: read from the cache, or probed
-    once (about 0.3 s) in a thread, and only for a backend that knows its weights."""
+    The roofline needs this machine's memory bandwidth (read from the cache, or probed
+    once: about 0.3 s) and, for an answer with layers on a GPU, the GPU's (measured
+    once a run), found in a thread, and only for a backend that knows its weights."""
     m = exchange.metrics
     if m is None or exchange.answer.status == "error":
         return None
-    bandwidth, label, notes = None, "", notes_of(exchange)
-    if m.implied_bandwidth_gb_s is not None:
-        measured = await asyncio.to_thread(machine_bandwidth)
-        bandwidth, label = measured.gb_s, measured.trust
-        if measured.notice is not None:  # a damaged bandwidth.json, ignored
-            notes.append(measured.notice)
-    judged = verdict(m, bandwidth, label)
+    notes, found = notes_of(exchange), Ceilings()
+    if m.implied_bandwidth_gb_s is not None or m.gpu_bytes_per_token is not None:
+        found = await asyncio.to_thread(ceilings, m)
+    if found.notice is not None:  # a damaged bandwidth.json, ignored
+        notes.append(found.notice)
+    judged = verdict(m, found.cpu_gb_s, found.cpu_label, found.gpu_gb_s, found.gpu_label)
     if judged is None:
         return None
     text = "\n".join([judged.line(), *(f"note: {one_line(n)}" for n in notes)])

@@ -17,7 +17,7 @@ from phasechat.backends.events import TextDelta
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import expect, held_prefix
-from phasechat.chat.roofline import machine_bandwidth
+from phasechat.chat.roofline import ceilings
 from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.store.export import dumps
 from phasechat.chat.text import is_text, one_line, visible_controls
@@ -220,14 +220,10 @@ def print_stats(metrics: Metrics) -> None:
     print(stats_line(metrics), file=sys.stderr)
     if says := engine_says(metrics):
         print(one_line(says), file=sys.stderr)
-    # the probe (about a second, then cached) only where a roofline can be drawn
-    bandwidth, label = None, ""
-    if metrics.implied_bandwidth_gb_s:
-        measured = machine_bandwidth()
-        if measured.notice is not None:  # a damaged bandwidth.json, ignored
-            print(f"phasechat: note: {visible_controls(measured.notice)}", file=sys.stderr)
-        bandwidth = measured.gb_s
-        label = measured.trust
-    judged = verdict(metrics, bandwidth, label)
+    # the probes (about a second, then cached) only where a roofline can be drawn
+    found = ceilings(metrics)
+    if found.notice is not None:  # a damaged bandwidth.json, ignored
+        print(f"phasechat: note: {visible_controls(found.notice)}", file=sys.stderr)
+    judged = verdict(metrics, found.cpu_gb_s, found.cpu_label, found.gpu_gb_s, found.gpu_label)
     if judged is not None:
         print(judged.line(), file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phasechat import __version__
+from phasechat.backends.llama_logs import quiet_llama
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class LlamaBuild:
 
 def llama_build() -> LlamaBuild:
     """The installed llama-cpp-python's build. Raises ImportError when it will not load."""
+    quiet_llama()  # its log lines off first: the GPU query below logs the devices
     import llama_cpp
 
     return LlamaBuild(

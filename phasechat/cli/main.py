@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from phasechat.backends import llama_logs
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.text import one_line
@@ -48,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def doctor() -> int:
-    """Print the llama.cpp build and the default model's geometry."""
+def doctor(args: argparse.Namespace) -> int:
+    """Print the llama.cpp build, the GPU and the default model's geometry."""
     from phasechat.cli.doctor import report
 
-    print(report())
+    print(report(args.gpu_layers))
     return 0
 
 
@@ -69,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    # before anything touches llama.cpp: its log lines stay off stderr unless asked for
+    llama_logs.set_verbose(bool(getattr(args, "verbose", False)))
     if args.version:
         from phasechat.cli.build_info import version_text
 
@@ -77,7 +80,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "ask":
         return asyncio.run(ask_cli.run(args))
     if args.command == "doctor":
-        return doctor()
+        return doctor(args)
     if args.command == "chats":
         return chats_cli.run(args)
     if args.command == "bench":

@@ -74,6 +74,12 @@ def add_backend_options(p: argparse.ArgumentParser, top: bool = True) -> None:
         help="local: layers to offload to the GPU (-1 all; default all if the build can)",
     )
     g.add_argument("--threads", type=int, default=default(None), help="local: physical cores")
+    g.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="local: show llama.cpp's own log lines on stderr (off by default)",
+    )
     g.add_argument("--chat-format", default=default(None), help="local: override the template")
     e = p.add_argument_group("engine (defaults: the config file's [engine], else built in)")
     e.add_argument("--system", default=default(None), help="the system prompt")
