@@ -230,9 +230,9 @@ def expect(
     history = history_metrics(session)
     rates = measured_rates(history, backend.name)
     predicted = forecast(rates, tokens, cached, session.settings.max_tokens, estimated)
-    mine = [m for m in history if m.backend == backend.name and m.ttft_ms is not None]
+    mine = [m for m in history if m.backend == backend.name and m.ttft_ready_ms is not None]
     return Expected(
-        tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ms if mine else None
+        tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ready_ms if mine else None
     )
 
 

@@ -59,10 +59,12 @@ def measured_rates(history: Iterable[Metrics], backend: str) -> Rates:
     decode_rate = statistics.median(decode) if decode else None
     # Only answers whose evaluated count is known: a server that hides its cache gives
     # no point on the line (its TTFT would be plotted against a guess).
+    # TTFT from when the model was ready: a first answer that waited for the load
+    # would otherwise price every token with the load's seconds.
     points = [
-        (float(m.evaluated_prompt_tokens), m.ttft_ms)
+        (float(m.evaluated_prompt_tokens), m.ttft_ready_ms)
         for m in mine
-        if m.evaluated_prompt_tokens is not None and m.ttft_ms is not None
+        if m.evaluated_prompt_tokens is not None and m.ttft_ready_ms is not None
     ]
     line = fit_line(points)
     if line is not None:
