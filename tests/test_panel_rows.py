@@ -15,7 +15,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.telemetry_view import RANK, PanelLine, fit_lines
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
-from tests.helpers import settled, wait_for
+from tests.helpers import send_each, settled, wait_for
 from tests.test_tui_faults import SVG_TEXT
 
 
@@ -63,9 +63,7 @@ async def test_break_and_edit_forecast_are_visible_at_three_sizes(
     settings = Settings(system="Be brief.", max_tokens=12, temperature=0)
     app = PhasechatApp(settings=settings, backend=local_backend)
     async with app.run_test(size=(120, 40)) as pilot:
-        for i, q in enumerate(("Name a colour.", "Name a fruit.", "Name a tree."), 1):
-            app.send(q)
-            await settled(pilot, app, i)
+        await send_each(pilot, app, ("Name a colour.", "Name a fruit.", "Name a tree."))
         question_2 = [v for v in app.query(MessageView) if v.message.content == "Name a fruit."]
         question_2[0].focus()
         await pilot.press("e")
