@@ -157,9 +157,10 @@ class SwitchCost:
     @property
     def reprefill_s(self) -> float | None:
         """Seconds to read the whole history again on the target (None: not measured)."""
-        if self.rates.prefill_tok_s is None:
+        prefill = self.rates.prefill_ms(self.tokens, 0)
+        if prefill is None:
             return None
-        return self.rates.overhead_ms / 1000 + self.tokens / self.rates.prefill_tok_s
+        return (self.rates.overhead_ms + prefill) / 1000
 
 
 def switch_cost(session: TurnController, name: str, instance: Backend | None) -> SwitchCost:
