@@ -159,7 +159,7 @@ def live_lines(live: Live, kv: KVStats | None = None, section: str = "") -> list
         parts += [
             ("loading the model", "bold $secondary"),
             f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
-            ("   the first answer waits for it: in TTFT, not prefill", "dim"),
+            ("   this answer waits for it: in TTFT, not prefill", "dim"),
         ]
     elif live.phase in ("waiting", "prefill"):
         prompt = f"{live.prompt_tokens:,} tokens" if live.prompt_tokens else "the prompt"
