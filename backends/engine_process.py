@@ -42,9 +42,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
-from phasechat.backends.events import Event, GenerationRequest, Message, StreamError
+from phasechat.backends.events import (
+    Event,
+    GenerationRequest,
+    Message,
+    ModelLoaded,
+    ModelLoading,
+    StreamError,
+)
 from phasechat.backends.gguf import Geometry
 from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.models import ModelNotFound, default_model_path
 
 #: how long a call the UI waits on (a token count) may take before it is estimated
 CALL_TIMEOUT_S = 30.0
@@ -68,6 +76,8 @@ class Snapshot:
     threads: int
     model_bytes: int
     flash_note: str
+    #: when the load ended, stamped in the child (the clock every process reads)
+    ready_ns: int | None = None
 
 
 def snapshot(backend: LocalBackend) -> Snapshot:
@@ -83,6 +93,7 @@ def snapshot(backend: LocalBackend) -> Snapshot:
         backend.threads,
         backend.model_bytes,
         backend.flash_note,
+        backend.ready_ns,
     )
 
 
@@ -108,6 +119,10 @@ class EngineProcess:
     def __init__(self, config: LocalConfig | None = None, name: str = "local") -> None:
         self.config = config or LocalConfig()
         self._name = name
+        self._path = self.config.model_path
+        if self._path is None:  # named from the start, as LocalBackend is
+            with contextlib.suppress(ModelNotFound):
+                self._path = default_model_path()
         self._state: LoadState = "idle"
         self._detail = "not loaded"
         self._snap: Snapshot | None = None
@@ -132,12 +147,11 @@ class EngineProcess:
     def model(self) -> str:
         if self._snap is not None:
             return self._snap.model
-        path = self.config.model_path
-        return path.name if path else "(default model)"
+        return self._path.name if self._path else "(default model)"
 
     @property
     def model_path(self) -> Path | None:
-        return self._snap.model_path if self._snap else self.config.model_path
+        return self._snap.model_path if self._snap else self._path
 
     @property
     def state(self) -> LoadState:
@@ -415,10 +429,17 @@ class EngineProcess:
         if self._proc is not None and self._proc.poll() is not None and self._conn is not None:
             self._gone(self._conn)  # it ended while no loop listened
         if self._state != "ready":
+            loads = self._state == "loading" or self._crashed or self._start_task is None
+            if loads:
+                # The wait for the model is its own phase (the recorder keeps it out of
+                # the prefill), as in LocalBackend.
+                yield ModelLoading()
             await self.start()  # loads, or loads again after a crash
             if self.state != "ready":  # the property: the load changed it meanwhile
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
+            if loads:
+                yield ModelLoaded(self._snap.ready_ns if self._snap else None)
         self._loop = asyncio.get_running_loop()
         rid = next(self._ids)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue()

@@ -64,6 +64,22 @@ class ResponseStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelLoading:
+    """The request waits for the model to load (the local backend, asked before its load
+    ended): a wait of its own, not prefill. `ModelLoaded` ends it, or a `StreamError`
+    when the load fails."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLoaded:
+    """The model the request waited for is loaded: prefill starts now. `t_ns`: when the
+    load ended, stamped where it ended (the load's thread, the `perf_counter_ns` clock):
+    the event reaches the consumer later."""
+
+    t_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PromptEvaluated:
     """Prompt accounting known before the first token (local backend: exact).
 
@@ -242,6 +258,8 @@ class StreamError:
 
 Event = (
     ResponseStarted
+    | ModelLoading
+    | ModelLoaded
     | PromptEvaluated
     | PrefillProgress
     | TextDelta

@@ -14,6 +14,7 @@ token. The decode thread count adapts to a busy machine (backends/threads.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -28,6 +29,8 @@ from phasechat.backends.events import (
     FinishReason,
     GenerationRequest,
     Message,
+    ModelLoaded,
+    ModelLoading,
     Notice,
     PrefillProgress,
     PromptEvaluated,
@@ -102,6 +105,11 @@ class LocalBackend:
         self._state: LoadState = "idle"
         self._detail = "not loaded"
         self._path: Path | None = config.model_path if config else None
+        if self._path is None:
+            # Named from the start (the first screen, the status line, the first answer's
+            # label), not once loaded: finding the bundled file reads no code.
+            with contextlib.suppress(ModelNotFound):
+                self._path = default_model_path()
         self.geometry: Geometry | None = None
         self.gpu_layers = 0
         self.threads = 0
@@ -119,6 +127,9 @@ class LocalBackend:
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._special_piece: Callable[[int], bytes] = lambda token: b""
         self._load_task: asyncio.Future[None] | None = None
+        #: when the load ended (`perf_counter_ns`, on the llama thread): the end of the
+        #: wait of a request sent while it loaded
+        self._ready_ns: int | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -146,6 +157,11 @@ class LocalBackend:
     @property
     def state(self) -> LoadState:
         return self._state
+
+    @property
+    def ready_ns(self) -> int | None:
+        """When the load ended (`perf_counter_ns`), stamped on the load's thread."""
+        return self._ready_ns
 
     @property
     def state_detail(self) -> str:
@@ -227,6 +243,7 @@ class LocalBackend:
         if self.config.warmup:
             warm_up(llm)
         self._llm = llm
+        self._ready_ns = time.perf_counter_ns()
         where = f"GPU ({self.gpu_layers} layers)" if gpu else "CPU"
         adapt = " (fewer when the cores are busy)" if self._threads.adaptive else ""
         self._state = "ready"
@@ -326,8 +343,13 @@ class LocalBackend:
         a consumer that forwards them: backends/engine_process.py)."""
         if self._state != "ready":
             if self._load_task is not None and self._state == "loading":
+                # The wait for the model is its own phase: the recorder keeps it out of
+                # the prefill (its rate, the verdict), inside the user's TTFT.
+                yield [ModelLoading()]
                 await asyncio.shield(self._load_task)
-            if self.state != "ready":  # the property: the load may have finished meanwhile
+                if self.state == "ready":  # the property: the load thread set it
+                    yield [ModelLoaded(self._ready_ns)]
+            if self.state != "ready":
                 yield [StreamError("model", f"local model not ready: {self._detail}")]
                 return
         if self._pending:

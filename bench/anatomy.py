@@ -7,7 +7,8 @@ Run alone (llama.cpp's threads spin-wait: a busy neighbour slows every figure):
     .venv/bin/python -m bench.anatomy [--n-ctx 4096] [--max-tokens 48]
 
 Printed: the load average beside the figures, the last turn's section table, and per
-edit the forecast and the actual cached / read tokens and TTFT (and their ratio).
+edit the forecast and the actual cached / read tokens and TTFT, and the forecast's error
+((forecast - actual) / actual).
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ async def main() -> int:
         assert last is not None
         print(f"\nthe last turn's prompt ({last.source}):\n{table(last)}\n")
         print(
-            "| edit | forecast keeps / reads | actual keeps / reads | forecast TTFT | actual TTFT |"
+            "| edit | forecast keeps / reads | actual keeps / reads | forecast TTFT | actual TTFT"
+            " | error |"
         )
-        print("|---|---|---|---:|---:|")
+        print("|---|---|---|---:|---:|---:|")
         for what, text in EDITS:
             questions = turns.conversation.questions()
             target = {
@@ -114,9 +116,10 @@ async def main() -> int:
             edited = turns.conversation.root if what == "the system prompt" else exchange.user
             turns.show_sibling(edited.id, -1)
             forecast = "-" if e.ttft_ms is None else f"{e.ttft_ms:.0f} ms"
+            error = "-" if e.ttft_ms is None else f"{(e.ttft_ms - m.ttft_ms) / m.ttft_ms:+.0%}"
             print(
                 f"| {what} | {e.cached_tokens} / {e.evaluated_tokens} | {m.cached_tokens} / "
-                f"{m.evaluated_prompt_tokens} | {forecast} | {m.ttft_ms:.0f} ms |"
+                f"{m.evaluated_prompt_tokens} | {forecast} | {m.ttft_ms:.0f} ms | {error} |"
             )
     finally:
         await backend.aclose()

@@ -61,11 +61,12 @@ def parts_of(messages: Sequence[Message]) -> list[Part]:
 
 def ms_per_evaluated_token(m: Metrics) -> float | None:
     """The prefill's cost of one evaluated token: the engine's own account where it gives
-    one (llama-server's `timings`, the local perf counters), else TTFT / evaluated."""
+    one (llama-server's `timings`, the local perf counters), else TTFT (less a wait for
+    the model to load) / evaluated."""
     if m.server_prompt_ms and m.server_prompt_n:
         return m.server_prompt_ms / m.server_prompt_n
-    if m.ttft_ms is not None and m.evaluated_prompt_tokens:
-        return m.ttft_ms / m.evaluated_prompt_tokens
+    if (ttft := m.ttft_ready_ms) is not None and m.evaluated_prompt_tokens:
+        return ttft / m.evaluated_prompt_tokens
     return None
 
 

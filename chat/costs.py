@@ -157,9 +157,10 @@ class SwitchCost:
     @property
     def reprefill_s(self) -> float | None:
         """Seconds to read the whole history again on the target (None: not measured)."""
-        if self.rates.prefill_tok_s is None:
+        prefill = self.rates.prefill_ms(self.tokens, 0)
+        if prefill is None:
             return None
-        return self.rates.overhead_ms / 1000 + self.tokens / self.rates.prefill_tok_s
+        return (self.rates.overhead_ms + prefill) / 1000
 
 
 def switch_cost(session: TurnController, name: str, instance: Backend | None) -> SwitchCost:
@@ -230,9 +231,9 @@ def expect(
     history = history_metrics(session)
     rates = measured_rates(history, backend.name)
     predicted = forecast(rates, tokens, cached, session.settings.max_tokens, estimated)
-    mine = [m for m in history if m.backend == backend.name and m.ttft_ms is not None]
+    mine = [m for m in history if m.backend == backend.name and m.ttft_ready_ms is not None]
     return Expected(
-        tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ms if mine else None
+        tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ready_ms if mine else None
     )
 
 

@@ -1,12 +1,22 @@
 """Forecasts from a backend's own measured rates:
-`ttft ~ overhead + new_prompt_tokens / prefill_tok_s`,
+`ttft ~ overhead + prefill(new tokens after the cached ones)`,
 `total ~ ttft + output_tokens / decode_tok_s`.
 
-The prefill line is fitted per backend over its recent answers (least squares of TTFT
-against evaluated tokens), so the fixed cost of a request (templating, the network,
-queueing, the first batch's set-up) is its own term instead of being folded into the
-rate, which would make a 20-token prompt look nearly free. The decode rate is the median
-of recent answers, so one outlier (a cold start, a busy machine) does not swing it.
+The prefill is fitted per backend over its recent answers. Where the engine gives its
+own account of each prefill (llama.cpp's counters, llama-server's `timings`, vLLM's
+/metrics), its prompt time is fitted by least squares as a cost per new token plus a
+cost per new token per token before it (`attention_ms`: each new token attends to every
+one before it, so a short turn late in a long chat costs more a token than the same
+chat read again from its start), and the fixed cost of a request (templating, the
+network, queueing) is measured, not fitted: the median of TTFT less the engine's prompt
+time. Least squares on times weights each answer by the tokens it read, so one long
+read outweighs many short turns, whose per-batch costs would make a long re-read look
+slower than it is. Without the engine's account, TTFT is fitted against the evaluated
+tokens (a fixed cost and a cost per token), which needs prompts of different sizes;
+with one size only, the rate is the median of TTFT / tokens. The decode rate is the
+median of recent answers, so one outlier (a cold start, a busy machine) does not swing
+it. TTFT here is counted from when the model was ready (`Metrics.ttft_ready_ms`): a
+first answer that waited for the load says nothing of prefill.
 """
 
 from __future__ import annotations
@@ -28,6 +38,18 @@ class Rates:
     decode_tok_s: float | None
     samples: int
     overhead_ms: float = 0.0  # TTFT not explained by prefill: templating, network, queueing
+    #: the prefill's cost of a new token for each token before it, in ms (attention)
+    attention_ms: float = 0.0
+
+    def prefill_ms(self, new: int, cached: int) -> float | None:
+        """The prefill of `new` tokens after `cached` ones (None: not measured): each new
+        token's own cost, and its attention to the tokens before it (the cached ones and
+        the new ones before it, `cached + (new + 1) / 2` on average)."""
+        if not self.prefill_tok_s:
+            return None
+        if new <= 0:
+            return 0.0
+        return new * 1000 / self.prefill_tok_s + self.attention_ms * new * (cached + (new + 1) / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +79,29 @@ def measured_rates(history: Iterable[Metrics], backend: str) -> Rates:
     mine = [m for m in history if m.backend == backend and m.finish != "error"][-RECENT:]
     decode = [m.decode_tok_s for m in mine if m.decode_tok_s and m.output_tokens >= 4]
     decode_rate = statistics.median(decode) if decode else None
-    # Only answers whose evaluated count is known: a server that hides its cache gives
-    # no point on the line (its TTFT would be plotted against a guess).
-    points = [
-        (float(m.evaluated_prompt_tokens), m.ttft_ms)
+    # The engine's own account: its prompt time (a wait for the model to load is in
+    # neither it nor `ttft_ready_ms`) and the tokens it read after the cached ones.
+    engine = [
+        (m.server_prompt_n, _cached(m), m.server_prompt_ms, m.ttft_ready_ms)
         for m in mine
-        if m.evaluated_prompt_tokens is not None and m.ttft_ms is not None
+        if m.server_prompt_n
+        and m.server_prompt_ms
+        and m.ttft_ready_ms is not None
+        and m.server_prompt_ms <= m.ttft_ready_ms
+    ]
+    fitted = fit_prefill([(n, cached, ms) for n, cached, ms, _ in engine])
+    if fitted is not None:
+        ms_per_token, attention = fitted
+        overhead = statistics.median(ttft - ms for _, _, ms, ttft in engine)
+        return Rates(1000 / ms_per_token, decode_rate, len(mine), overhead, attention)
+    # Only answers whose evaluated count is known: a server that hides its cache gives
+    # no point on the line (its TTFT would be plotted against a guess). TTFT from when
+    # the model was ready: a first answer that waited for the load would otherwise
+    # price every token with the load's seconds.
+    points = [
+        (float(m.evaluated_prompt_tokens), m.ttft_ready_ms)
+        for m in mine
+        if m.evaluated_prompt_tokens is not None and m.ttft_ready_ms is not None
     ]
     line = fit_line(points)
     if line is not None:
@@ -93,13 +132,47 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return max(0.0, my - slope * mx), slope
 
 
+def _cached(m: Metrics) -> int:
+    """The tokens before the engine's prefill: its own count, else ours."""
+    return m.server_cache_n if m.server_cache_n is not None else (m.cached_tokens or 0)
+
+
+#: How far apart the depths (cached tokens) of the prefills must be for the attention
+#: term to be fitted: 1 - cos² of the angle between the two regressors. At one depth
+#: the two cannot be told apart, and the cost is all per token.
+DEPTHS_APART = 0.05
+
+
+def fit_prefill(points: list[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """Least squares `ms = c n + k n (cached + (n + 1) / 2)` over (new tokens n, cached,
+    ms) points: (c > 0 ms a token, k >= 0 ms a token per token before it), k = 0 where
+    the depths are too alike to tell (or the fit makes one negative); None without a
+    point, or with no time to fit."""
+    rows = [(float(n), n * (cached + (n + 1) / 2), ms) for n, cached, ms in points if n > 0]
+    if not rows:
+        return None
+    s11 = sum(a * a for a, _, _ in rows)
+    s22 = sum(b * b for _, b, _ in rows)
+    s12 = sum(a * b for a, b, _ in rows)
+    s1y = sum(a * y for a, _, y in rows)
+    s2y = sum(b * y for _, b, y in rows)
+    det = s11 * s22 - s12 * s12
+    if s22 > 0 and det > DEPTHS_APART * s11 * s22:
+        c = (s1y * s22 - s2y * s12) / det
+        k = (s2y * s11 - s1y * s12) / det
+        if c > 0 and k >= 0:
+            return c, k
+    c = s1y / s11  # one cost a token: through the origin, weighted by the tokens read
+    return (c, 0.0) if c > 0 else None
+
+
 def forecast(
     rates: Rates, prompt_tokens: int, cached_tokens: int, max_tokens: int, estimated: bool
 ) -> Forecast:
     """Predicted TTFT and total time for a prompt of `prompt_tokens` (of which
     `cached_tokens` the engine already holds) answered with up to `max_tokens`."""
     new = max(0, prompt_tokens - cached_tokens)
-    prefill = new / rates.prefill_tok_s * 1000 if rates.prefill_tok_s else None
+    prefill = rates.prefill_ms(new, min(cached_tokens, prompt_tokens))
     ttft = rates.overhead_ms + prefill if prefill is not None else None
     total = None
     if ttft is not None and rates.decode_tok_s:

@@ -14,8 +14,9 @@ from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.recorder import Trace
 
 #: "thinking" and "decode" (the answer) are both decode, told apart for thinking models;
-#: "summary": not sent yet, waiting for a history summary.
-Phase = Literal["summary", "waiting", "prefill", "thinking", "decode", "done"]
+#: "summary": not sent yet, waiting for a history summary; "loading": sent, waiting for
+#: the model to load (in TTFT, not prefill).
+Phase = Literal["summary", "loading", "waiting", "prefill", "thinking", "decode", "done"]
 #: A gap this many times the running median is "slow"; longer than STUCK_S is "stuck".
 SLOW_FACTOR = 4.0
 STUCK_S = 2.0
@@ -48,6 +49,9 @@ class Live:
     stall: Literal["", "slow", "stuck"]
     #: the local engine's thread count, when it is not simply all of them (else "")
     threads_note: str = ""
+    #: the part of the TTFT spent waiting for the model to load (growing while it loads;
+    #: None: no such wait)
+    load_ms: float | None = None
 
 
 def snapshot(trace: Trace, now_ns: int) -> Live:
@@ -58,6 +62,8 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         return _queued(trace, now_ns)
     if trace.done:
         phase: Phase = "done"
+    elif trace.t_loading is not None and trace.t_loaded is None:
+        phase = "loading"
     elif first is not None:
         thinking = trace.t_first_answer is None and trace.t_first_reasoning is not None
         phase = "thinking" if thinking else "decode"
@@ -107,7 +113,16 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         since_last_ms=since,
         stall=stall,
         threads_note=threads_note(trace),
+        load_ms=_load_ms(trace, end),
     )
+
+
+def _load_ms(trace: Trace, end: int) -> float | None:
+    """The wait for the model so far (to `end` while it lasts), None without one."""
+    if trace.t_loading is None:
+        return None
+    ready = trace.t_loaded if trace.t_loaded is not None else end
+    return max(0.0, (ready - trace.t_sent) / 1e6)
 
 
 def threads_note(trace: Trace) -> str:
@@ -173,4 +188,5 @@ def finished(live: Live, m: Metrics) -> Live:
         chars_per_s=m.chars_per_s,
         since_last_ms=None,
         stall="",
+        load_ms=m.load_ms,
     )

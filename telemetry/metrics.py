@@ -1,10 +1,15 @@
 """Metrics of one request, named as serving benchmarks name them (vLLM, AIPerf).
 
-- `ttft_ms`: request sent -> first token of any kind (thinking or answer).
+- `ttft_ms`: request sent -> first token of any kind (thinking or answer): the user's
+  wait, a wait for the model to load included.
+- `load_ms`: the part of TTFT the request waited for the model to load (a local model
+  still loading when it was sent; None: it did not wait). Not prefill: the prefill rate,
+  the forecasts and the verdict count the time after it (`ttft_ready_ms`).
 - `ttfo_ms`: request sent -> first answer token (AIPerf's "time to first output token");
   equal to TTFT for a model that does not think.
 - `e2e_ms`: request sent -> last event.
-- `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT. None
+- `prefill_tok_s`: prompt tokens actually evaluated (cached ones excluded) / TTFT (less
+  `load_ms`). None
   when the server does not say how much of the prompt it had cached (`cache_reported`
   False: vLLM without prompt-token details, Ollama): a rate from a guess would be wrong
   by the whole cached prefix.
@@ -110,6 +115,8 @@ class Metrics:
     headers_ms: float | None = None
     #: the second token event, after the request was sent
     time_to_second_token_ms: float | None = None
+    #: the part of `ttft_ms` spent waiting for the model to load (None: no such wait)
+    load_ms: float | None = None
     #: where the `server_*` figures came from: "timings" (llama-server, per request),
     #: "vLLM /metrics" (its counters read before and after), "llama.cpp" (the local
     #: engine's counters); None: nowhere. With /metrics: the server's own time to first
@@ -130,6 +137,14 @@ class Metrics:
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
     cpu_bytes_per_token: int | None = None
+
+    @property
+    def ttft_ready_ms(self) -> float | None:
+        """TTFT from when the model was ready: the request's own wait (`ttft_ms` less
+        `load_ms`), what prefill and its forecasts are measured by."""
+        if self.ttft_ms is None or self.load_ms is None:
+            return self.ttft_ms
+        return max(0.0, self.ttft_ms - self.load_ms)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -178,6 +193,8 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     ms = _ms_since(trace.t_sent)
     ttft = ms(trace.t_first_token)
     e2e = ms(end)
+    load = _load_ms(trace, ttft)
+    ready_ttft = ttft - load if ttft is not None and load is not None else ttft
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
     output, out_estimated, counted_by_server = _output_tokens(trace)
@@ -194,7 +211,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     decode_s = _window_s(trace.t_first_token, last)
     decode_tok_s = _rate(output - 1, decode_s)
     tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
-    prefill_tok_s = _rate(evaluated, ttft / 1000 if ttft else None) if evaluated else None
+    prefill_tok_s = (
+        _rate(evaluated, ready_ttft / 1000 if ready_ttft else None) if evaluated else None
+    )
 
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
@@ -203,7 +222,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     window_chars = trace.chars - trace.chars_first
     chars_per_s = window_chars / answer_s if answer_s else None
     chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
-    share = ttft / e2e if ttft is not None and e2e else None
+    share = ready_ttft / e2e if ready_ttft is not None and e2e else None
     # Thinking that goes on after the answer began (a server that interleaves them) ends
     # at its last token: the span is never negative.
     first, answered = trace.t_first_reasoning, trace.t_first_answer
@@ -247,7 +266,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         chars_per_s=chars_per_s,
         chars_per_token=chars_per_token,
         prefill_share=share,
-        decode_share=1 - share if share is not None else None,
+        decode_share=1 - ttft / e2e if ttft is not None and e2e else None,
         # the engine's KV figures; for a server, what this chat holds of its window
         kv_used_tokens=trace.kv.used_tokens if trace.kv else kv_used,
         kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
@@ -274,6 +293,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         connect_ms=trace.connect_ms,
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
+        load_ms=load,
         server_source=own.source,
         server_ttft_ms=known.ttft_ms if known else None,
         server_queue_ms=known.queue_ms if known else None,
@@ -351,6 +371,16 @@ def _rate(n: int | None, seconds: float | None) -> float | None:
     if not n or n < 0 or not seconds or seconds <= 0:
         return None
     return as_rate(n / seconds)
+
+
+def _load_ms(trace: Trace, ttft: float | None) -> float | None:
+    """How long the request waited for the model to load (None: it did not wait, or the
+    load failed). A load that ended as the request was sent is a wait of 0; the wait is
+    never longer than the TTFT it is part of."""
+    if trace.t_loading is None or trace.t_loaded is None:
+        return None
+    waited = max(0.0, (trace.t_loaded - trace.t_sent) / _NS_PER_MS)
+    return min(waited, ttft) if ttft is not None else waited
 
 
 def _window_s(first: int | None, last: int | None) -> float | None:

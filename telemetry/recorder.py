@@ -22,6 +22,8 @@ from phasechat.backends.events import (
     Finished,
     FinishReason,
     KVStats,
+    ModelLoaded,
+    ModelLoading,
     Notice,
     PrefillProgress,
     PromptEvaluated,
@@ -54,6 +56,10 @@ class Trace:
     #: set while the request waits before it is sent (for a history summary): since when
     t_queued: int | None = None
     t_first_byte: int | None = None
+    #: the request waited for the model to load (a local model still loading when it
+    #: was sent): since when, and when the model was ready (the prefill starts there)
+    t_loading: int | None = None
+    t_loaded: int | None = None
     #: the time the request spent opening its connection (remote; see ResponseStarted)
     connect_ms: float | None = None
     #: the second token event: with the first, how the stream starts (a burst, a pause)
@@ -147,6 +153,10 @@ class Trace:
                 self._token(now, tokens, len(text), 1)
                 if text:
                     self.reasoning_parts.append(text)
+            case ModelLoading():
+                self.t_loading = now
+            case ModelLoaded(t_ns=ended):
+                self.t_loaded = ended if ended is not None else now
             case ResponseStarted(connect_ms=connect_ms):
                 self.t_first_byte = now
                 self.connect_ms = connect_ms

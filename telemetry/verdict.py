@@ -2,10 +2,11 @@
 knob that moves it, and how close decode ran to what memory allows.
 
 Pure: a `Metrics` and this machine's measured memory bandwidth in, one line out. The
-phases split the answer's wall time (request sent -> last token): prefill is the wait
-for the first token (TTFT: queueing and the network included), thinking is the first
+phases split the answer's wall time (request sent -> last token): load is the wait for
+the model to load (an answer sent while it loaded), prefill the rest of the wait for
+the first token (TTFT: queueing and the network included), thinking is the first
 thinking token -> first answer token, decode is the rest. The phase with the largest
-share names the verdict.
+share names the verdict: a load is never called prefill.
 
 The roofline: a decode step reads every weight and the KV cache so far, so memory
 allows at most bandwidth / (weight bytes + KV bytes) tokens per second, and
@@ -34,6 +35,9 @@ KNOBS = {
     "decode": "smaller or more quantized weights, or a lower max_tokens",
     "thinking": "less thinking (a lower reasoning effort or a non-thinking mode), "
     "or a lower max_tokens",
+    # not a knob to try: the wait is over once the model is loaded (Verdict.line)
+    "load": "the model was still loading when this was sent: it loads once, the next "
+    "answers do not wait for it (a smaller model file loads sooner)",
 }
 
 #: Decode below this share of what memory allows is overhead-bound, not memory-bound
@@ -59,7 +63,8 @@ class Verdict:
         """One line: `decode-bound (decode 78% · prefill 22%): try ... · decode runs at ...`"""
         shares = " · ".join(f"{name} {share:.0%}" for name, share in self.shares)
         tail = f" · {self.transport}" if self.transport else ""
-        return f"{self.phase}-bound ({shares}): try {self.knob} · {self.roofline}{tail}"
+        knob = self.knob if self.phase == "load" else f"try {self.knob}"
+        return f"{self.phase}-bound ({shares}): {knob} · {self.roofline}{tail}"
 
 
 def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
@@ -67,14 +72,18 @@ def phase_shares(m: Metrics) -> tuple[tuple[str, float], ...] | None:
     if m.ttft_ms is None or not m.e2e_ms or m.e2e_ms <= 0:
         return None
     total = m.e2e_ms
-    prefill = min(m.ttft_ms, total)
+    ttft = min(m.ttft_ms, total)
+    load = min(m.load_ms or 0.0, ttft)
+    prefill = ttft - load
     thinking = 0.0
     if m.reasoning_ms is not None and m.reasoning_tokens:
-        thinking = max(0.0, min(m.reasoning_ms, total - prefill))
-    decode = max(0.0, total - prefill - thinking)
+        thinking = max(0.0, min(m.reasoning_ms, total - ttft))
+    decode = max(0.0, total - ttft - thinking)
     parts = [("prefill", prefill), ("decode", decode)]
     if thinking:
         parts.append(("thinking", thinking))
+    if load:
+        parts.append(("load", load))
     ordered = sorted(parts, key=lambda p: -p[1])
     return tuple((name, ms / total) for name, ms in ordered)
 
@@ -274,7 +283,8 @@ def transport(m: Metrics) -> str:
 
 def stats_line(m: Metrics) -> str:
     """The answer's figures in one line, as `ollama run --verbose` prints them after an
-    answer: TTFT, prompt tokens (cached / evaluated), prefill and decode rates, e2e."""
+    answer: TTFT (and the wait for the model to load in it), prompt tokens (cached /
+    evaluated), prefill and decode rates, e2e."""
 
     def n(v: float | None, unit: str, digits: int = 0) -> str:
         return "-" if v is None else f"{v:,.{digits}f}{unit}"
@@ -284,8 +294,10 @@ def stats_line(m: Metrics) -> str:
     evaluated = (
         "" if m.evaluated_prompt_tokens is None else f", {m.evaluated_prompt_tokens:,} evaluated"
     )
+    load = f" (load {m.load_ms:,.0f} ms)" if m.load_ms is not None else ""
     return (
-        f"ttft {n(m.ttft_ms, ' ms')} · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
+        f"ttft {n(m.ttft_ms, ' ms')}{load}"
+        f" · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
         f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
         f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
     )

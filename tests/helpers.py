@@ -26,6 +26,13 @@ async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
     await pilot.pause()
 
 
+async def send_each(pilot: Pilot[None], app: PhasechatApp, questions: tuple[str, ...]) -> None:
+    """Send each of `questions` in turn, each answer final on screen before the next."""
+    for i, question in enumerate(questions, len(app.turns.exchanges) + 1):
+        app.send(question)
+        await settled(pilot, app, i)
+
+
 def stored_messages() -> list[sqlite3.Row]:
     """Every message saved in the test's own chat database, in order (the system
     prompts, the roots of the chats' trees, left out)."""

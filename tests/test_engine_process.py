@@ -17,6 +17,8 @@ from phasechat.backends.events import (
     Finished,
     GenerationRequest,
     Message,
+    ModelLoaded,
+    ModelLoading,
     PromptEvaluated,
     StreamError,
     TextDelta,
@@ -181,3 +183,23 @@ async def test_the_app_survives_an_engine_crash_says_so_and_answers_again(
             assert backend.pid not in (None, pid)
     finally:
         await backend.aclose()
+
+
+async def test_an_answer_sent_before_the_load_waits_for_it_as_its_own_phase(
+    model_path: Path,
+) -> None:
+    backend = EngineProcess(LocalConfig(model_path=model_path, n_ctx=512, flash_attn=True))
+    assert backend.model == model_path.name  # named before anything is loaded
+    sent = time.perf_counter_ns()
+    try:
+        events = [e async for e in backend.stream(greedy(4))]
+    finally:
+        await backend.aclose()
+    assert isinstance(events[0], ModelLoading)
+    loaded = events[1]
+    assert isinstance(loaded, ModelLoaded) and loaded.t_ns is not None
+    first = next(e for e in events if isinstance(e, TextDelta) and e.t_ns is not None)
+    assert first.t_ns is not None
+    # the load ended in the engine's process, after the send and before the first token
+    assert sent < loaded.t_ns < first.t_ns
+    assert isinstance(events[-1], Finished)

@@ -26,7 +26,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.prompt_view import CACHE_MARK, PromptView
 from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
-from tests.helpers import settled, wait_for
+from tests.helpers import send_each, settled, wait_for
 from tests.scripted import ScriptedBackend
 
 
@@ -54,9 +54,7 @@ async def test_an_edit_forecasts_what_the_send_then_keeps_and_reads(
     settings = Settings(system="Be brief.", max_tokens=12, temperature=0)
     app = PhasechatApp(settings=settings, backend=local_backend)
     async with app.run_test(size=(120, 40)) as pilot:
-        for i, q in enumerate(("Name a colour.", "Name a fruit.", "Name a tree."), 1):
-            app.send(q)
-            await settled(pilot, app, i)
+        await send_each(pilot, app, ("Name a colour.", "Name a fruit.", "Name a tree."))
         # the panel's bar: what the prefill paid for; F8: the prompt, as the engine read it
         assert "prompt ░" in panel_text(app) and "read " in panel_text(app)
         await pilot.press("f8")

@@ -49,10 +49,12 @@ from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.prompt_view import PromptView
 from phasechat.tui.telemetry_view import (
+    RANK,
+    PanelLine,
     answer_footer,
     edit_forecast_line,
     forecast_line,
-    panel_content,
+    panel_lines,
     status_content,
 )
 from phasechat.tui.timeline_view import TimelineView
@@ -110,6 +112,8 @@ class PhasechatApp(ChatHost):
         self._edit_forecast = EditForecast()
         self._pace = Pace()  # how the streaming answer is drawn
         self._predicted: dict[int, Forecast] = {}
+        #: the backend's state and detail the status line last showed
+        self._status_seen: tuple[str, str] = ("", "")
         self.last_error = ""
 
     @property
@@ -155,7 +159,10 @@ class PhasechatApp(ChatHost):
         if not backend.exact_token_counts:
             # Load the tiktoken encoding off the UI thread now, not on the first send.
             await asyncio.to_thread(estimate_text, "warm up")
-        await backend.start()
+        starting = asyncio.ensure_future(backend.start())
+        await asyncio.sleep(0)  # `start` says "loading" before it waits for the load
+        self.refresh_status()
+        await starting
         self.refresh_status()
         if backend.state == "failed":
             self.notify(
@@ -308,6 +315,12 @@ class PhasechatApp(ChatHost):
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
+        backend = self.backend
+        if backend.state == "loading" and self._status_seen != (
+            backend.state,
+            backend.state_detail,
+        ):
+            self.refresh_status()  # what the load is doing now (the first screen says it)
         if self._streaming is not None:
             if not self._pace.due(force):
                 return
@@ -317,16 +330,18 @@ class PhasechatApp(ChatHost):
         elif self.turns.exchanges:
             exchange = self.turns.exchanges[-1]
         else:
-            panel.show(Content.assemble(("no answers yet   ", "dim"), self._forecast_content()))
+            first = Content.assemble(("no answers yet   ", "dim"), self._forecast_content())
+            panel.show([PanelLine(first, RANK["forecast"])])
             return
         if self.generating and not self._pace.panel_due():
             return
         trimmer = self.turns.trimmer
         trim = self.turns.trim_stats() if trimmer.summaries or trimmer.pending else None
         if self.generating:
-            panel.show(panel_content(exchange, None, trim))
+            panel.show(panel_lines(exchange, None, trim))
             return
-        panel.show(panel_content(exchange, self._forecast_content(), trim))
+        editing = self._editing is not None
+        panel.show(panel_lines(exchange, self._forecast_content(), trim, editing))
         self.query_one(ChatLog).mark_summarized(trimmer.covered if trimmer.enabled else frozenset())
 
     def _forecast_content(self) -> Content:
@@ -344,6 +359,7 @@ class PhasechatApp(ChatHost):
         return forecast_line(current) if current is not None else Content("")
 
     def refresh_status(self) -> None:
+        self._status_seen = (self.backend.state, self.backend.state_detail)
         last = self.turns.exchanges[-1].metrics if self.turns.exchanges else None
         status = status_content(self.backend, self.generating, last)
         self.query_one("#status", Static).update(status)

@@ -5,6 +5,9 @@ Colours are theme variables only; data never passes through markup parsing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from textual.content import Content
 
 from phasechat.backends.base import Backend
@@ -76,24 +79,33 @@ def phase_bar(
     total_ms: float | None,
     width: int = 30,
     thinking_ms: float | None = None,
+    load_ms: float | None = None,
 ) -> Content:
     """`prefill | decode` (or `prefill | thinking | answer` for a model that thinks) as
-    coloured runs proportional to their share of the time."""
+    coloured runs proportional to their share of the time; `prefill_ms` is the TTFT,
+    and the part of it spent waiting for the model to load (`load_ms`) is a run of its
+    own in front (`load | prefill | ...`)."""
     if not total_ms or prefill_ms is None:
         return Content("")
-    pre = max(1, round(width * min(1.0, prefill_ms / total_ms)))
+    waited = min(load_ms or 0.0, prefill_ms)
+    load = round(width * min(1.0, waited / total_ms)) if waited else 0
+    pre = max(1, round(width * min(1.0, prefill_ms / total_ms)) - load)
+    head: list[tuple[str, str]] = [("█" * load, "$secondary")] if load else []
+    names = "load | prefill" if load else "prefill"
     if thinking_ms is None:
         return Content.assemble(
+            *head,
             ("█" * pre, "$phase-prefill"),
-            ("█" * (width - pre), "$phase-decode"),
-            (" prefill | decode", "dim"),
+            ("█" * max(0, width - load - pre), "$phase-decode"),
+            (f" {names} | decode", "dim"),
         )
-    think = min(width - pre, max(1, round(width * thinking_ms / total_ms)))
+    think = min(max(0, width - load - pre), max(1, round(width * thinking_ms / total_ms)))
     return Content.assemble(
+        *head,
         ("█" * pre, "$phase-prefill"),
         ("█" * think, "$phase-thinking"),
-        ("█" * (width - pre - think), "$phase-decode"),
-        (" prefill | thinking | answer", "dim"),
+        ("█" * max(0, width - load - pre - think), "$phase-decode"),
+        (f" {names} | thinking | answer", "dim"),
     )
 
 
@@ -105,14 +117,49 @@ def thinking_title(live: Live) -> str:
     return f"thinking{running} {seconds} · {approx}{live.reasoning_tokens:,} tokens"
 
 
-def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Content:
-    """The live panel while a request runs (and just after); `section`: the part of the
-    prompt a long prefill is reading now."""
+#: How much each line of the panel matters (0 most): when its rows run out, the lines
+#: of the highest ranks are left out first. While editing, the edit's forecast comes
+#: first; after a turn, a break of the engine's cache before the rates.
+RANK = {
+    "edit": 0,
+    "break": 1,
+    "headline": 2,
+    "forecast": 3,
+    "warning": 4,
+    "anatomy": 5,
+    "gauge": 6,
+    "trim": 7,
+    "threads": 8,
+    "phases": 9,
+    "itl": 10,
+    "engine": 11,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PanelLine:
+    """One line the panel means to say (it may wrap to more rows), and its rank."""
+
+    content: Content
+    rank: int
+
+
+def live_lines(live: Live, kv: KVStats | None = None, section: str = "") -> list[PanelLine]:
+    """The live panel's lines while a request runs (and just after), ranked: the
+    headline (the phase and its figures), the gaps between tokens, the phase bar, the KV
+    cache; `section`: the part of the prompt a long prefill is reading now."""
     parts: list[str | tuple[str, str] | Content] = []
+    load = live.load_ms
     if live.phase == "summary":
         parts += [
             ("waiting for the history summary", "bold $phase-prefill"),
             f"   {fmt(live.elapsed_ms / 1000, ' s', 1)}…  (not sent yet: not in TTFT)",
+        ]
+    elif live.phase == "loading":
+        parts += [
+            ("loading the model", "bold $secondary"),
+            f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
+            ("   this answer waits for it: in TTFT, not prefill", "dim"),
         ]
     elif live.phase in ("waiting", "prefill"):
         prompt = f"{live.prompt_tokens:,} tokens" if live.prompt_tokens else "the prompt"
@@ -123,6 +170,7 @@ def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Co
             (f"prefilling {prompt}{progress}", "bold $phase-prefill"),
             (f": reading {section}" if section and progress else "", "$phase-prefill"),
             f"   TTFT {fmt(live.elapsed_ms / 1000, ' s', 2)}…",
+            (f" (load {fmt(load / 1000, ' s', 1)})" if load else "", "dim"),
         ]
         if live.prefill_left_ms is not None:
             parts.append(f"   ≈ {fmt(live.prefill_left_ms / 1000, ' s', 1)} left")
@@ -134,6 +182,7 @@ def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Co
         parts += [
             ("thinking", "bold $phase-thinking"),
             f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
+            (f" (load {fmt(load, ' ms', 0)})" if load else "", "dim"),
             f"   thought {fmt((live.reasoning_ms or 0) / 1000, ' s', 1)}…",
             "   ",
             (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
@@ -149,6 +198,7 @@ def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Co
         parts += [
             (label if live.phase == "decode" else "done", "bold $phase-decode"),
             f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
+            (f" (load {fmt(load, ' ms', 0)})" if load else "", "dim"),
             "   ",
             (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
             f"   {fmt(live.chars_per_s, ' chars/s', 0)}",
@@ -163,12 +213,17 @@ def live_content(live: Live, kv: KVStats | None = None, section: str = "") -> Co
     if live.stall:
         since = fmt((live.since_last_ms or 0) / 1000, " s", 1)
         line2.append((f"  {live.stall}: no token for {since}", "bold $stall"))
-    out = [Content.assemble(*parts), Content.assemble(*line2)]
-    if live.phase not in ("summary", "waiting") and live.ttft_ms is not None:
-        out.append(phase_bar(live.ttft_ms, live.elapsed_ms, thinking_ms=live.reasoning_ms))
+    out = [
+        PanelLine(Content.assemble(*parts), RANK["headline"]),
+        PanelLine(Content.assemble(*line2), RANK["itl"]),
+    ]
+    if live.phase not in ("summary", "loading", "waiting") and live.ttft_ms is not None:
+        bar = phase_bar(live.ttft_ms, live.elapsed_ms, thinking_ms=live.reasoning_ms, load_ms=load)
+        out.append(PanelLine(bar, RANK["phases"]))
     if kv is not None:
-        out.append(kv_gauge(kv.used_tokens, kv.capacity_tokens, kv.used_bytes))
-    return Content("\n").join(out)
+        gauge = kv_gauge(kv.used_tokens, kv.capacity_tokens, kv.used_bytes)
+        out.append(PanelLine(gauge, RANK["gauge"]))
+    return out
 
 
 def context_gauge(m: Metrics, width: int = 20) -> Content:
@@ -206,7 +261,8 @@ def kv_gauge(used: int, capacity: int, used_bytes: int, width: int = 20) -> Cont
 def answer_footer(
     m: Metrics, predicted: Forecast | None = None, trim_note: str | None = None
 ) -> Content:
-    """One line under a finished answer: its phases at a glance."""
+    """One line under a finished answer: its phases at a glance; and one more for an
+    answer that waited for the model to load, with its TTFT split."""
     approx = "~" if m.output_tokens_estimated else ""
     bits = [f"TTFT {fmt(m.ttft_ms, ' ms', 0)}"]
     if m.reasoning_tokens is not None or m.reasoning_ms is not None:
@@ -228,11 +284,25 @@ def answer_footer(
         bits.append(m.finish)
     if trim_note:
         bits.append(trim_note)
-    return Content(" · ".join(bits))
+    line = Content(" · ".join(bits))
+    if m.load_ms is None or m.ttft_ms is None:
+        return line
+    # The wait for the model, kept apart: the TTFT is the user's wait, split here.
+    prefill = max(0.0, m.ttft_ms - m.load_ms)
+    return Content.assemble(
+        line,
+        (
+            f"\nload {fmt(m.load_ms, ' ms', 0)}: this answer waited for the model to load"
+            f" (TTFT {fmt(m.ttft_ms, ' ms', 0)} = load {fmt(m.load_ms, ' ms', 0)}"
+            f" + prefill {fmt(prefill, ' ms', 0)})",
+            "dim",
+        ),
+    )
 
 
 def engine_line(m: Metrics) -> Content:
-    """The engine's own account beside ours, the roofline hint, and any disagreement."""
+    """The engine's own account beside ours, the roofline hint and the gaps between
+    tokens (the disagreements: `warning_lines`)."""
     parts: list[str | tuple[str, str] | Content] = []
     label, figures = engine_account(m)
     if figures:
@@ -252,9 +322,12 @@ def engine_line(m: Metrics) -> Content:
             f"p50 {fmt(m.itl_ms_p50)} p95 {fmt(m.itl_ms_p95)} p99 {fmt(m.itl_ms_p99)} "
             f"max {fmt(m.itl_ms_max)} ms",
         ]
-    for warning in m.warnings:
-        parts.append((f"\n⚠ {one_line(warning)}", "$stall"))
     return Content.assemble(*parts)
+
+
+def warning_lines(m: Metrics) -> list[Content]:
+    """One line per disagreement between the server's figures and ours."""
+    return [Content.styled(f"⚠ {one_line(w)}", "$stall") for w in m.warnings]
 
 
 def edit_forecast_line(expected: Expected, system: bool) -> Content:
@@ -362,23 +435,45 @@ def anatomy_line(anatomy: Anatomy, width: int = 40, hint: str = "  (F8: the prom
     return Content.assemble(*parts)
 
 
-def panel_content(exchange: Exchange, forecast: Content | None, trim: TrimStats | None) -> Content:
-    """The whole live panel for `exchange`: its live figures; once it is over (a
-    `forecast` of the draft is given then), the engine's account, a server's window and
+def panel_lines(
+    exchange: Exchange, forecast: Content | None, trim: TrimStats | None, editing: bool = False
+) -> list[PanelLine]:
+    """Every line of the live panel for `exchange`, in the order shown: its live figures;
+    once it is over (a `forecast` of the draft, or of the edit while `editing`, is given
+    then), the engine's account, a server's window, the prompt's bar, a cache break and
     the forecast; the trimmer's line when it has done something."""
     live = exchange.live()
     section = exchange.prefill_section() if live.phase == "prefill" else ""
-    parts = [live_content(live, exchange.kv, section), Content(live.threads_note)]
+    lines = live_lines(live, exchange.kv, section)
+    lines.append(PanelLine(Content(live.threads_note), RANK["threads"]))
     if forecast is not None:
-        if exchange.metrics is not None:
+        if (m := exchange.metrics) is not None:
             if exchange.kv is None:  # a server: its window instead of the KV cache
-                parts.append(context_gauge(exchange.metrics))
-            parts.append(engine_line(exchange.metrics))
+                lines.append(PanelLine(context_gauge(m), RANK["gauge"]))
+            lines.append(PanelLine(engine_line(m), RANK["engine"]))
+            lines += [PanelLine(w, RANK["warning"]) for w in warning_lines(m)]
         if (anatomy := exchange.anatomy) is not None and anatomy.sections:
-            parts.append(anatomy_line(anatomy))
+            lines.append(PanelLine(anatomy_line(anatomy), RANK["anatomy"]))
             if (brk := anatomy.cache_break) is not None:
-                parts.append(Content.styled(f"⚠ {one_line(brk.line())}", "$warning"))
-        parts.append(forecast)
+                warn = Content.styled(f"⚠ {one_line(brk.line())}", "$warning")
+                lines.append(PanelLine(warn, RANK["break"]))
+        lines.append(PanelLine(forecast, RANK["edit" if editing else "forecast"]))
     if trim is not None:
-        parts.append(trim_line(trim))
-    return Content("\n").join(p for p in parts if p)
+        lines.append(PanelLine(trim_line(trim), RANK["trim"]))
+    return [line for line in lines if line.content]
+
+
+def fit_lines(lines: Sequence[PanelLine], width: int, height: int) -> Content:
+    """The lines that fit `height` rows of `width` cells, each whole (wrapped as drawn),
+    in their order: the most important first (lowest rank, then the earlier), then each
+    next one that still fits. Before the panel has a size: every line."""
+    if width <= 0 or height <= 0:
+        return Content("\n").join(line.content for line in lines)
+    rows = [max(1, len(line.content.wrap(width))) for line in lines]
+    kept: set[int] = set()
+    left = height
+    for i in sorted(range(len(lines)), key=lambda i: (lines[i].rank, i)):
+        if rows[i] <= left:
+            kept.add(i)
+            left -= rows[i]
+    return Content("\n").join(line.content for i, line in enumerate(lines) if i in kept)

@@ -8,6 +8,7 @@ The model's name and a server's details come from outside: drawn as text, one li
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from textual.content import Content
 from textual.widgets import Static
@@ -43,6 +44,8 @@ def model_line(backend: Backend) -> str:
     if geometry is not None:
         size = geometry.file_bytes / 1e6
         parts.append(f"{geometry.architecture}, {geometry.n_layers} layers, {size:,.0f} MB")
+    elif (size_bytes := file_size(getattr(backend, "model_path", None))) is not None:
+        parts.append(f"{size_bytes / 1e6:,.0f} MB")  # before the load reads its header
     if quant := QUANT.search(model.upper()):
         parts.append(quant.group(1))
     if backend.context_window:
@@ -59,6 +62,16 @@ def model_line(backend: Backend) -> str:
     if backend.state != "ready":
         parts.append(one_line(backend.state_detail or backend.state))
     return " · ".join(parts)
+
+
+def file_size(path: object) -> int | None:
+    """The size of the model file at `path` (None: not a local file, or unreadable)."""
+    if not isinstance(path, Path):
+        return None
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def welcome_content(backend: Backend) -> Content:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from textual import events
@@ -17,6 +18,7 @@ from textual.widgets import Collapsible, Static, TextArea
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.tui.markdown_view import MERGE_CHARS, MarkdownBody, sized_in_layout
+from phasechat.tui.telemetry_view import PanelLine, fit_lines
 
 
 class MessageView(Vertical):
@@ -303,22 +305,32 @@ class PromptInput(TextArea):
 
 
 class LivePanel(Widget):
-    """A fixed-height panel redrawn many times a second without a layout pass.
+    """A panel redrawn many times a second without a layout pass, which shows what
+    matters most in the rows it has.
 
     `Static.update` asks for a relayout of the screen, which with a long chat means
     arranging every message again 15 times a second; this widget only repaints itself.
+    It is given ranked lines (tui/telemetry_view.py `panel_lines`) and draws those that
+    fit its size, wrapped as drawn, the most important first (`fit_lines`): a terminal
+    too small for all of them loses the least important, never the one that matters.
     """
 
     DEFAULT_CSS = "LivePanel { height: 6; }"
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self._lines: tuple[PanelLine, ...] = ()
+        #: every line the panel means to say, in order (what it draws: `render`)
         self._content = Content("")
 
-    def show(self, content: Content) -> None:
-        if content != self._content:
-            self._content = content
+    def show(self, lines: Sequence[PanelLine]) -> None:
+        """Say `lines` from now on (a repaint only if they changed)."""
+        kept = tuple(lines)
+        if kept != self._lines:
+            self._lines = kept
+            self._content = Content("\n").join(line.content for line in kept)
             self.refresh()
 
     def render(self) -> Content:
-        return self._content
+        size = self.size  # the content region: padding excluded
+        return fit_lines(self._lines, size.width, size.height)

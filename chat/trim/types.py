@@ -86,7 +86,8 @@ def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:
     measure (a handful of tokens is dominated by fixed per-request overhead)."""
     tokens = seconds = 0.0
     for m in answers:
-        if m and m.evaluated_prompt_tokens and m.ttft_ms and m.evaluated_prompt_tokens >= 32:
+        ttft = m.ttft_ready_ms if m else None  # a wait for the model to load is not prefill
+        if m and m.evaluated_prompt_tokens and ttft and m.evaluated_prompt_tokens >= 32:
             tokens += m.evaluated_prompt_tokens
-            seconds += m.ttft_ms / 1000
+            seconds += ttft / 1000
     return tokens / seconds if seconds else None

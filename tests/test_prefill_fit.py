@@ -1,0 +1,74 @@
+"""The prefill forecast (issue 36, item 6): fitted on the engine's own prompt time as a
+cost per new token plus a cost per new token per token before it (attention), by least
+squares (each answer weighted by the tokens it read), with the fixed cost of a request
+measured as TTFT less the engine's time; never priced with a wait for the model."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.telemetry.forecast import Rates, fit_prefill, forecast, measured_rates
+from phasechat.telemetry.metrics import Metrics, metrics_from_dict
+
+#: (new tokens, cached before them, the engine's prompt ms) at 2 ms a token and 0.01 ms
+#: a token per token before it: 10 + 0: 20 + 0.01 x 10 x 5.5; 10 + 1,000: 20 + 0.01 x
+#: 10 x 1,005.5; 100 + 0: 200 + 0.01 x 100 x 50.5
+POINTS = [(10, 0, 20.55), (10, 1000, 120.55), (100, 0, 250.5)]
+
+
+def engine_answer(n: int, cached: int, ms: float, fixed: float = 5.0, **more: float) -> Metrics:
+    return metrics_from_dict(
+        {
+            "backend": "b",
+            "model": "m",
+            "finish": "stop",
+            "evaluated_prompt_tokens": n,
+            "cached_tokens": cached,
+            "server_prompt_n": n,
+            "server_cache_n": cached,
+            "server_prompt_ms": ms,
+            "ttft_ms": ms + fixed,
+            **more,
+        }
+    )
+
+
+def test_the_fit_tells_a_tokens_cost_from_its_attention_to_those_before_it() -> None:
+    c, k = fit_prefill(POINTS) or (0.0, 0.0)
+    assert (c, k) == (pytest.approx(2.0), pytest.approx(0.01))
+    # at one depth the two cannot be told apart: one cost a token, weighted by the tokens
+    # read (through the origin: (20 x 60 + 40 x 130) / (20² + 40²) = 3.2), not the mean
+    # of the two rates (3 and 3.25 ms a token)
+    assert fit_prefill([(20, 300, 60.0), (40, 300, 130.0)]) == (pytest.approx(3.2), 0.0)
+    assert fit_prefill([]) is None and fit_prefill([(20, 0, 0.0)]) is None
+
+
+def test_a_long_reread_is_forecast_from_the_engines_account_and_the_measured_overhead() -> None:
+    rates = measured_rates([engine_answer(*p) for p in POINTS], "b")
+    assert rates.prefill_tok_s == pytest.approx(500.0) and rates.attention_ms == pytest.approx(0.01)
+    assert rates.overhead_ms == pytest.approx(5.0)  # TTFT less the engine's prompt time
+    # 1,000 new tokens after 10 cached: 5 + 1,000 x 2 + 0.01 x 1,000 x (10 + 500.5)
+    f = forecast(rates, 1010, 10, 1, False)
+    assert f.ttft_ms == pytest.approx(7110.0) and f.prefill_ms == pytest.approx(7105.0)
+    # a prompt held whole but its last token: one token's cost and its attention
+    assert Rates(500.0, None, 1, 0.0, 0.01).prefill_ms(1, 99) == pytest.approx(2 + 0.01 * 100)
+
+
+def test_a_wait_for_the_model_is_not_priced_as_prefill() -> None:
+    # no engine account: TTFT against tokens, 50 ms fixed + 2 ms a token, once the second
+    # answer's 40 s wait for the model is left out (with it: 400 ms a token)
+    history = [
+        metrics_from_dict({"backend": "b", "finish": "stop", **figures})
+        for figures in (
+            {"evaluated_prompt_tokens": 100, "ttft_ms": 250.0},
+            {"evaluated_prompt_tokens": 200, "ttft_ms": 40_450.0, "load_ms": 40_000.0},
+        )
+    ]
+    rates = measured_rates(history, "b")
+    assert rates.overhead_ms == pytest.approx(50.0) and rates.prefill_tok_s == pytest.approx(500.0)
+    # with the engine's account: its overhead is the TTFT less the load and its time
+    # (two of three answers waited: with the wait, the median overhead would be 40 s)
+    loaded = [engine_answer(*p, fixed=40_005.0, load_ms=40_000.0) for p in POINTS[1:]]
+    rates = measured_rates([engine_answer(*POINTS[0]), *loaded], "b")
+    assert rates.overhead_ms == pytest.approx(5.0)
+    assert rates.prefill_tok_s == pytest.approx(500.0)
