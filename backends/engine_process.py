@@ -518,10 +518,13 @@ async def serve(conn: Connection) -> None:
     background: set[asyncio.Task[None]] = set()
 
     async def run(rid: int, request: GenerationRequest, every_s: float | None) -> None:
+        batches = backend.batches(request, every_s=every_s)
         try:
-            async for batch in backend.batches(request, every_s=every_s):
+            async for batch in batches:
                 send(("events", rid, batch))
+            await batches.aclose()
         except asyncio.CancelledError:
+            await batches.aclose()  # stops the llama thread (also if cancelled between batches)
             pass  # the generator stopped the llama thread on its way out
         except Exception as exc:  # a defect here: the answer fails, the engine stays up
             send(("events", rid, [StreamError("model", f"engine process: {exc}")]))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -332,13 +332,19 @@ class LocalBackend:
         self, request: GenerationRequest, *, every_s: float | None = None
     ) -> AsyncIterator[Event]:
         """Stream one answer; closing the iterator stops generation at the next token."""
-        async for batch in self.batches(request, every_s=every_s):
-            for event in batch:
-                yield event
+        batches = self.batches(request, every_s=every_s)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            # Leaving the loop does not close the inner generator: closed here, its own
+            # `finally` stops the llama thread before this one returns.
+            await batches.aclose()
 
     async def batches(
         self, request: GenerationRequest, *, every_s: float | None = None
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         """`stream`'s events as the llama thread hands them over, a batch at a time (for
         a consumer that forwards them: backends/engine_process.py)."""
         if self._state != "ready":

@@ -41,9 +41,15 @@ def greedy(n: int) -> GenerationRequest:
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> EngineProcess:
     """One engine process for the module's tests (each test leaves it running)."""
-    backend = EngineProcess(LocalConfig(model_path=model_path, n_ctx=2048, flash_attn=True))
+    backend = EngineProcess(same(model_path))
     asyncio.run(backend.start())
     return backend
+
+
+def same(model_path: Path) -> LocalConfig:
+    """One configuration for both sides of a comparison: a fixed thread count and flash
+    attention set (each changes the sums, and so a greedy answer's later tokens)."""
+    return LocalConfig(model_path=model_path, n_ctx=2048, threads=2, flash_attn=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,8 +65,18 @@ def test_the_app_builds_it_for_a_local_profile_that_asks() -> None:
 
 
 async def test_it_answers_as_the_engine_in_this_process_does(
-    engine: EngineProcess, local_backend: LocalBackend
+    engine: EngineProcess, model_path: Path
 ) -> None:
+    local_backend = LocalBackend(same(model_path))
+    await local_backend.start()
+    try:
+        await answers_alike(engine, local_backend)
+    finally:
+        await local_backend.aclose()
+
+
+async def answers_alike(engine: EngineProcess, local_backend: LocalBackend) -> None:
+    """The same answer, counts and cache from the engine process and from this one."""
     assert engine.state == "ready", engine.state_detail
     assert engine.pid is not None and engine.pid != os.getpid()
     assert engine.geometry == local_backend.geometry
