@@ -1,0 +1,92 @@
+"""History tokens read again per turn: a 10-turn chat on the bundled model, sampled.
+
+Run: .venv/bin/python bench/history_reread.py [--seed 1] [--turns 10] [--n-ctx 4096]
+
+One chat through the turn controller (the default sampling: temperature 0.7, up to 512
+tokens, a fixed seed; no trimming), as the UI sends it. Per turn, printed: the prompt's
+tokens, what the engine held before it (the last prompt and answer: its KV cache), how
+many of those it reused, how many of them it read again (held - cached: the history
+re-read), how many were new (the new message and the template's tail), how the last
+answer ended, and the cache break the turn reports. A sampled answer that the tokenizer
+splits otherwise when its text is tokenized again is re-read from that token on
+(docs/editing.md, "Token-exact history").
+
+To compare with the code before a change, run this file with PYTHONPATH set to that
+checkout (the path below is only added when phasechat cannot be imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+try:
+    import phasechat  # noqa: F401
+except ImportError:  # run from a checkout without PYTHONPATH
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import TurnController
+
+PROMPTS = (
+    "Explain the KV cache in one paragraph.",
+    "Name three colors.",
+    "Why is the sky blue?",
+    "Write a haiku about tokens.",
+    "What is prefill, in two sentences?",
+    "Give me a tip for learning Python.",
+    "What does a GPU do that a CPU does not?",
+    "Summarise our chat so far in one line.",
+    "Tell me a fact about octopuses.",
+    "Say goodbye in French and in German.",
+)
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--n-ctx", type=int, default=4096)
+    args = p.parse_args()
+    backend = LocalBackend(LocalConfig(n_ctx=args.n_ctx))
+    await backend.start()
+    if backend.state != "ready":
+        print(f"model not ready: {backend.state_detail}", file=sys.stderr)
+        return 1
+    turns = TurnController(backend, Settings(seed=args.seed))
+    turns.trimmer.enabled = False
+    held = 0
+    reread_total, reread_turns, last_finish = 0, 0, "-"
+    print(f"seed {args.seed}, temperature {turns.settings.temperature}, n_ctx {args.n_ctx}")
+    print("turn  prompt  held  cached  re-read  new  last-answer-end  break")
+    for i, prompt in enumerate(PROMPTS[: args.turns] * (1 + args.turns // len(PROMPTS))):
+        if i >= args.turns:
+            break
+        exchange = turns.begin(prompt)
+        async for _ in turns.run(exchange):
+            pass
+        trace, m = exchange.trace, exchange.metrics
+        if trace.prompt is None or m is None or trace.kv is None:
+            print(f"{i + 1:>4}  failed: {trace.error}")
+            return 1
+        cached = trace.prompt.cached_tokens
+        reread = max(0, held - cached)
+        reread_total += reread
+        reread_turns += reread > 0
+        anatomy = exchange.anatomy
+        brk = anatomy.cache_break.line() if anatomy and anatomy.cache_break else "-"
+        print(
+            f"{i + 1:>4}  {trace.prompt.prompt_tokens:>6}  {held:>4}  {cached:>6}  "
+            f"{reread:>7}  {trace.prompt.prompt_tokens - held:>3}  {last_finish:<15}  {brk}"
+        )
+        held, last_finish = trace.kv.used_tokens, f"{trace.finish} ({m.output_tokens})"
+    print(f"history tokens read again: {reread_total} in {reread_turns} of {args.turns} turns")
+    await backend.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
