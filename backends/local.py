@@ -350,14 +350,13 @@ class LocalBackend:
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {one_line(exc)}"))
             return
+        piece, ids = self._special_piece, tuple(answer_ids)
+        emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))
         timings = engine_timings(self._llm, before, cached)
         emit(timings)
         if (line := self._recheck_flash(timings)) is not None:
             emit(Notice(line))
         emit(kv_stats(self._llm, self.geometry, self.model_bytes))
-        piece = self._special_piece
-        ids = tuple(answer_ids)
-        emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))
         emit(Finished(reason))
 
     def _generate_inner(
