@@ -6,7 +6,9 @@ One chat through the turn controller (the default sampling: temperature 0.7, up 
 tokens, a fixed seed; no trimming), as the UI sends it. Per turn, printed: the prompt's
 tokens, what the engine held before it (the last prompt and answer: its KV cache), how
 many of those it reused, how many of them it read again (held - cached: the history
-re-read), how many were new (the new message and the template's tail), how the last
+re-read), how many were new (the new message and the template's tail), how many it
+would have read again had the history gone as text, tokenized again (`as-text`: the same
+run's prompt without the answers' own ids, against what the engine held), how the last
 answer ended, and the cache break the turn reports. A sampled answer that the tokenizer
 splits otherwise when its text is tokenized again is re-read from that token on
 (docs/editing.md, "Token-exact history").
@@ -27,6 +29,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from phasechat.backends.events import GenerationRequest, Message
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
@@ -61,11 +64,15 @@ async def main() -> int:
     held = 0
     reread_total, reread_turns, last_finish = 0, 0, "-"
     print(f"seed {args.seed}, temperature {turns.settings.temperature}, n_ctx {args.n_ctx}")
-    print("turn  prompt  held  cached  re-read  new  last-answer-end  break")
+    print("turn  prompt  held  cached  re-read  new  as-text  last-answer-end  break")
+    as_text_total, as_text_turns = 0, 0
     for i, prompt in enumerate(PROMPTS[: args.turns] * (1 + args.turns // len(PROMPTS))):
         if i >= args.turns:
             break
         exchange = turns.begin(prompt)
+        as_text = _as_text(backend, exchange.request, held) if exchange.request else 0
+        as_text_total += as_text
+        as_text_turns += as_text > 0
         async for _ in turns.run(exchange):
             pass
         trace, m = exchange.trace, exchange.metrics
@@ -80,12 +87,25 @@ async def main() -> int:
         brk = anatomy.cache_break.line() if anatomy and anatomy.cache_break else "-"
         print(
             f"{i + 1:>4}  {trace.prompt.prompt_tokens:>6}  {held:>4}  {cached:>6}  "
-            f"{reread:>7}  {trace.prompt.prompt_tokens - held:>3}  {last_finish:<15}  {brk}"
+            f"{reread:>7}  {trace.prompt.prompt_tokens - held:>3}  {as_text:>7}  "
+            f"{last_finish:<15}  {brk}"
         )
         held, last_finish = trace.kv.used_tokens, f"{trace.finish} ({m.output_tokens})"
     print(f"history tokens read again: {reread_total} in {reread_turns} of {args.turns} turns")
+    print(f"had it gone as text: {as_text_total} in {as_text_turns} of {args.turns} turns")
     await backend.aclose()
     return 0
+
+
+def _as_text(backend: LocalBackend, request: GenerationRequest, held: int) -> int:
+    """Tokens of the `held` ones the engine would read again were `request`'s history
+    sent as text: where its plain tokenization parts from the prompt sent (whose first
+    `held` tokens are what the engine holds, its answers being their own ids)."""
+    sent, _ = backend.format_prompt(request.messages)
+    plain, _ = backend.format_prompt(tuple(Message(m.role, m.content) for m in request.messages))
+    agree = min(len(sent), len(plain))
+    common = next((i for i, (a, b) in enumerate(zip(sent, plain, strict=False)) if a != b), agree)
+    return max(0, held - common)
 
 
 if __name__ == "__main__":
