@@ -6,11 +6,15 @@ same on both sides is named a re-tokenization (telemetry/anatomy.py)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
+import httpx
 import pytest
 
 from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.prompts import answer_span
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
@@ -170,3 +174,57 @@ async def test_an_answer_held_in_another_split_is_named_a_retokenization(
     assert m is not None and first.metrics is not None
     held = first.metrics.prompt_tokens + first.metrics.output_tokens  # type: ignore[operator]
     assert brk.tokens_read_again == held - m.cached_tokens
+
+
+@pytest.mark.server
+async def test_llama_server_holding_an_answer_in_another_split_names_the_retokenization(
+    start_llama_server: Callable[..., str],
+) -> None:
+    """llama-server does not say which ids it sampled: the break is placed where its
+    cached count ends, inside the previous answer whose text is the same. The server is
+    made to hold the answer as a split its tokenizer would not choose by a `/completion`
+    of the same prompt as token ids (as if it had sampled that split)."""
+    # a server of its own, whose slot holds the last request only: with its prompt
+    # cache (--cache-ram) it would restore the first turn's state, split as sampled
+    url = start_llama_server("--parallel", "1", "--cache-ram", "0")
+    backend = RemoteBackend(RemoteConfig(base_url=url))
+    await backend.start()
+    assert backend.state == "ready", backend.state_detail
+    root = url.removesuffix("/v1")
+    try:
+        turns = TurnController(backend, Settings(max_tokens=40, temperature=0))
+        turns.trimmer.enabled = False
+        first = await say(turns, "Explain the KV cache in one paragraph.")
+        assert first.rendered is not None and first.answer.content
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def tokenize(text: str) -> list[dict[str, Any]]:
+                r = await client.post(
+                    f"{root}/tokenize", json={"content": text, "with_pieces": True}
+                )
+                out: list[dict[str, Any]] = r.json()["tokens"]
+                return out
+
+            prompt = [t["id"] for t in await tokenize(first.rendered.text)]
+            answer = await tokenize(first.answer.content)
+            at = next(i for i, t in enumerate(answer) if len(t["piece"].strip()) >= 2)
+            piece = answer[at]["piece"]
+            cut = [t["id"] for t in await tokenize(piece[:-1]) + await tokenize(piece[-1:])]
+            odd = [t["id"] for t in answer[:at]] + cut + [t["id"] for t in answer[at + 1 :]]
+            r = await client.post(
+                f"{root}/completion",
+                json={"prompt": prompt + odd, "n_predict": 1, "cache_prompt": True},
+            )
+            assert r.status_code == 200
+        second = await say(turns, "Name three colors.")
+    finally:
+        await backend.aclose()
+    assert second.anatomy is not None and second.anatomy.source == "server"
+    brk = second.anatomy.cache_break
+    assert brk is not None and brk.kind == "retokenized" and brk.in_answer, brk
+    assert brk.line().startswith("the previous answer was tokenized differently at ‹")
+    m, held = second.metrics, first.metrics
+    assert m is not None and held is not None and held.prompt_tokens is not None
+    # the server kept the prompt and the answer up to the split, and read the rest again
+    assert held.prompt_tokens + at <= m.cached_tokens < held.prompt_tokens + len(answer)
+    assert brk.tokens_read_again == held.prompt_tokens + held.output_tokens - m.cached_tokens
