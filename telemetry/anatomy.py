@@ -108,7 +108,7 @@ class CacheBreak:
         else:
             what = "the prompt"
         # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's
-        at = f"‹{self.held}› (now ‹{self.sent}›)" if self.held else f"‹{self.sent}›"
+        at = f"‹{self.held}› (now ‹{self.sent}›)" if self.held else f"‹{self.sent}› (as sent now)"
         again = (
             f", {self.tokens_read_again:,} tokens read again"
             if self.tokens_read_again is not None

@@ -266,7 +266,10 @@ def test_a_server_whose_answer_tokens_are_unknown_is_placed_by_its_cached_count(
     brk = find_break(HELD, SENT, SPANS, _sections(), 5, False, tokens=tokens)
     assert brk is not None and brk.kind == "retokenized" and brk.in_answer
     assert (brk.held, brk.sent, brk.char_offset) == ("", "C| rocks", 2)
-    assert brk.line().startswith("the previous answer was tokenized differently at ‹C| rocks›")
+    assert brk.line() == (
+        "the previous answer was tokenized differently at ‹C| rocks› (as sent now), "
+        "5 tokens read again"
+    )
     # the answer's text changed (a thinking block dropped, say): not a re-tokenization
     changed = "Q?A:KVZ rocks|U:more"
     brk = find_break(HELD, changed, SPANS, _sections(), 5, False, tokens=tokens)
