@@ -7,8 +7,8 @@ tokens, a fixed seed; no trimming), as the UI sends it. Per turn, printed: the p
 tokens, what the engine held before it (the last prompt and answer: its KV cache), how
 many of those it reused, how many of them it read again (held - cached: the history
 re-read), how many were new (the new message and the template's tail), how many it
-would have read again had the history gone as text, tokenized again (`as-text`: the same
-run's prompt without the answers' own ids, against what the engine held), how the last
+would have read again had the history gone as text, tokenized again (`as-text`: the last
+answer's ids as sampled against the tokens of its text in this prompt), how the last
 answer ended, and the cache break the turn reports. A sampled answer that the tokenizer
 splits otherwise when its text is tokenized again is re-read from that token on
 (docs/editing.md, "Token-exact history").
@@ -61,7 +61,8 @@ async def main() -> int:
         return 1
     turns = TurnController(backend, Settings(seed=args.seed))
     turns.trimmer.enabled = False
-    held = 0
+    held, last_prompt, last_plain = 0, 0, 0
+    last_answer: tuple[int, ...] = ()
     reread_total, reread_turns, last_finish = 0, 0, "-"
     print(f"seed {args.seed}, temperature {turns.settings.temperature}, n_ctx {args.n_ctx}")
     print("turn  prompt  held  cached  re-read  new  as-text  last-answer-end  break")
@@ -70,7 +71,10 @@ async def main() -> int:
         if i >= args.turns:
             break
         exchange = turns.begin(prompt)
-        as_text = _as_text(backend, exchange.request, held) if exchange.request else 0
+        as_text = 0
+        if exchange.request is not None and last_answer:
+            plain = _plain(backend, exchange.request)
+            as_text = _as_text(plain, last_plain, last_answer, held - last_prompt)
         as_text_total += as_text
         as_text_turns += as_text > 0
         async for _ in turns.run(exchange):
@@ -91,20 +95,31 @@ async def main() -> int:
             f"{last_finish:<15}  {brk}"
         )
         held, last_finish = trace.kv.used_tokens, f"{trace.finish} ({m.output_tokens})"
+        assert exchange.request is not None
+        last_prompt, last_plain = trace.prompt.prompt_tokens, len(_plain(backend, exchange.request))
+        tokens = exchange.answer.tokens
+        last_answer = tokens.ids if tokens is not None else ()
     print(f"history tokens read again: {reread_total} in {reread_turns} of {args.turns} turns")
     print(f"had it gone as text: {as_text_total} in {as_text_turns} of {args.turns} turns")
     await backend.aclose()
     return 0
 
 
-def _as_text(backend: LocalBackend, request: GenerationRequest, held: int) -> int:
-    """Tokens of the `held` ones the engine would read again were `request`'s history
-    sent as text: where its plain tokenization parts from the prompt sent (whose first
-    `held` tokens are what the engine holds, its answers being their own ids)."""
-    sent, _ = backend.format_prompt(request.messages)
-    plain, _ = backend.format_prompt(tuple(Message(m.role, m.content) for m in request.messages))
-    agree = min(len(sent), len(plain))
-    common = next((i for i, (a, b) in enumerate(zip(sent, plain, strict=False)) if a != b), agree)
+def _plain(backend: LocalBackend, request: GenerationRequest) -> list[int]:
+    """`request`'s prompt with every answer as text, tokenized again (no ids spliced)."""
+    return backend.format_prompt(tuple(Message(m.role, m.content) for m in request.messages))[0]
+
+
+def _as_text(plain: list[int], before: int, answer: tuple[int, ...], held: int) -> int:
+    """Of the last answer's `held` tokens in the KV cache (its ids as sampled), how many
+    an engine sent the history as text would read again: the answer's ids against the
+    tokens of its text in the next prompt (`plain`, after the `before` tokens of the
+    last prompt). Earlier answers were read again, if at all, in their own next turn."""
+    common = 0
+    for a, b in zip(answer, plain[before:], strict=False):
+        if a != b:
+            break
+        common += 1
     return max(0, held - common)
 
 
