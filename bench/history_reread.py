@@ -1,6 +1,7 @@
 """History tokens read again per turn: a 10-turn chat on the bundled model, sampled.
 
 Run: .venv/bin/python bench/history_reread.py [--seed 1] [--turns 10] [--n-ctx 4096]
+[--threads 2]
 
 One chat through the turn controller (the default sampling: temperature 0.7, up to 512
 tokens, a fixed seed; no trimming), as the UI sends it. Per turn, printed: the prompt's
@@ -53,8 +54,15 @@ async def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="a fixed thread count: the same seed then gives the same answers run after "
+        "run (default: adaptive, whose changes alter the sums)",
+    )
     args = p.parse_args()
-    backend = LocalBackend(LocalConfig(n_ctx=args.n_ctx))
+    backend = LocalBackend(LocalConfig(n_ctx=args.n_ctx, threads=args.threads))
     await backend.start()
     if backend.state != "ready":
         print(f"model not ready: {backend.state_detail}", file=sys.stderr)
@@ -97,7 +105,8 @@ async def main() -> int:
         held, last_finish = trace.kv.used_tokens, f"{trace.finish} ({m.output_tokens})"
         assert exchange.request is not None
         last_prompt, last_plain = trace.prompt.prompt_tokens, len(_plain(backend, exchange.request))
-        tokens = exchange.answer.tokens
+        # getattr: the code before token-exact history (to compare with) has no ids
+        tokens = getattr(exchange.answer, "tokens", None)
         last_answer = tokens.ids if tokens is not None else ()
     print(f"history tokens read again: {reread_total} in {reread_turns} of {args.turns} turns")
     print(f"had it gone as text: {as_text_total} in {as_text_turns} of {args.turns} turns")
