@@ -35,11 +35,32 @@ ErrorKind = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerTokens:
+    """The token ids an engine made for one answer, in order, each token's bytes
+    (control tokens as their text), and the vocabulary they belong to (`vocab`: the
+    engine's identity, e.g. the local model's file; ids mean nothing to another).
+
+    The local backend sends it once an answer is done; every token it sampled is here,
+    thinking and a stop string's tokens included, the end-of-generation token not."""
+
+    ids: tuple[int, ...]
+    pieces: tuple[bytes, ...]
+    vocab: str
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message as a backend sees it."""
+    """One chat message as a backend sees it.
+
+    `tokens`: an answer's own token ids (`AnswerTokens`), where the engine that wrote it
+    said: the same engine then sends the answer back as those ids, not as its text
+    tokenized again (which may split a sampled answer differently, and so re-read it).
+    Not part of a message's identity: two messages with the same role and text are equal.
+    """
 
     role: Role
     content: str
+    tokens: AnswerTokens | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +291,7 @@ Event = (
     | KVStats
     | EngineThreads
     | Notice
+    | AnswerTokens
     | Finished
     | StreamError
 )

@@ -24,6 +24,7 @@ from typing import Any
 
 from phasechat.backends.base import LoadState, PromptRefused, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
+    AnswerTokens,
     Event,
     Finished,
     FinishReason,
@@ -126,6 +127,8 @@ class LocalBackend:
         self.model_bytes = 0
         self._piece: Callable[[int], bytes] = lambda token: b""
         self._special_piece: Callable[[int], bytes] = lambda token: b""
+        #: what this engine's token ids are valid for (`AnswerTokens.vocab`); "" unloaded
+        self.vocab = ""
         self._load_task: asyncio.Future[None] | None = None
         #: when the load ended (`perf_counter_ns`, on the llama thread): the end of the
         #: wait of a request sent while it loaded
@@ -234,9 +237,10 @@ class LocalBackend:
         formatter, self._format_name = chat_formatter(
             llm, self.config.chat_format, g, self.config.chat_template
         )
-        self._prompts = Prompts(llm, formatter, self._format_name)
         self._piece = piece_function(llm)
         self._special_piece = piece_function(llm, special=True)
+        self.vocab = vocab_identity(path, int(llm.n_vocab()))
+        self._prompts = Prompts(llm, formatter, self._format_name, self.vocab)
         self.model_bytes = int(llama_cpp.llama_model_size(llm.model))
         adaptive = self.config.threads is None
         self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, self._cpu)
@@ -388,13 +392,16 @@ class LocalBackend:
         self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
     ) -> None:
         before = perf_counters(self._llm)
+        answer_ids: list[int] = []
         try:
-            reason, cached = self._generate_inner(request, emit, cancel)
+            reason, cached = self._generate_inner(request, emit, cancel, answer_ids)
         except _Handled:
             return
         except Exception as exc:  # a llama.cpp failure mid-generation
             emit(StreamError("model", f"generation failed: {one_line(exc)}"))
             return
+        piece, ids = self._special_piece, tuple(answer_ids)
+        emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))
         timings = engine_timings(self._llm, before, cached)
         emit(timings)
         if (line := self._recheck_flash(timings)) is not None:
@@ -403,10 +410,15 @@ class LocalBackend:
         emit(Finished(reason))
 
     def _generate_inner(
-        self, request: GenerationRequest, emit: Callable[[Event], None], cancel: threading.Event
+        self,
+        request: GenerationRequest,
+        emit: Callable[[Event], None],
+        cancel: threading.Event,
+        answer_ids: list[int],
     ) -> tuple[FinishReason, int]:
         """Generate on the llama thread; returns how it ended and the cached prompt tokens.
-        Each token is stamped here, as it is made (`TextDelta.t_ns`)."""
+        Each token is stamped here, as it is made (`TextDelta.t_ns`); each answer token's
+        id is appended to `answer_ids` (the end-of-generation token is not the answer's)."""
         llm = self._llm
         try:
             tokens, template_stops = self.format_prompt(request.messages)
@@ -454,6 +466,7 @@ class LocalBackend:
                 if eog(token):
                     reason = "stop"
                     break
+                answer_ids.append(token)
                 n += 1
                 made = clock()
                 if last and (change := threads.gap(made - last, n)):
@@ -490,6 +503,17 @@ class LocalBackend:
     def token_decoder(self) -> Callable[[int | None], str]:
         """Token id -> the text it completes (llama_glue.token_decoder)."""
         return token_decoder(self._piece)
+
+
+def vocab_identity(path: Path, n_vocab: int) -> str:
+    """What a local model's token ids are valid for: its file (by path, size and change
+    time, so a file replaced in place is another vocabulary) and its vocabulary size."""
+    try:
+        st = path.stat()
+        stamp = f"{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        stamp = "?"
+    return f"llama.cpp:{path.resolve()}:{stamp}:{n_vocab}"
 
 
 class _Handled(Exception):

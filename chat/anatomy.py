@@ -11,14 +11,16 @@ follow from the engine's own count once it is known.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phasechat.backends.base import RenderedPrompt
-from phasechat.backends.events import Message
+from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.tokens import estimate_once
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
+    BREAK_MIN_TOKENS,
     Anatomy,
+    HeldTokens,
     Part,
     find_break,
     locate,
@@ -34,10 +36,28 @@ _JOIN = "\n"
 @dataclass(frozen=True, slots=True)
 class Held:
     """What an engine held after a request: its prompt's text (templated where known)
-    then the answer, and how many tokens that was."""
+    then the answer, and how many tokens that was.
+
+    Where the engine's tokenizer said (`source` not "estimate"): the prompt's tokens
+    (`pieces`, each as its bytes), then the answer's where the engine said them too
+    (`answer_known`: the local model), and where the answer starts in `text`
+    (`answer_at`). `inferred`: read from a saved chat's last exchange, not seen sent (a
+    new process): believed only where the engine's cached count agrees with it."""
 
     text: str
     tokens: int | None
+    #: whose tokenizer counted it (`Anatomy.source`; None: not said)
+    source: str | None = None
+    pieces: tuple[bytes, ...] | None = None
+    answer_known: bool = False
+    answer_at: int = 0
+    inferred: bool = False
+
+
+#: How many tokens short of the prefix a held prompt shares with the next one an
+#: engine's cached count may be and still confirm it held that prompt: llama-server
+#: re-reads the last token of a prompt held whole; a few more is the template's tail.
+CONFIRM_SLACK = 4
 
 
 def parts_of(messages: Sequence[Message]) -> list[Part]:
@@ -99,7 +119,22 @@ def anatomy_of(
         anatomy = Anatomy(anatomy.sections, anatomy.source, None, text, tuple(spans))
     if held is None or not anatomy.text:
         return anatomy
+    sent = _pieces(rendered, total) if anatomy.source != "estimate" else None
+    if held.inferred:
+        if sent is None or held.pieces is None or rendered is None:
+            return anatomy
+        # rendered as this prompt was: a BOS the rendering does not show, as b"" too
+        held = replace(held, pieces=sent[: len(sent) - len(rendered.pieces)] + held.pieces)
+        if not _confirmed(held, sent, cached):
+            return anatomy
+    if held.source is not None and (held.source == "estimate") != (anatomy.source == "estimate"):
+        # one text is templated, the other is not: their difference says nothing
+        return anatomy
     again = held.tokens - cached if held.tokens is not None and cached is not None else None
+    tokens = None
+    if sent is not None and held.pieces is not None:
+        shift = max(0, len(b"".join(sent)) - len(anatomy.text.encode("utf-8")))
+        tokens = HeldTokens(held.pieces, sent, held.answer_known, held.answer_at, cached, shift)
     brk = find_break(
         held.text,
         anatomy.text,
@@ -107,6 +142,7 @@ def anatomy_of(
         anatomy.sections,
         again,
         estimated=anatomy.source == "estimate",
+        tokens=tokens,
     )
     return Anatomy(
         anatomy.sections,
@@ -118,15 +154,67 @@ def anatomy_of(
     )
 
 
-def held_after(anatomy: Anatomy | None, answer: str, metrics: Metrics) -> Held | None:
-    """What the engine holds once this answer is done: the prompt, then the answer."""
+def _pieces(rendered: RenderedPrompt | None, total: int) -> tuple[bytes, ...] | None:
+    """The prompt's tokens as the engine read them (a BOS the rendering did not show
+    as b""), None where not known."""
+    if rendered is None or len(rendered.pieces) > total:
+        return None
+    return (b"",) * (total - len(rendered.pieces)) + rendered.pieces
+
+
+def _confirmed(held: Held, sent: tuple[bytes, ...] | None, cached: int | None) -> bool:
+    """Whether the engine's cached count says it held `held` (a chat's last exchange,
+    inferred): it reused about as much of this prompt as the two share, token by token.
+    An engine that held something else (nothing: a new local model; another chat)
+    reused less, or more."""
+    if sent is None or held.pieces is None or cached is None:
+        return False
+    common = 0
+    for a, b in zip(held.pieces, sent, strict=False):
+        if a != b:
+            break
+        common += 1
+    if common < BREAK_MIN_TOKENS:  # nothing shared worth a claim
+        return False
+    return common - CONFIRM_SLACK <= cached <= common
+
+
+def held_after(
+    anatomy: Anatomy | None,
+    answer: str,
+    metrics: Metrics,
+    rendered: RenderedPrompt | None = None,
+    tokens: AnswerTokens | None = None,
+) -> Held | None:
+    """What the engine holds once this answer is done: the prompt, then the answer
+    (token by token where the engine said: `rendered`, the answer's `tokens`)."""
     if anatomy is None or not anatomy.text:
         return None
-    tokens = None
+    count = None
     if metrics.prompt_tokens is not None:
-        tokens = metrics.prompt_tokens + metrics.output_tokens
+        count = metrics.prompt_tokens + metrics.output_tokens
     joiner = "" if anatomy.source != "estimate" else _JOIN
-    return Held(anatomy.text + joiner + answer, tokens)
+    text = anatomy.text + joiner + answer
+    at = len(anatomy.text + joiner)
+    if anatomy.source == "estimate":
+        return Held(text, count, "estimate", answer_at=at)
+    pieces = _pieces(rendered, metrics.prompt_tokens or 0)
+    if pieces is not None and tokens is not None:
+        return Held(text, count, anatomy.source, pieces + tokens.pieces, True, at)
+    return Held(text, count, anatomy.source, pieces, False, at)
+
+
+def inferred_held(rendered: RenderedPrompt, answer: str, metrics: Metrics | None) -> Held:
+    """What an engine holds if it served a saved chat's last exchange (the prompt
+    `rendered`, then its `answer`, whose saved `metrics` count both) last: to be
+    confirmed by its cached count at the next request (`anatomy_of`)."""
+    count = None
+    if metrics is not None and metrics.prompt_tokens is not None:
+        count = metrics.prompt_tokens + metrics.output_tokens
+    text = rendered.text + answer
+    return Held(
+        text, count, rendered.source, rendered.pieces, False, len(rendered.text), inferred=True
+    )
 
 
 def section_at(rendered: RenderedPrompt | None, messages: Sequence[Message], token: int) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from phasechat.backends.events import Message, Role
+from phasechat.backends.events import AnswerTokens, Message, Role
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.metrics import Metrics
 
@@ -44,6 +44,10 @@ class ChatMessage:
     id: int = field(default_factory=lambda: next(_ids))
     #: the message before this one on its branch (None: a root, the system prompt)
     parent: int | None = None
+    #: an answer's own token ids, where its engine said (the local model): sent back to
+    #: that engine as they are (backends/prompts.py). Not saved: a chat read back from
+    #: the database sends its answers as text.
+    tokens: AnswerTokens | None = None
 
     @property
     def in_prompt(self) -> bool:
@@ -70,7 +74,12 @@ class ChatMessage:
             self.reasoning,
             self.anatomy,
             parent=parent,
+            tokens=self.tokens,
         )
+
+    def as_message(self) -> Message:
+        """This message as a backend is sent it (an answer with its own token ids)."""
+        return Message(self.role, self.content, self.tokens)
 
 
 class Conversation:
@@ -167,7 +176,7 @@ class Conversation:
         system = path[0].content if path and path[0].role == "system" else ""
         rest = path[1:] if path and path[0].role == "system" else path
         out = [Message("system", system)] if system else []
-        out.extend(Message(m.role, m.content) for m in sendable(rest))
+        out.extend(m.as_message() for m in sendable(rest))
         return tuple(out)
 
     def sendable(self, skip: frozenset[int] = frozenset()) -> list[ChatMessage]:

@@ -32,7 +32,7 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.chat.anatomy import Held, anatomy_of, held_after, section_at
+from phasechat.chat.anatomy import Held, anatomy_of, held_after, inferred_held, section_at
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.text import is_text
@@ -129,6 +129,8 @@ class TurnListener(Protocol):
 FLUSH_S = 0.5
 #: How long a finished answer waits for its prompt's rendering (then: estimated).
 RENDER_WAIT_S = 5.0
+#: A rendering asked of a backend still loading: ask again once the answer is done.
+RENDER_AGAIN = RenderedPrompt("", (), "again")
 
 
 class TurnController:
@@ -152,6 +154,9 @@ class TurnController:
         self._every_s: float | None = None
         #: what each backend's engine held after this controller's last request on it
         self._held: dict[str, Held] = {}
+        #: a saved chat's last exchange (its prompt and answer) as it was opened: what
+        #: the engine that wrote it may hold still, for a process that did not send it
+        self._opened: tuple[tuple[Message, ...], ChatMessage] | None = None
 
     # -- what others read --------------------------------------------------------------
     @property
@@ -248,6 +253,8 @@ class TurnController:
         self._conversation = conversation
         self._settings = replace(self._settings, system=conversation.system)
         self.trimmer.follow(conversation)
+        last = self.last_request()
+        self._opened = (last[0], conversation.messages[-1]) if last is not None else None
 
     def _refuse_busy(self) -> None:
         if self._current is not None:
@@ -301,7 +308,7 @@ class TurnController:
         rest = messages[1:] if head is not None else messages
         system = head.content if head is not None else ""
         self.replace_conversation(
-            Conversation(system, [ChatMessage(m.role, m.content) for m in rest])
+            Conversation(system, [ChatMessage(m.role, m.content, tokens=m.tokens) for m in rest])
         )
         return self.retry()
 
@@ -341,7 +348,7 @@ class TurnController:
         head = (
             [summary.system(system)] if summary else [Message("system", system)] if system else []
         )
-        return (*head, *(Message(m.role, m.content) for m in kept))
+        return (*head, *(m.as_message() for m in kept))
 
     def last_request(self) -> tuple[tuple[Message, ...], str] | None:
         """The messages the branch's last answer answered, and its text: what an engine
@@ -485,9 +492,18 @@ class TurnController:
         assert exchange.request is not None
         messages = exchange.request.messages
 
+        backend = self._backend
+
         async def render() -> RenderedPrompt | None:
-            exchange.rendered = await self._backend.render(messages)
-            return exchange.rendered
+            ready = backend.state == "ready"
+            exchange.rendered = rendered = await backend.render(messages)
+            if rendered is None and not ready:
+                # still loading when asked (a first turn): asked again once it is done,
+                # so this answer's prompt and what the engine holds after it are the
+                # templated text, as the next turn's are (else the next turn's cache
+                # break compares a plain text with a templated one)
+                return RENDER_AGAIN
+            return rendered
 
         return asyncio.ensure_future(render())
 
@@ -498,21 +514,51 @@ class TurnController:
         metrics, request = exchange.metrics, exchange.request
         if metrics is None or request is None:
             return
-        try:
-            rendered = await asyncio.wait_for(rendering, RENDER_WAIT_S)
-        except (TimeoutError, asyncio.CancelledError):
-            rendered = None
+        rendered = await self._rendered(rendering, request.messages)
+        exchange.rendered = rendered
         name = self._backend.name
         held = self._held.get(name)
+        opened, self._opened = self._opened, None  # the engine holds this request next
+        if held is None and opened is not None:
+            held = await self._opened_held(opened, name)
         anatomy = anatomy_of(request.messages, rendered, metrics, held)
         exchange.anatomy = exchange.answer.anatomy = anatomy
-        after = held_after(anatomy, exchange.answer.content, metrics)
+        answer = exchange.answer
+        after = held_after(anatomy, answer.content, metrics, rendered, answer.tokens)
         if after is None:
             self._held.pop(name, None)
         else:
             self._held[name] = after
         if anatomy is not None:
             self._updated(exchange.answer, final=True)
+
+    async def _rendered(
+        self, rendering: asyncio.Future[RenderedPrompt | None], messages: tuple[Message, ...]
+    ) -> RenderedPrompt | None:
+        """The prompt's rendering (None: the backend cannot say, or not in time)."""
+        try:
+            rendered = await asyncio.wait_for(rendering, RENDER_WAIT_S)
+            if rendered is RENDER_AGAIN and self._backend.state == "ready":
+                rendered = await asyncio.wait_for(self._backend.render(messages), RENDER_WAIT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            rendered = None
+        return None if rendered is RENDER_AGAIN else rendered
+
+    async def _opened_held(
+        self, opened: tuple[tuple[Message, ...], ChatMessage], name: str
+    ) -> Held | None:
+        """What the engine `name` holds if it served the opened chat's last exchange
+        (`opened`: its messages and answer), to be confirmed by its cached count."""
+        messages, answer = opened
+        if answer.backend != name:
+            return None
+        try:
+            rendered = await asyncio.wait_for(self._backend.render(messages), RENDER_WAIT_S)
+        except TimeoutError:
+            return None
+        if rendered is None:
+            return None
+        return inferred_held(rendered, answer.content, answer.metrics)
 
     async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
         """One request of `exchange` through the recorder, its text saved as it streams."""
@@ -607,6 +653,7 @@ class TurnController:
             answer.status = "complete"
         exchange.metrics = compute(trace)
         answer.metrics = exchange.metrics
+        answer.tokens = trace.answer_tokens
         if self._current is exchange:
             self._current = None
         self._updated(answer, final=True)

@@ -14,8 +14,11 @@ Elsewhere each section is estimated (`source` "estimate"), and the template gets
 left of the prompt's count.
 
 A cache break: the engine held the previous request (its prompt and its answer) and
-this one reused less of it than it could. Where the two texts first differ says which
-message changed and what changed there.
+this one reused less of it than it could. Where the tokens are known (the local model's,
+llama-server's /tokenize) the two are compared token by token: a break whose text is the
+same on both sides is a re-tokenization (a sampled answer that the tokenizer, reading its
+text again, splits otherwise), named as such; one whose text differs is an edit, and
+where the two texts first differ says which message changed and what changed there.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 SectionKind = Literal["template", "system", "summary", "history", "new"]
+#: "edit": the text changed; "retokenized": the same text, other tokens; "other": the
+#: engine held something else since (a summary, a side trip on the same engine)
+BreakKind = Literal["edit", "retokenized", "other"]
 
 #: A break of fewer tokens than this is the template re-reading the end of the last
 #: answer (its end-of-turn marker, a trailing space), not a change.
@@ -67,9 +73,20 @@ class CacheBreak:
     sent: str  # ... and the text sent instead
     tokens_read_again: int | None
     estimated: bool
+    kind: BreakKind = "edit"
+    #: a "retokenized" break lies in the answer the engine wrote last (after its prompt)
+    in_answer: bool = False
 
     def line(self) -> str:
-        """One line for a person: "cache broke in message 3 at character 118: ..."."""
+        """One line for a person: "cache broke in message 3 at character 118: ...", or
+        "the previous answer was tokenized differently at ‹K|VC›, 77 tokens read again"."""
+        if self.kind == "retokenized":
+            return self._retokenized_line()
+        if self.kind == "other":
+            again = (
+                f"; {self.tokens_read_again:,} tokens read again" if self.tokens_read_again else ""
+            )
+            return f"cache broke: the engine held something else since{again}"
         where = (
             f"in message {self.message_index} at character {self.char_offset}"
             if self.message_index is not None
@@ -82,6 +99,22 @@ class CacheBreak:
         )
         approx = " (estimated)" if self.estimated else ""
         return f"cache broke {where}: `{self.held}` -> `{self.sent}`{again}{approx}"
+
+    def _retokenized_line(self) -> str:
+        if self.in_answer:
+            what = "the previous answer"
+        elif self.message_index is not None:
+            what = f"message {self.message_index}"
+        else:
+            what = "the prompt"
+        # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's
+        at = f"‹{self.held}› (now ‹{self.sent}›)" if self.held else f"‹{self.sent}› (as sent now)"
+        again = (
+            f", {self.tokens_read_again:,} tokens read again"
+            if self.tokens_read_again is not None
+            else ""
+        )
+        return f"{what} was tokenized differently at {at}{again}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,25 +305,39 @@ def find_break(
     sections: Sequence[Section],
     tokens_read_again: int | None,
     estimated: bool,
+    *,
+    tokens: HeldTokens | None = None,
 ) -> CacheBreak | None:
     """Where `sent` (this prompt's text) first differs from `held` (the previous
     request's prompt and answer, as the engine held them); `spans` place the sections in
     `sent`. None when nothing the engine held was read again (a normal next turn), or
-    fewer than BREAK_MIN_TOKENS of it. A break with no difference in the text means the
-    engine held something else since (a summary, a side trip on the same engine)."""
+    fewer than BREAK_MIN_TOKENS of it. `tokens`: both sides' tokens, where known: a break
+    there whose text is the same on both sides is a re-tokenization. A break with no
+    difference in the text or the tokens means the engine held something else since."""
     if tokens_read_again is not None and tokens_read_again < BREAK_MIN_TOKENS:
         return None
     at = common_prefix(held, sent)
+    split = _token_split(tokens) if tokens is not None else None
+    # a split placed by the engine's cached count alone is a re-tokenization only where
+    # the whole held text (its answer's too) is the start of this prompt's
+    if split is not None and split.same_text and (split.by_tokens or at == len(held)):
+        message_index, offset = _place(split.char, spans, sections)
+        in_answer = tokens is not None and split.char >= tokens.answer_at
+        return CacheBreak(
+            message_index,
+            offset,
+            split.held,
+            split.sent,
+            tokens_read_again,
+            estimated,
+            "retokenized",
+            in_answer,
+        )
     if at == min(len(held), len(sent)):  # one is a prefix of the other
         if tokens_read_again is None or len(sent) < len(held):
             return None
-        return CacheBreak(None, 0, "", "", tokens_read_again, estimated)
-    message_index, offset = None, at
-    for start, end, n in spans:
-        if at < end or start > at:
-            message_index = sections[n].message_index
-            offset = max(0, at - start)
-            break
+        return CacheBreak(None, 0, "", "", tokens_read_again, estimated, "other")
+    message_index, offset = _place(at, spans, sections)
     lo = max(0, at - AROUND // 2)
     return CacheBreak(
         message_index,
@@ -300,3 +347,94 @@ def find_break(
         tokens_read_again,
         estimated,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTokens:
+    """The tokens of a cache-break comparison, each as its bytes: what the engine held
+    (`held`: the previous prompt's, then its answer's where known, `answer_known`) and
+    what this prompt is (`sent`), with where the answer starts in the held text
+    (`answer_at`, characters) and the engine's count of this prompt's tokens it reused
+    (`cached`: where it began reading, None when it did not say)."""
+
+    held: tuple[bytes, ...]
+    sent: tuple[bytes, ...]
+    answer_known: bool
+    answer_at: int
+    cached: int | None
+    #: bytes before the text in both (a BOS whose piece the text does not show)
+    shift: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    char: int  # where the tokens part, in the sent text (characters)
+    held: str  # the held tokens from there until both sides meet on a boundary again,
+    sent: str  # ... and this prompt's, each shown as "K|VC"
+    same_text: bool  # the two runs of tokens spell the same bytes
+    by_tokens: bool = True  # False: placed by the engine's cached count, not by tokens
+
+
+def _token_split(t: HeldTokens) -> _Split | None:
+    """Where the held tokens and the sent ones first part (None: they do not, as far as
+    the held ones are known)."""
+    k = 0
+    for a, b in zip(t.held, t.sent, strict=False):
+        if a != b:
+            break
+        k += 1
+    if k < len(t.held) and k < len(t.sent):
+        held_run, sent_run = _until_aligned(t.held[k:], t.sent[k:])
+        hb, sb = b"".join(held_run), b"".join(sent_run)
+        # the held tokens may end before both sides meet again: the start agrees
+        same = hb == sb or (k + len(held_run) == len(t.held) and sb.startswith(hb))
+        return _Split(_char_of(t, k), _shown(held_run), _shown(sent_run), same)
+    if k < len(t.held) or t.answer_known or t.cached is None or t.cached < k:
+        return None
+    # the held prompt agrees whole and its answer's tokens are not known (a server):
+    # the engine began reading at `cached`, inside the answer's text
+    if t.cached >= len(t.sent):
+        return None
+    sent = _shown(t.sent[t.cached : t.cached + 2])
+    return _Split(_char_of(t, t.cached), "", sent, True, by_tokens=False)
+
+
+def _until_aligned(
+    a: Sequence[bytes], b: Sequence[bytes]
+) -> tuple[Sequence[bytes], Sequence[bytes]]:
+    """The shortest runs from the start of `a` and of `b` that end on the same byte
+    (both sides meet on a token boundary again), or as far as the shorter goes."""
+    i = j = 0
+    na = nb = 0
+    while i < len(a) and j < len(b):
+        if na <= nb:
+            na += len(a[i])
+            i += 1
+        else:
+            nb += len(b[j])
+            j += 1
+        if na == nb:
+            break
+    return a[:i], b[:j]
+
+
+def _shown(run: Sequence[bytes]) -> str:
+    """Tokens as "K|VC" (at most AROUND characters of each)."""
+    return "|".join(p.decode("utf-8", errors="replace")[:AROUND] for p in run[:8])
+
+
+def _char_of(t: HeldTokens, k: int) -> int:
+    """Where token `k` of the sent prompt starts in its text, in characters."""
+    joined = b"".join(t.sent[:k])[t.shift :]
+    return len(joined.decode("utf-8", errors="ignore"))
+
+
+def _place(
+    at: int, spans: Sequence[tuple[int, int, int]], sections: Sequence[Section]
+) -> tuple[int | None, int]:
+    """The message that character `at` of the prompt lies in (or the next one after
+    it), and the offset in that message's text."""
+    for start, end, n in spans:
+        if at < end or start > at:
+            return sections[n].message_index, max(0, at - start)
+    return None, at

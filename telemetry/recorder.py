@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from phasechat.backends.events import (
+    AnswerTokens,
     EngineThreads,
     Event,
     Finished,
@@ -103,6 +104,8 @@ class Trace:
     threads: EngineThreads | None = None
     thread_changes: int = 0
     notices: list[str] = field(default_factory=list)
+    #: the answer's token ids, where the engine said (the local backend, at the end)
+    answer_tokens: AnswerTokens | None = None
     #: the notices that name a server's figures that were not believed
     doubts: list[str] = field(default_factory=list)
     finish: FinishReason | None = None
@@ -180,6 +183,8 @@ class Trace:
                 self.notices.append(text)
                 if doubt:
                     self.doubts.append(text)
+            case AnswerTokens():
+                self.answer_tokens = event
             case Finished(reason=reason, t_silent_ns=silent, t_ns=ended):
                 self.finish = reason
                 self.t_done = ended if ended is not None else now

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.base import RenderedPrompt
-from phasechat.backends.events import Message
+from phasechat.backends.events import AnswerTokens, Message
 from phasechat.chat.anatomy import (
     Held,
     anatomy_of,
@@ -17,7 +17,15 @@ from phasechat.chat.anatomy import (
     section_at,
 )
 from phasechat.chat.trim.types import SUMMARY_HEADER
-from phasechat.telemetry.anatomy import Part, find_break, split_estimated, split_exact
+from phasechat.telemetry.anatomy import (
+    CacheBreak,
+    HeldTokens,
+    Part,
+    Section,
+    find_break,
+    split_estimated,
+    split_exact,
+)
 from phasechat.telemetry.metrics import metrics_from_dict
 
 TEXT = "<s>sys: Be brief.</s><u>héllo</u><a>"
@@ -188,7 +196,11 @@ def test_an_estimate_spreads_the_template_before_each_part_the_last_taking_the_r
 def test_the_engine_holds_the_prompt_then_the_answer_and_their_tokens_summed() -> None:
     m = metrics_from_dict({"prompt_tokens": 9, "output_tokens": 3})
     exact = split_exact(TEXT, PIECES, PARTS, None, None, "tokenizer")
-    assert held_after(exact, "Hi", m) == Held(TEXT + "Hi", 12)
+    assert held_after(exact, "Hi", m) == Held(TEXT + "Hi", 12, "tokenizer", None, False, len(TEXT))
+    # token by token where the engine said: the prompt's pieces, then the answer's
+    hi = AnswerTokens((7, 8), (b"H", b"i"), "v")
+    held = held_after(exact, "Hi", m, RenderedPrompt(TEXT, PIECES, "tokenizer"), hi)
+    assert held is not None and held.pieces == (*PIECES, b"H", b"i") and held.answer_known
     estimate = split_estimated(PARTS, 9, None, None, len)
     assert held_after(estimate, "Hi", m) is None  # no text: nothing to compare with
 
@@ -206,3 +218,84 @@ def test_an_evaluated_token_costs_the_engines_own_ms_per_token_else_ttft_per_tok
     fields: dict[str, float], ms: float | None
 ) -> None:
     assert ms_per_evaluated_token(metrics_from_dict(fields)) == ms
+
+
+# The engine held a prompt "Q?A:" and its answer "KVC rocks" as it sampled it: "K" +
+# "VC"; the next prompt has the same text, tokenized again: "KV" + "C".
+HELD = "Q?A:KVC rocks"
+HELD_PIECES = (b"Q?", b"A:", b"K", b"VC", b" rocks")
+SENT = HELD + "|U:more"
+SENT_PIECES = (b"Q?", b"A:", b"KV", b"C", b" rocks", b"|U:", b"more")
+SPANS = [(4, 13, 0), (16, 20, 1)]
+
+
+def _sections() -> list[Section]:
+    parts = [Part("history", 2, "KVC rocks"), Part("new", 3, "more")]
+    return list(split_estimated(parts, 7, 0, None, len).sections)
+
+
+def test_the_same_text_split_otherwise_is_named_a_retokenization() -> None:
+    tokens = HeldTokens(HELD_PIECES, SENT_PIECES, True, len("Q?A:"), 2)
+    brk = find_break(HELD, SENT, SPANS, _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "retokenized" and brk.in_answer
+    # the engine's split, then this prompt's, until both meet on a boundary again
+    assert (brk.held, brk.sent) == ("K|VC", "KV|C")
+    assert (brk.message_index, brk.char_offset) == (2, 0)  # where "K" starts
+    assert brk.line() == (
+        "the previous answer was tokenized differently at ‹K|VC› (now ‹KV|C›), 5 tokens read again"
+    )
+    # by text alone the two agree: the engine "held something else"
+    other = find_break(HELD, SENT, SPANS, _sections(), 5, False)
+    assert other is not None and other.kind == "other" and other.message_index is None
+
+
+def test_a_token_split_over_changed_text_is_an_edit_found_by_its_text() -> None:
+    sent = "Q?A:KVX rocks|U:more"
+    pieces = (b"Q?", b"A:", b"KV", b"X", b" rocks", b"|U:", b"more")
+    tokens = HeldTokens(HELD_PIECES, pieces, True, len("Q?A:"), 2)
+    brk = find_break(HELD, sent, SPANS, _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "edit"
+    assert (brk.message_index, brk.char_offset) == (2, 2)  # "C" -> "X", not where "K" is
+    assert brk.line().startswith("cache broke in message 2 at character 2: ")
+
+
+def test_a_server_whose_answer_tokens_are_unknown_is_placed_by_its_cached_count() -> None:
+    # the held prompt's tokens agree whole; the server reused 3 (up to "KV"), the
+    # answer's text is the start of the next prompt: it read the answer's rest again
+    tokens = HeldTokens(HELD_PIECES[:2], SENT_PIECES, False, len("Q?A:"), 3)
+    brk = find_break(HELD, SENT, SPANS, _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "retokenized" and brk.in_answer
+    assert (brk.held, brk.sent, brk.char_offset) == ("", "C| rocks", 2)
+    assert brk.line() == (
+        "the previous answer was tokenized differently at ‹C| rocks› (as sent now), "
+        "5 tokens read again"
+    )
+    # the answer's text changed (a thinking block dropped, say): not a re-tokenization
+    changed = "Q?A:KVZ rocks|U:more"
+    brk = find_break(HELD, changed, SPANS, _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "edit" and brk.char_offset == 2
+    # a few tokens read again (the template's end-of-turn): no break at all
+    assert find_break(HELD, SENT, SPANS, _sections(), 2, False, tokens=tokens) is None
+
+
+def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
+    """A new process reads what the engine held from the chat's last exchange; it is
+    believed only when the engine reused about what the two share."""
+    held_text = "<s>sys: Be brief.</s><u>hullo</u><a>"
+    held_pieces = (*PIECES[1:5], b"hullo", b"</u><a>")
+    held = Held(held_text + "Yo", 9, "tokenizer", held_pieces, False, len(held_text), True)
+    rendered = RenderedPrompt(TEXT, PIECES[1:], "tokenizer")  # the server adds the BOS
+    messages = [Message("system", "Be brief."), Message("user", "héllo")]
+
+    def brk(cached: int) -> object:
+        m = metrics_from_dict({"prompt_tokens": 9, "cached_tokens": cached, "cache_reported": True})
+        a = anatomy_of(messages, rendered, m, held)
+        assert a is not None
+        return a.cache_break
+
+    # BOS + 4 tokens shared: a cached count of 5 (or a few less) confirms it
+    confirmed = brk(5)
+    assert isinstance(confirmed, CacheBreak) and confirmed.message_index == 1
+    assert confirmed.char_offset == 1 and confirmed.tokens_read_again == 4  # "u" -> "é"
+    assert brk(0) is None  # the engine held nothing of it (restarted)
+    assert brk(7) is None  # more than the two share: it held something else

@@ -128,6 +128,38 @@ def test_dry_run_forecasts_what_llama_server_then_reads(
         assert abs(dry["prompt_tokens"] - real["prompt_tokens"]) <= 2
 
 
+@pytest.mark.server
+def test_a_headless_edit_on_llama_server_carries_the_break_at_the_edited_message(
+    start_llama_server: Callable[..., str],
+) -> None:
+    """Each `ask` is a new process: what the server held is read from the chat's last
+    exchange, believed because the server's cached count agrees with it."""
+    server = ("--backend", "openai", "--base-url", start_llama_server("--parallel", "1"))
+    first = ask_json(*server, "--system", "Be brief.", "What is one plus one?")
+    chat_id = str(first["chat_id"])
+    second = ask_json(*server, "--chat", chat_id, "What is two plus two?")
+    assert second["cached_tokens"] > 0 and second["cache_break"] is None  # a plain next turn
+    edited = ("--edit", "2", "Quickly: what is two plus two? Answer briefly.")
+    edit = ask_json(*server, "--chat", chat_id, *edited)
+    brk = edit["cache_break"]
+    assert brk is not None and brk["kind"] == "edit", edit
+    # message 3 of the request (0 = the system prompt): the edited question, from its start
+    assert (brk["message_index"], brk["char_offset"]) == (3, 0)
+    assert "What is two" in brk["held"] and "Quickly" in brk["sent"]
+    held = second["prompt_tokens"] + second["output_tokens"]
+    assert brk["tokens_read_again"] == held - edit["cached_tokens"]
+    # the same edit on a server that never served the chat (it held nothing of it):
+    # its cached count does not confirm the chat's last exchange, so no break is claimed
+    fresh = (
+        "--backend",
+        "openai",
+        "--base-url",
+        start_llama_server("--parallel", "1", "-c", "2048"),
+    )
+    cold = ask_json(*fresh, "--chat", chat_id, *edited)
+    assert cold["cached_tokens"] == 0 and cold["cache_break"] is None
+
+
 def saved_chat() -> int:
     turns = TurnController(ScriptedBackend())
     turns.replace_conversation(

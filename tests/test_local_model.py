@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from phasechat.backends.events import (
+    AnswerTokens,
     Event,
     Finished,
     GenerationRequest,
@@ -40,6 +41,10 @@ async def test_answer_streams_token_by_token(local_backend: LocalBackend) -> Non
     assert "".join(d.text for d in deltas).strip()
     assert isinstance(events[-2], KVStats) and isinstance(events[-1], Finished)
     kv = events[-2]
+    # the answer's own token ids, one per token event, spelling its text
+    (ids,) = [e for e in events if isinstance(e, AnswerTokens)]
+    assert len(ids.ids) == sum(d.tokens or 0 for d in deltas) and ids.vocab == local_backend.vocab
+    assert b"".join(ids.pieces).decode() == "".join(d.text for d in deltas)
     assert kv.capacity_tokens == 2048 and 0 < kv.used_tokens <= 2048 and kv.used_bytes > 0
 
 

@@ -113,7 +113,7 @@ class Trimmer:
         if not self.enabled or self.summary is None:
             return conversation.prompt_messages()
         out = [self.summary.system(conversation.system)]
-        out.extend(Message(m.role, m.content) for m in conversation.sendable(self.summary.covers))
+        out.extend(m.as_message() for m in conversation.sendable(self.summary.covers))
         return tuple(out)
 
     def follow(self, conversation: Conversation) -> None:
