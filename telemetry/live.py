@@ -60,6 +60,9 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     first, last = trace.t_first_token, trace.t_last_token
     if trace.t_queued is not None and not trace.t_sent:
         return _queued(trace, now_ns)
+    # A frame drawn between the turn's start and its send: nothing has been waited for yet
+    # (t_sent is 0 until the request goes: "TTFT 8,504 s" was the clock since boot).
+    sent = trace.t_sent or now_ns
     if trace.done:
         phase: Phase = "done"
     elif trace.t_loading is not None and trace.t_loaded is None:
@@ -93,9 +96,9 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     answer_s = (last - answer) / 1e9 if answer is not None and last is not None else 0.0
     return Live(
         phase=phase,
-        elapsed_ms=(end - trace.t_sent) / 1e6,
-        ttft_ms=(first - trace.t_sent) / 1e6 if first is not None else None,
-        ttfo_ms=(answer - trace.t_sent) / 1e6 if answer is not None else None,
+        elapsed_ms=max(0.0, (end - sent) / 1e6),
+        ttft_ms=(first - sent) / 1e6 if first is not None else None,
+        ttfo_ms=(answer - sent) / 1e6 if answer is not None else None,
         reasoning_ms=(think_end - t_think) / 1e6 if t_think and think_end else None,
         reasoning_tokens=(
             trace.reasoning_tokens if trace.reasoning_tokens_known else trace.reasoning_deltas

@@ -6,6 +6,7 @@ rate, the verdict). The model file is named from the start, before it is loaded.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ def test_a_load_that_ended_as_the_request_was_sent_is_a_wait_of_zero() -> None:
 
 def test_while_the_model_loads_the_panel_says_so_not_prefilling() -> None:
     trace = Trace(backend="local", model="m", prompt_estimate=24)
-    trace.t_sent = 0
+    trace.t_sent = 1  # sent at the clock's start (a t_sent of 0 is "not sent yet")
     trace.observe(ModelLoading(), 1 * MS)
     live = snapshot(trace, 45_707 * MS)
     assert live.phase == "loading" and live.load_ms == pytest.approx(45_707)
@@ -141,6 +142,16 @@ async def test_the_ui_names_the_model_from_the_start_and_shows_the_load(
     model_path: Path,
 ) -> None:
     backend = LocalBackend(LocalConfig(n_ctx=2048))
+    # The load is held open until the panel has drawn it: a cached flash-attention choice
+    # makes it quicker than the panel's redraw interval, and no frame would show it.
+    gate = threading.Event()
+    load = backend._load_inner
+
+    def held() -> None:
+        gate.wait(60)
+        load()
+
+    backend._load_inner = held  # type: ignore[method-assign]
     app = PhasechatApp(settings=Settings(max_tokens=4, temperature=0), backend=backend)
     headlines: list[str] = []
     async with app.run_test(size=(120, 40)) as pilot:
@@ -160,6 +171,8 @@ async def test_the_ui_names_the_model_from_the_start_and_shows_the_load(
 
         panel.show = seen  # type: ignore[method-assign,assignment]
         app.send("Hi.")
+        await wait_for(pilot, lambda: any(h.startswith("loading the model") for h in headlines))
+        gate.set()
         await settled(pilot, app, 1)
         m = app.turns.exchanges[0].metrics
         assert m is not None and m.load_ms is not None
@@ -169,3 +182,12 @@ async def test_the_ui_names_the_model_from_the_start_and_shows_the_load(
         verdict_line = str(app.query(VerdictLine).last().render())
         assert verdict_line.startswith("load-bound ("), verdict_line
     await backend.aclose()
+
+
+def test_a_frame_before_the_send_has_waited_for_nothing() -> None:
+    # The app may draw between a turn's start and its send, when t_sent is still 0: the
+    # panel showed "prefilling 17 tokens   TTFT 8,504.55 s" (the clock since boot).
+    trace = Trace("local", "m", prompt_estimate=17)
+    live = snapshot(trace, 8_504_550_000_000)
+    assert live.elapsed_ms == 0.0
+    assert live.ttft_ms is None and live.load_ms is None
