@@ -85,9 +85,6 @@ def write(out: Path, source: Path | None = None, seed: int = 0) -> Path:
         return np.ones(N_EMBD, dtype=np.float32)
 
     embd = matrix(n_vocab, N_EMBD)  # tied: the output layer too (SmolLM2 has no output.weight)
-    for key in ("eos_token_id", "eot_token_id", "eom_token_id"):
-        if (f := reader.fields.get(f"tokenizer.ggml.{key}")) is not None:
-            embd[int(f.contents())] = 0
     embd[_eog_ids(reader)] = 0
     writer.add_tensor("token_embd.weight", embd)
     for i in range(N_LAYERS):
@@ -113,11 +110,18 @@ def write(out: Path, source: Path | None = None, seed: int = 0) -> Path:
 
 
 def _eog_ids(reader: Any) -> list[int]:
-    """The ids of the tokens that end a turn in the bundled template (`<|im_end|>`,
-    `<|endoftext|>`): by their text, as llama.cpp's own end-of-generation list is."""
+    """The ids of the tokens that end a turn: the ones the header names, and the ones
+    llama.cpp's own end-of-generation list finds by their text (`<|im_end|>`,
+    `<|endoftext|>` in the bundled template)."""
+    named = [
+        int(f.contents())
+        for key in ("eos_token_id", "eot_token_id", "eom_token_id")
+        if (f := reader.fields.get(f"tokenizer.ggml.{key}")) is not None
+    ]
     tokens = reader.fields["tokenizer.ggml.tokens"]
     wanted = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"}
-    return [i for i, idx in enumerate(tokens.data) if bytes(tokens.parts[idx]).decode() in wanted]
+    texts = [i for i, idx in enumerate(tokens.data) if bytes(tokens.parts[idx]).decode() in wanted]
+    return sorted({*named, *texts})
 
 
 def cached(folder: Path | None = None) -> Path:
