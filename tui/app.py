@@ -304,6 +304,8 @@ class PhasechatApp(ChatHost):
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
             self._streaming = None
+            with contextlib.suppress(NoMatches):
+                self.query_one(ChatLog).finished()
             with contextlib.suppress(NoMatches):  # the app may be shutting down
                 self.refresh_status()
 
@@ -368,8 +370,8 @@ class PhasechatApp(ChatHost):
     def refresh_welcome(self) -> None:
         """The first screen, while the chat on screen has no answer."""
         welcome = self.query_one(Welcome)
-        shown = self.query_one(ChatLog).query_children(MessageView)
-        welcome.display = not any(v.message.role == "assistant" for v in shown)
+        shown = self.query_one(ChatLog).drawn_messages()
+        welcome.display = not any(m.role == "assistant" for m in shown)
         if welcome.display:
             welcome.show_for(self.backend)
 
@@ -475,7 +477,7 @@ class PhasechatApp(ChatHost):
         if shown is None:
             return
         self._stop_editing()
-        await self.query_one(ChatLog).show_path(self.turns.conversation)
+        await self.query_one(ChatLog).show_path(self.turns.conversation, reveal=shown)
         self.query_one(ChatLog).focus_message(shown.id)
         self.refresh_status()
 

@@ -191,12 +191,53 @@ def footer_of(message: ChatMessage, footer: Content) -> Content:
     return footer
 
 
+#: A chat mounts a window of its messages, at first its newest this many (more than a
+#: tall terminal shows): every message mounted is laid out again at every layout pass
+#: (~0.5 ms each on a 2-core machine), and mounting 5,000 at once froze the UI for a
+#: minute (issue 38, bench/long_chat.py).
+FIRST_VIEWS = 25
+#: Messages are mounted this many at a time at the window's edge the user scrolls to.
+BATCH = 10
+#: The window never holds more than this many (beyond it, those farthest from what the
+#: screen shows are unmounted), so a layout pass costs the same at any place in the chat.
+MAX_VIEWS = 50
+
+_Drawn = tuple[ChatMessage, tuple[int, int]]  # a message and its (place, siblings)
+
+
 class ChatLog(VerticalScroll):
-    """The messages of the conversation, oldest first, anchored to the newest."""
+    """The messages of the conversation, oldest first, anchored to the newest.
+
+    Only a window of the branch is mounted: its newest messages at first (FIRST_VIEWS);
+    scrolling near the window's top or bottom mounts the next BATCH there, and unmounts
+    those farthest away beyond MAX_VIEWS, so a long chat opens at once and each key is
+    answered between batches wherever the user reads.
+    """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._marked = 0  # messages shown as summarized
+        self._covered: frozenset[int] = frozenset()  # their ids
+        #: The branch's messages above and below the window, not mounted (oldest first).
+        self._older: list[_Drawn] = []
+        self._newer: list[_Drawn] = []
+        #: The answer streaming into the window: never unmounted (the app draws into it).
+        self._live: MessageView | None = None
+        self._conversation: Conversation | None = None  # the one shown last
+        self._loading = False  # a batch is on its way
+        #: One change of the views at a time: a batch mounted while a new answer is
+        #: drawn would interleave with it.
+        self._changing = asyncio.Lock()
+
+    @property
+    def unmounted(self) -> int:
+        """How many of the branch's messages are not mounted (above and below)."""
+        return len(self._older) + len(self._newer)
+
+    def drawn_messages(self) -> list[ChatMessage]:
+        """The messages of the branch drawn, mounted or not, oldest first."""
+        views = [view.message for view in self.query_children(MessageView)]
+        return [m for m, _ in self._older] + views + [m for m, _ in self._newer]
 
     def on_mount(self) -> None:
         # What start-up made lives as long as the app: out of the collector's scans from
@@ -208,42 +249,153 @@ class ChatLog(VerticalScroll):
     async def show(self, conversation: Conversation) -> None:
         """Replace what is shown with `conversation` (a saved chat, or a new one)."""
         gc.unfreeze()  # the old chat's widgets may be frozen (settle_heap): let them go
-        await self.remove_children()
+        async with self._changing:
+            await self.remove_children()
+            self._older, self._newer, self._live = [], [], None
         self._marked = 0
         await self.show_path(conversation)
 
     async def show_path(
-        self, conversation: Conversation, streaming: ChatMessage | None = None, step: int = 1
+        self,
+        conversation: Conversation,
+        streaming: ChatMessage | None = None,
+        step: int = 1,
+        reveal: ChatMessage | None = None,
     ) -> MessageView | None:
         """Show the branch `conversation` shows now: the views it shares with what is
         on screen stay, the rest is drawn again (after an edit, a retry or a switch to a
         sibling, only what follows the fork). `streaming`: the answer about to stream,
-        which grows `step` lines at a time; returns its view."""
-        wanted = shown_messages(conversation)
-        views = list(self.query_children(MessageView))
-        keep = 0
-        for view, message in zip(views, wanted, strict=False):
-            if view.message is not message or view.branch != conversation.branch_of(message):
-                break
-            keep += 1
-        if views[keep:]:
-            await self.remove_children(views[keep:])
-        new = [
-            MessageView(m, step if m is streaming else 1, conversation.branch_of(m))
-            for m in wanted[keep:]
-        ]
-        if new:
-            await self.mount_all(new)
-        for view in new:
+        which grows `step` lines at a time; returns its view. Of many new messages only
+        the newest FIRST_VIEWS are mounted; with `reveal`, the window starts there if
+        it is older."""
+        async with self._changing:
+            self._conversation = conversation
+            wanted = shown_messages(conversation)
+            branches = [conversation.branch_of(m) for m in wanted]
+            views = list(self.query_children(MessageView))
+            drawn = [*self._older, *((v.message, v.branch) for v in views), *self._newer]
+            keep = 0
+            for (message, branch), want, wanted_branch in zip(
+                drawn, wanted, branches, strict=False
+            ):
+                if message is not want or branch != wanted_branch:
+                    break
+                keep += 1
+            lo, hi = max(0, len(wanted) - FIRST_VIEWS), len(wanted)
+            at = next((i for i, m in enumerate(wanted) if m is reveal), None)
+            if at is not None and at < lo:
+                lo, hi = at, min(len(wanted), at + FIRST_VIEWS)
+            mounted_from = len(self._older)
+            if not self._newer and hi == len(wanted) and mounted_from <= keep and lo <= keep:
+                # The window goes on from what is mounted: only what follows the fork.
+                gone = views[keep - mounted_from :]
+                lo = mounted_from
+                first_new = keep
+            else:  # elsewhere in the chat: a window of its own
+                gone, first_new = views, lo
+            if gone:
+                await self.remove_children(gone)
+            self._older = list(zip(wanted[:lo], branches[:lo], strict=True))
+            self._newer = list(zip(wanted[hi:], branches[hi:], strict=True))
+            new = [
+                MessageView(m, step if m is streaming else 1, branches[i])
+                for i, m in enumerate(wanted[first_new:hi], first_new)
+            ]
+            if new:
+                await self.mount_all(new)
+            self._dress(new, streaming)
+            live = next((v for v in new if v.message is streaming), None)
+            if streaming is not None:
+                self._live = live
+        self.anchor(not self._newer)
+        self.call_after_refresh(self._fill)
+        return live
+
+    def finished(self) -> None:
+        """The streaming answer is final on screen: it may be unmounted like the rest."""
+        self._live = None
+
+    def _dress(self, views: list[MessageView], streaming: ChatMessage | None = None) -> None:
+        """Footers and summary marks of views just mounted."""
+        for view in views:
             m = view.message
             if m.role == "assistant" and m.metrics is not None and m is not streaming:
                 view.set_footer(footer_of(m, answer_footer(m.metrics)))
-        self.anchor()
-        return next((v for v in new if v.message is streaming), None)
+            if m.id in self._covered:
+                view.mark_summarized(True)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._fill()
+
+    def _fill(self) -> None:
+        """Mount a batch where the view is within a screen of the window's top or
+        bottom and the branch has more there (a chat shorter than the screen: at once)."""
+        if self._loading or not self.is_attached:
+            return
+        height = self.size.height
+        up = bool(self._older) and self.scroll_y < height
+        down = bool(self._newer) and self.scroll_y > self.max_scroll_y - height
+        if up or down:
+            self._loading = True
+            self.run_worker(self._mount_batch(up), group="chat-window")
+        elif not self._newer and not self.is_anchored and self.scroll_y >= self.max_scroll_y:
+            self.anchor()  # back at the chat's end: new text keeps it in view again
+
+    async def _mount_batch(self, up: bool) -> None:
+        """Mount the next BATCH above the window (`up`) or below it, keeping what the
+        user sees where it is; then unmount beyond MAX_VIEWS, farthest first."""
+        kept: MessageView | None = None  # the view whose place on screen is kept
+        shift = 0  # ... or the lines to scroll by
+        try:
+            async with self._changing:
+                views = list(self.query_children(MessageView))
+                at_end = self.scroll_y >= self.max_scroll_y and not self._newer
+                if up:
+                    batch = self._older[-BATCH:]
+                    del self._older[-BATCH:]
+                else:
+                    batch = self._newer[:BATCH]
+                    del self._newer[:BATCH]
+                new = [MessageView(m, 1, branch) for m, branch in batch]
+                await self.mount_all(new, before=views[0] if up and views else None)
+                self._dress(new)
+                extra = max(0, len(views) + len(new) - MAX_VIEWS)
+                if up:  # mounted above the first view: it must stay where it was
+                    kept = views[0] if views else None
+                    # the newest go, unless one of them is the answer streaming
+                    gone = views[len(views) - extra :] if extra else []
+                    if self._live in gone:
+                        gone = []
+                    self._newer[:0] = [(v.message, v.branch) for v in gone]
+                else:  # the oldest go: the view after them moves up by their height
+                    gone = views[:extra]
+                    if gone:
+                        shift = -views[extra].virtual_region.y if extra < len(views) else 0
+                    self._older += [(v.message, v.branch) for v in gone]
+                if gone:
+                    await self.remove_children(gone)
+        finally:
+            self._loading = False
+        if at_end:  # anchored to the chat's end: that holds it in place
+            self.call_after_refresh(self._fill)
+        else:
+            self.call_after_refresh(self._keep_place, kept, shift)
+
+    def _keep_place(self, kept: MessageView | None, shift: int) -> None:
+        """Scroll by what went in above `kept` (now its offset: it was first), or by
+        `shift`."""
+        moved = kept.virtual_region.y if kept is not None else shift
+        if moved:
+            self.scroll_to(y=self.scroll_y + moved, animate=False)
+        self._fill()
 
     def focus_message(self, message_id: int | None) -> bool:
         """Focus message `message_id` (None: the newest) and scroll to it; False if it
-        is not shown."""
+        is not mounted (the newest: the window goes back to the chat's end for it)."""
+        if message_id is None and self._newer and self._conversation is not None:
+            self.run_worker(self._focus_newest(self._conversation))
+            return True
         views = list(self.query_children(MessageView))
         if message_id is not None:
             views = [v for v in views if v.message.id == message_id]
@@ -253,6 +405,10 @@ class ChatLog(VerticalScroll):
         views[-1].scroll_visible()
         return True
 
+    async def _focus_newest(self, conversation: Conversation) -> None:
+        await self.show_path(conversation)
+        self.focus_message(None)
+
     def toggle_thinking(self) -> bool:
         """Fold or unfold the newest answer's thinking; False when no answer has any."""
         return any(view.toggle_thinking() for view in reversed(self.query(MessageView)))
@@ -261,6 +417,6 @@ class ChatLog(VerticalScroll):
         """Dim the messages a history summary replaces, when that set changes."""
         if len(covered) == self._marked:
             return
-        self._marked = len(covered)
+        self._marked, self._covered = len(covered), covered
         for view in self.query(MessageView):
             view.mark_summarized(view.message.id in covered)

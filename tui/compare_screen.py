@@ -24,7 +24,7 @@ from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
 from phasechat.backends.base import Backend
-from phasechat.chat.text import one_line, visible_controls
+from phasechat.chat.text import one_line
 from phasechat.chat.trips.compare import (
     Answer,
     Comparison,
@@ -38,6 +38,7 @@ from phasechat.chat.trips.compare import (
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
+from phasechat.tui.clip import clipped_text
 
 REFRESH_HZ = 10
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
@@ -263,7 +264,7 @@ class CompareScreen(Screen[None]):
                 text += " ▍" if answer.started else "(waiting for the other side)"
             if text != self._texts[n]:
                 self._texts[n] = text
-                drawn = Content(visible_controls(text))
+                drawn = clipped_text(text)  # a 1 MB answer: its start and end
                 self.query_one(f"#compare-text-{n}", Static).update(drawn)
             self.query_one(f"#title-{n}", SideTitle).check_model()
             sides.append(figures(answer, now))

@@ -15,6 +15,7 @@ from textual.content import Content
 from phasechat.chat.anatomy import name_of
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.anatomy import Anatomy
+from phasechat.tui.clip import clipped
 from phasechat.tui.report_screen import ReportScreen
 from phasechat.tui.telemetry_view import SECTION_STYLE, anatomy_line, fmt
 
@@ -107,5 +108,5 @@ class PromptView(ReportScreen):
 
     def body(self) -> Content:
         if self.anatomy.text:
-            return marked_text(self.anatomy)
+            return clipped(marked_text(self.anatomy))  # a long chat's: its start and end
         return Content.styled("(the prompt's text is kept only while the chat is open)", "dim")

@@ -14,6 +14,7 @@ from textual.content import Content
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.timeline import STALL_X, Timeline
+from phasechat.tui.clip import items_left_out, notice
 from phasechat.tui.report_screen import ReportScreen
 
 #: the shades' backgrounds, from the shortest gaps (dark green) to the longest (red)
@@ -75,9 +76,18 @@ def summary(t: Timeline, remote: bool) -> Content:
 
 
 def shaded_text(t: Timeline) -> Content:
-    parts: list[str | tuple[str, str]] = []
+    """The answer's text, each token event shaded by the gap before it; a very long
+    answer's middle events are left out (clip.py), with a line that says so."""
+    parts: list[str | tuple[str, str] | Content] = []
     thinking = False
+    cut = items_left_out([len(tick.text) for tick in t.ticks]) or (0, 0)
     for i, tick in enumerate(t.ticks):
+        if cut[0] <= i < cut[1]:
+            if i == cut[0]:
+                chars = sum(len(x.text) for x in t.ticks[cut[0] : cut[1]])
+                parts.append(notice(chars, f"{cut[1] - cut[0]:,} token events"))
+            thinking = tick.thinking
+            continue
         if tick.thinking and (i == 0 or not thinking):
             parts.append(("── thinking ──\n", "bold $phase-thinking"))
         if not tick.thinking and thinking:
