@@ -6,12 +6,14 @@ what was left out. No timings here: bench/long_chat.py measures them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from textual.pilot import Pilot
 from textual.widgets import Static
 
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.store.database import ChatStore
 from phasechat.telemetry.anatomy import Anatomy, Section
@@ -145,6 +147,44 @@ async def test_a_retry_in_a_long_chat_keeps_the_older_messages_waiting() -> None
         await pilot.pause(0.3)
         assert mounted(log)[-1] == "answer 299"
         assert log.unmounted == left
+
+
+class Held(ScriptedBackend):
+    """Streams "the start ", waits for `go`, then "and the end"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield TextDelta("the start ")
+        await self.go.wait()
+        yield TextDelta("and the end")
+        yield Finished("stop")
+
+
+async def test_scrolling_up_while_an_answer_streams_never_unmounts_it() -> None:
+    backend = Held()
+    async with long_chat(300, backend) as (pilot, app, log):
+        views = len(mounted(log))
+        app.send("one more")
+        await wait_for(pilot, lambda: app.generating and len(mounted(log)) == views + 2)
+        live = list(log.query_children(MessageView))[-1]
+        oldest = mounted(log)[0]
+        # Home again and again, far enough that the window would drop its newest.
+        while mounted(log).index(oldest) < MAX_VIEWS:
+            log.scroll_home(animate=False)
+            await pilot.pause(0.1)
+        assert live.is_attached and live.message.status == "streaming"
+        log.scroll_end(animate=False)  # back to it: nothing more is mounted or dropped
+        await pilot.pause(0.5)
+        backend.go.set()
+        await wait_for(pilot, lambda: not app.generating)
+        assert live.is_attached
+        assert live.markdown.source == "the start and the end"
+        assert log.drawn_messages() == shown_messages(app.turns.conversation)
 
 
 def test_a_long_prompt_is_drawn_clipped_with_its_notice() -> None:
