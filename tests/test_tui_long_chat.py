@@ -79,7 +79,7 @@ def on_screen(log: ChatLog, view: MessageView) -> bool:
 
 
 async def test_a_5000_message_chat_mounts_its_newest_messages_only() -> None:
-    async with long_chat(5000) as (_pilot, app, log):
+    async with long_chat(5000) as (pilot, app, log):
         views = list(log.query_children(MessageView))
         # The newest FIRST_VIEWS (no more come unasked: the view is at its end, far from
         # the top), the newest on screen, the oldest mounted above it.
@@ -91,6 +91,19 @@ async def test_a_5000_message_chat_mounts_its_newest_messages_only() -> None:
         # The branch drawn is still the whole chat, mounted or not.
         assert log.drawn_messages() == shown_messages(app.turns.conversation)
         assert not app.query_one("#welcome").display  # a chat with answers: no first screen
+        # Home (from a message): a window at the chat's start; End: back at its end.
+        await pilot.press("ctrl+up", "home")
+        await wait_for(pilot, lambda: mounted(log)[0] == "question 0")
+        await pilot.pause(0.3)
+        views = list(log.query_children(MessageView))
+        assert on_screen(log, views[0]) and len(views) <= MAX_VIEWS
+        assert log.drawn_messages() == shown_messages(app.turns.conversation)
+        await pilot.press("end")
+        await wait_for(pilot, lambda: mounted(log)[-1] == "answer 4999")
+        await pilot.pause(0.3)
+        views = list(log.query_children(MessageView))
+        assert on_screen(log, views[-1]) and len(views) <= MAX_VIEWS
+        assert app.focused is views[-1]
 
 
 async def test_scrolling_to_the_top_brings_every_older_message_in_order() -> None:

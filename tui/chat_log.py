@@ -365,11 +365,13 @@ class ChatLog(VerticalScroll):
                     kept = views[0] if views else None
                     # the newest go, unless one of them is the answer streaming
                     gone = views[len(views) - extra :] if extra else []
-                    if self._live in gone:
-                        gone = []
+                    if self._live in gone or self.app.focused in gone:
+                        gone = []  # kept: the answer streaming, the message focused
                     self._newer[:0] = [(v.message, v.branch) for v in gone]
                 else:  # the oldest go: the view after them moves up by their height
                     gone = views[:extra]
+                    if self.app.focused in gone:
+                        gone = []
                     if gone:
                         shift = -views[extra].virtual_region.y if extra < len(views) else 0
                     self._older += [(v.message, v.branch) for v in gone]
@@ -389,6 +391,26 @@ class ChatLog(VerticalScroll):
         if moved:
             self.scroll_to(y=self.scroll_y + moved, animate=False)
         self._fill()
+
+    def action_scroll_home(self) -> None:
+        """Home: the chat's first message, however far the window is from it (a window
+        of its own there, not a batch at a time)."""
+        if self._older and self._conversation is not None and self._live is None:
+            self.run_worker(self._window_at_start(self._conversation), group="chat-window")
+        else:
+            super().action_scroll_home()
+
+    def action_scroll_end(self) -> None:
+        """End: the chat's newest message, the window back at the chat's end."""
+        if self._newer and self._conversation is not None:
+            self.run_worker(self._focus_newest(self._conversation), group="chat-window")
+        else:
+            super().action_scroll_end()
+
+    async def _window_at_start(self, conversation: Conversation) -> None:
+        wanted = shown_messages(conversation)
+        await self.show_path(conversation, reveal=wanted[0] if wanted else None)
+        self.call_after_refresh(self.scroll_home, animate=False)
 
     def focus_message(self, message_id: int | None) -> bool:
         """Focus message `message_id` (None: the newest) and scroll to it; False if it
