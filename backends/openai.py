@@ -44,7 +44,7 @@ from phasechat.backends.httplog import (
     scrub_key,
 )
 from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
-from phasechat.backends.server_metrics import MetricsWatch
+from phasechat.backends.server_metrics import MetricsWatch, span_of
 from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
@@ -363,6 +363,7 @@ class RemoteBackend:
     async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:
         client = self._http()
         connect = ConnectTimer()
+        sent = time.perf_counter_ns()  # the server's account of the request fits after it
         try:
             req = client.build_request(
                 "POST",
@@ -414,9 +415,13 @@ class RemoteBackend:
                     ended = time.perf_counter_ns()
                     root, headers = root_of(self.base_url), self._plain_headers()
                     watch = self.metrics
-                    account = await watch.finished(ticket, client, root, headers, usage)
+                    e2e_ms = (ended - sent) / 1e6
+                    span = span_of(e2e_ms, request.messages, request.max_tokens, usage)
+                    account = await watch.finished(ticket, client, root, headers, usage, span)
                     if account is not None:
                         yield account
+                        for line in account.doubts:
+                            yield Notice(line, doubt=True)
                     event = dataclasses.replace(event, t_ns=ended)
                 elif isinstance(event, StreamError):
                     self.metrics.last = None  # it ran: no clean "before" for the next
