@@ -32,6 +32,7 @@ from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.anatomy import Anatomy
+from phasechat.telemetry.forecast import Rates, forecast
 from phasechat.telemetry.metrics import Metrics
 
 
@@ -159,6 +160,23 @@ class Ablation:
         self.full = Variant(None, tuple(messages))
         self.variants = [self.full] + [Variant(c, c.messages) for c in cuts_of(messages)]
         self.anatomy: Anatomy | None = None  # the full prompt's sections (its first run)
+
+    def runs(self, repeat: int) -> int:
+        """How many answers `run(repeat)` asks for: every variant, `repeat` times."""
+        return len(self.variants) * repeat
+
+    def estimate_ms(self, repeat: int, rates: Rates) -> float | None:
+        """How long `run(repeat)` should take at `rates`: each run cold (a prefill of its
+        whole prompt, counted by the backend: an estimate before a model is loaded) and
+        up to max_tokens of answer; None while the backend's speeds are not measured."""
+        total = 0.0
+        for variant in self.variants:
+            count = self.backend.count_tokens(variant.messages)
+            one = forecast(rates, count.tokens, 0, self.settings.max_tokens, count.estimated)
+            if one.total_ms is None:
+                return None
+            total += one.total_ms
+        return total * repeat
 
     async def run(
         self, repeat: int, on_run: Callable[[Variant, Metrics], None] | None = None
