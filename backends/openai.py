@@ -55,7 +55,7 @@ from phasechat.backends.windows import (
     read_body,
     root_of,
 )
-from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json
+from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -406,7 +406,14 @@ class RemoteBackend:
                 else whole_reply(response, ctype, self.shown_url)
             )
             usage: Usage | None = None
+            most = prompt_bound(request.messages)
+            doubted: set[str] = set()  # llama-server sends timings with every token
             async for event in events:
+                if isinstance(event, Usage | ServerTimings):
+                    event, doubt = _within_prompt(event, most, self.shown_url)
+                    if doubt is not None and doubt not in doubted:
+                        doubted.add(doubt)
+                        yield Notice(doubt, doubt=True)
                 if isinstance(event, Usage):
                     usage = event
                 elif isinstance(event, Finished) and self.metrics.enabled:
@@ -545,3 +552,25 @@ def _once(events: list[Event], said: set[str]) -> list[Event]:
             said.add(event.text)
         out.append(event)
     return out
+
+
+def _within_prompt(
+    event: Usage | ServerTimings, most: int, server: str
+) -> tuple[Usage | ServerTimings, str | None]:
+    """`event` without prompt counts past `most`, the most tokens the prompt sent can be
+    (`prompt_bound`), and the line that says so (None: nothing was past it)."""
+    if isinstance(event, Usage):
+        said, name = event.prompt_tokens, "usage.prompt_tokens"
+        cut: Usage | ServerTimings = dataclasses.replace(
+            event, prompt_tokens=None, cached_tokens=None
+        )
+    else:
+        said = (event.prompt_n or 0) + (event.cache_n or 0)
+        name = "timings.prompt_n + cache_n"
+        cut = dataclasses.replace(event, prompt_n=None, cache_n=None)
+    if said is None or said <= most:
+        return event, None
+    return cut, (
+        f"ignored {name} ({said:,}) from {server}: more than the prompt sent can be "
+        f"(at most {most:,} tokens)"
+    )

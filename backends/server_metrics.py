@@ -34,7 +34,7 @@ import httpx
 
 from phasechat.backends.events import Message, ServerAccount, Usage
 from phasechat.backends.windows import read_body
-from phasechat.backends.wire_numbers import MAX_TOKENS
+from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
 #: The longest a scrape may take (a 50 KB page; a slow server means no account).
 DEADLINE_S = 2.0
@@ -147,11 +147,6 @@ def _count(raw: str | None) -> int | None:
 #: impossible.
 SLACK_SHARE = 0.05
 SLACK_MS = 1.0
-#: The tokens a chat template adds around each message and to the whole prompt (role
-#: headers, a default system prompt), taken generously: a bound, not an estimate.
-TEMPLATE_PER_MESSAGE = 256
-TEMPLATE_TOKENS = 4096
-
 #: the counters (figures that only grow) and what each counts, for a line that names one
 COUNTERS = {
     "finished": "finished requests",
@@ -185,13 +180,11 @@ class Span:
 def span_of(
     e2e_ms: float, messages: tuple[Message, ...], max_tokens: int, usage: Usage | None
 ) -> Span:
-    """The bounds of a request: the server's own usage where it said, else the prompt's
-    bytes (a token of text holds at least one byte) plus the template's tokens, and
-    max_tokens."""
+    """The bounds of a request: the server's own usage where it said (itself bounded:
+    backends/openai.py), else `prompt_bound` of its messages, and max_tokens."""
     prompt = usage.prompt_tokens if usage is not None else None
     if prompt is None:
-        size = sum(len(m.content.encode("utf-8", "surrogatepass")) for m in messages)
-        prompt = size + TEMPLATE_PER_MESSAGE * len(messages) + TEMPLATE_TOKENS
+        prompt = prompt_bound(messages)
     output = usage.completion_tokens if usage is not None else None
     return Span(e2e_ms, prompt, output if output is not None else max_tokens)
 

@@ -263,3 +263,56 @@ def test_a_prefill_time_without_its_count_says_so_and_not_none() -> None:
     trace.account = a
     said = engine_says(compute(trace))
     assert said.startswith("vLLM /metrics says prefill - tok/s (- tok)") and "None" not in said
+
+
+# -- usage and timings, held against the prompt sent ----------------------------------
+
+
+def usage_chunk(prompt_tokens: int, timings: bool = False) -> str:
+    extra = (
+        f',"timings":{{"prompt_n":{prompt_tokens},"prompt_ms":1.0,'
+        '"predicted_n":2,"predicted_ms":2.0,"cache_n":0}'
+        if timings
+        else ""
+    )
+    usage = f'"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":2}}'
+    return f'data: {{"choices":[],{usage}{extra}}}'
+
+
+async def stream_of(sse: str) -> Trace:
+    backend = scripted([page(BEFORE)], sse)
+    await backend.start()
+    trace = Trace("openai", "smollm2")
+    request = GenerationRequest((Message("user", "a 16-token prompt"),), max_tokens=100)
+    _ = [e async for e in record(backend.stream(request), trace)]
+    await backend.aclose()
+    return trace
+
+
+@pytest.mark.parametrize("timings", [False, True])
+async def test_a_usage_of_16_million_prompt_tokens_for_17_bytes_is_not_believed(
+    timings: bool,
+) -> None:
+    sse = [chunk("a"), chunk("b", "stop"), usage_chunk(16_000_000, timings), "data: [DONE]"]
+    trace = await stream_of("\n\n".join(sse))
+    assert trace.usage is not None and trace.usage.prompt_tokens is None
+    assert trace.usage.completion_tokens == 2  # the rest of usage stands
+    if timings:
+        assert trace.server is not None and trace.server.prompt_n is None
+    m = compute(trace)
+    assert m.prompt_tokens != 16_000_000 and m.server_prompt_n is None
+    # 17 bytes + one message's allowance + the template's: 4,369
+    lines = [w for w in m.warnings if "from http://vllm.test/v1" in w]
+    assert lines[0] == (
+        "ignored usage.prompt_tokens (16,000,000) from http://vllm.test/v1: more than the "
+        "prompt sent can be (at most 4,369 tokens)"
+    )
+    assert len(lines) == (2 if timings else 1)
+
+
+async def test_a_usage_within_the_prompt_is_kept() -> None:
+    sse = [chunk("a"), chunk("b", "stop"), usage_chunk(4_369, True), "data: [DONE]"]
+    trace = await stream_of("\n\n".join(sse))
+    assert trace.usage is not None and trace.usage.prompt_tokens == 4_369
+    assert trace.server is not None and trace.server.prompt_n == 4_369
+    assert not trace.doubts
