@@ -21,6 +21,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow
+from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import Ablation
 from phasechat.chat.turns import InputError, TurnController
 from phasechat.cli.ablate_cli import ASK_ABOVE_RUNS, _consent, duration
@@ -163,3 +164,27 @@ def test_a_duration_reads_as_a_person_says_it() -> None:
     assert duration(3_599_000) == "1 h"  # not "60 min", nor "0 h 60 min"
     assert duration(7_620_000) == "2 h 7 min"
     assert duration(150_000) == "2 min"  # 2.5 rounds to even
+
+
+class Chars:
+    """A backend stand-in that counts a token a character."""
+
+    name = "stub"
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        return TokenCount(sum(len(m.content) for m in messages), estimated=False)
+
+
+def test_a_variant_that_keeps_part_of_the_system_message_counts_that_part() -> None:
+    system = Message("system", f"Be brief.\n\n{SUMMARY_HEADER}towers")  # 9 + 2 + header + 6
+    messages = (system, Message("user", "and now?"))  # 8
+    ablation = Ablation(Chars(), Settings(max_tokens=1), messages)  # type: ignore[arg-type]
+    names = [v.cut.name if v.cut else "full" for v in ablation.variants]
+    assert names == ["full", "system prompt", "summary"]
+    rates = Rates(prefill_tok_s=1000.0, decode_tok_s=50.0, samples=3)  # 1 ms a token
+    whole = len(system.content) + 8
+    header = len(SUMMARY_HEADER)
+    # full; without the prompt: header + summary + question; without the summary:
+    # "Be brief." + question (max_tokens 1: no decode step)
+    expected = whole + (header + 6 + 8) + (9 + 8)
+    assert ablation.estimate_ms(1, rates) == pytest.approx(expected)

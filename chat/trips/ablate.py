@@ -17,6 +17,7 @@ the template) add up to the prompt.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import statistics
 from collections import Counter
@@ -167,15 +168,27 @@ class Ablation:
 
     def estimate_ms(self, repeat: int, rates: Rates) -> float | None:
         """How long `run(repeat)` should take at `rates`: each run cold (a prefill of its
-        whole prompt, counted by the backend: an estimate before a model is loaded) and
-        up to max_tokens of answer; None while the backend's speeds are not measured."""
+        whole prompt) and up to max_tokens of answer; None while the backend's speeds are
+        not measured. The full prompt is counted by the backend (an estimate before a
+        model is loaded), each variant as the full prompt less the messages it cuts (and
+        plus a system message it keeps a part of): a 5,000-turn chat's 5,001 prompts are
+        not each counted whole."""
+        count = self.backend.count_tokens(self.full.messages)
+        one = functools.cache(lambda m: self.backend.count_tokens((m,)).tokens)
         total = 0.0
         for variant in self.variants:
-            count = self.backend.count_tokens(variant.messages)
-            one = forecast(rates, count.tokens, 0, self.settings.max_tokens, count.estimated)
-            if one.total_ms is None:
+            tokens = count.tokens
+            cut = variant.cut
+            if cut is not None:
+                tokens -= sum(one(self.full.messages[i]) for i in cut.message_indices)
+                first = variant.messages[0] if variant.messages else None
+                if 0 in cut.message_indices and first is not None and first.role == "system":
+                    tokens += one(first)  # the summary without the prompt, or the reverse
+            limit = self.settings.max_tokens
+            predicted = forecast(rates, max(1, tokens), 0, limit, count.estimated).total_ms
+            if predicted is None:
                 return None
-            total += one.total_ms
+            total += predicted
         return total * repeat
 
     async def run(
