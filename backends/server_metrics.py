@@ -285,11 +285,10 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
         return "no earlier read of /metrics to compare with"
     if before.engine != after.engine:
         return "the server changed between the two reads of /metrics"
-    for scrape in (before, after):
-        for name, total in scrape.broken:
-            return (
-                f"the server's {COUNTERS.get(name, name)} are no number (its lines sum to {total})"
-            )
+    for read in (before, after):
+        for name, total in read.broken:
+            what = COUNTERS.get(name, f"{name} figures")
+            return f"the server's {what} are no number (its lines sum to {total})"
     restart = _restarted(before, after)
     if restart is not None:
         return restart
