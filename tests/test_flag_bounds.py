@@ -200,3 +200,23 @@ def test_ctrl_c_during_ask_is_one_line_and_keeps_the_answer_so_far(tmp_path: Pat
         ((status, content),) = rows.fetchall()
     assert status == "cancelled"
     assert (said + out).decode().startswith(content) and content.startswith(said.decode()[:8])
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--think-time", "nan"], "--think-time must be 0 to 3600 seconds"),
+        (["--think-time", "-1"], "--think-time must be 0 to 3600 seconds"),
+        (["--sweep", "1,2", "--slo-ttft-ms", "nan"], "--slo-ttft-ms must be positive"),
+        (["--sweep", "1,2", "--slo-tpot-ms", "-3"], "--slo-tpot-ms must be positive"),
+    ],
+)
+def test_bench_s_own_numbers_are_bounded_too(
+    flags: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a NaN SLO was "met" by every answer (no comparison with NaN is true)
+    script = tmp_path / "script.json"
+    script.write_text('{"turns": ["hi"]}')
+    args = [*flags] if "--sweep" in flags else [*flags, str(script)]
+    assert main(["bench", *args]) == 2
+    assert capsys.readouterr().err == f"phasechat: {line}\n"
