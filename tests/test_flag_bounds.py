@@ -199,7 +199,8 @@ def test_ctrl_c_during_ask_is_one_line_and_keeps_the_answer_so_far(tmp_path: Pat
         rows = db.execute("SELECT status, content FROM messages WHERE role = 'assistant'")
         ((status, content),) = rows.fetchall()
     assert status == "cancelled"
-    assert (said + out).decode().startswith(content) and content.startswith(said.decode()[:8])
+    # what was printed before the signal is saved (not an empty "cancelled" answer)
+    assert (said + out).decode().startswith(content) and len(content.encode()) >= 8
 
 
 @pytest.mark.parametrize(
