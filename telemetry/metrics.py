@@ -43,9 +43,10 @@ Every count says where it came from: `*_source` is "tokenizer" (the local model'
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from phasechat.backends.server_metrics import beyond
 from phasechat.backends.tokens import estimate_text
 from phasechat.backends.wire_numbers import as_rate
 from phasechat.telemetry.recorder import Trace
@@ -231,7 +232,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     s, a = trace.server, trace.account
     known = a if a is not None and a.unknown is None else None  # this request's own
-    own = _engine(trace)
+    own, contradictions = _bounded_engine(trace, _engine(trace), ttft, e2e)
     block = a.block_tokens if a else None
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
     if kv_used is not None and block:  # a server holds KV in whole blocks
@@ -289,7 +290,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         threads=trace.threads.threads if trace.threads else None,
         thread_changes=trace.thread_changes if trace.threads else None,
         threads_reason=trace.threads.reason if trace.threads else None,
-        warnings=tuple(_disagreements(trace, prompt_tokens)),
+        warnings=tuple(_disagreements(trace, prompt_tokens) + contradictions),
         connect_ms=trace.connect_ms,
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
@@ -354,6 +355,37 @@ def _engine(trace: Trace) -> _Engine:
         _rate(evaluated, a.prefill_ms / 1000 if a.prefill_ms else None),
         _rate(n - 1 if n else None, a.decode_ms / 1000 if a.decode_ms else None),
     )
+
+
+def _bounded_engine(
+    trace: Trace, own: _Engine, ttft: float | None, e2e: float | None
+) -> tuple[_Engine, list[str]]:
+    """A server's own times held against ours (the local engine is its own clock: not
+    checked). Its prefill and decode happen inside our e2e: longer, they are unknown,
+    said in one line. Its prefill (with its queue, where it says) ends before the first
+    token reaches us: longer than our TTFT is a contradiction, named (which clock is
+    wrong, neither can say)."""
+    if trace.prompt is not None or trace.t_done is None:
+        return own, []
+    out: list[str] = []
+    said = [t for t in (own.prompt_ms, own.predicted_ms) if t is not None]
+    if e2e is not None and said and beyond(sum(said), e2e):
+        out.append(
+            f"the server's prefill + decode ({sum(said):,.1f} ms) exceed this request's "
+            f"{e2e:,.1f} ms measured here: not believed"
+        )
+        own = replace(own, prompt_ms=None, predicted_ms=None, prefill_tok_s=None, decode_tok_s=None)
+    a = trace.account if trace.account is not None and not trace.account.unknown else None
+    first = a.ttft_ms if a is not None and a.ttft_ms is not None else None
+    if first is None and own.prompt_ms is not None:
+        queue = a.queue_ms if a is not None and a.queue_ms is not None else 0.0
+        first = queue + own.prompt_ms
+    if first is not None and ttft is not None and beyond(first, ttft):
+        out.append(
+            f"contradiction: the server took {first:,.1f} ms to its first token, longer "
+            f"than the {ttft:,.1f} ms TTFT measured here"
+        )
+    return own, out
 
 
 def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:

@@ -109,6 +109,15 @@ def test_ablate_a_saved_chat_as_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     r = phasechat("ablate", *fast, "--chat", chat_id, "--repeat", "1", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    # with --json too, the count first and each run as it ends, on stderr (not a terminal
+    # here: a line a run): the full prompt, without the system prompt, without exchange 1
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("ablate: 3 cold runs (3 prompts x --repeat 1), about ")
+    assert [line.split(", about")[0] for line in lines[1:4]] == [
+        "run 1/3 (the full prompt)",
+        "run 2/3 (system prompt)",
+        "run 3/3 (exchange 1)",
+    ]
     assert [s["section"] for s in doc["sections"]].count("exchange 1") == 1
     assert {s["section"] for s in doc["sections"]} == {"system prompt", "exchange 1"}
     assert doc["sections_source"] == "tokenizer"

@@ -125,12 +125,13 @@ def test_japanese_chars_per_second_counts_characters_not_bytes() -> None:
 
 def test_truncated_prompt_warning_from_server_timings() -> None:
     t = Trace("remote", "m", prompt_estimate=500, prompt_estimate_exact=True)
-    t.observe(TextDelta("x"), 10 * MS)
+    # the server's 50 ms prefill fits in the 60 ms TTFT seen here (longer: a contradiction)
+    t.observe(TextDelta("x"), 60 * MS)
     t.observe(
-        ServerTimings(prompt_n=100, prompt_ms=50, predicted_n=1, predicted_ms=1, cache_n=0), 11 * MS
+        ServerTimings(prompt_n=100, prompt_ms=50, predicted_n=1, predicted_ms=1, cache_n=0), 61 * MS
     )
-    t.observe(Usage(500, 1), 11 * MS)
-    t.observe(Finished("stop"), 12 * MS)
+    t.observe(Usage(500, 1), 61 * MS)
+    t.observe(Finished("stop"), 62 * MS)
     m = compute(t)
     assert any("truncated" in w for w in m.warnings)
     assert m.server_prefill_tok_s == pytest.approx(2000.0)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from phasechat.chat.config.profiles import BackendSpec
-from phasechat.chat.config.settings import Settings
+from phasechat.chat.config.settings import Settings, load_problems
+from phasechat.chat.user_file import read_user_file
 
 #: keys that change a request, on any backend
 ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}
@@ -79,10 +80,9 @@ def prompt_text(key: str, text: str) -> str:
         return text
     path = Path(text[1:]).expanduser()
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_PROMPT_CHARS * 4 + 1)
+        raw = read_user_file(path, MAX_PROMPT_CHARS * 4)  # 4 bytes: the widest character
     except OSError as exc:
-        raise ValueError(f"{key}={text}: {exc.strerror or exc}") from None
+        raise ValueError(f"{key}={text}: {exc}") from None
     try:
         value = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -134,8 +134,8 @@ def derive(
     if local:
         renamed = {"n_gpu_layers": local.pop("gpu_layers")} if "gpu_layers" in local else {}
         config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
-        if config.n_ctx < 64 or (config.threads is not None and config.threads < 1):
-            raise ValueError(f"{name}: n_ctx must be at least 64 and threads at least 1")
+        for key, problem in load_problems(config.n_ctx, config.n_gpu_layers, config.threads):
+            raise ValueError(f"{name}: {key}: {problem}")
         return Target(
             name, replace(spec, local=config, local_name=name), settings, profile, True, prompt
         )

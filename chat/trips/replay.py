@@ -27,6 +27,10 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import Summary
 from phasechat.chat.turns import TurnController
+from phasechat.chat.user_file import read_user_file
+
+#: the largest script read (a long chat of long turns is a few MB)
+MAX_SCRIPT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +45,13 @@ class Script:
 def load_script(path: Path) -> Script:
     """Read and check a script; ValueError with one line on anything wrong."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_user_file(path, MAX_SCRIPT_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # a JSONDecodeError, or an integer of 5,000 digits
         raise ValueError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:  # the json module recurses once per level of nesting
+        raise ValueError(f"{path} is not a script: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object with 'system' and 'turns'")
     turns = data.get("turns")
@@ -57,8 +63,11 @@ def load_script(path: Path) -> Script:
     if not isinstance(system, str):
         raise ValueError(f"{path}: 'system' must be a string")
     max_tokens = data.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"{path}: 'max_tokens' must be a positive integer")
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise ValueError(f"{path}: 'max_tokens' must be a whole number")
+        for _, problem in Settings(max_tokens=max_tokens).problems():
+            raise ValueError(f"{path}: 'max_tokens' {max_tokens}: {problem}")
     return Script(system, tuple(turns), max_tokens)
 
 

@@ -41,6 +41,7 @@ from phasechat.chat.turns import InputError
 from phasechat.cli.options import (
     add_backend_options,
     backend_spec,
+    check_flags,
     fail,
     read_config,
     settings_from,
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
+    check_flags(args)
     config = read_config(args)
     settings = settings_from(args, config)
     out = []
