@@ -104,6 +104,14 @@ def test_a_bad_cell_is_named_and_chats_lists_exports_and_searches_the_rest(name:
     found = phasechat("chats", "search", "answer")
     no_traceback(found)
     assert "neighbour answer" in found.stdout and "second answer" in found.stdout
+    if "content" in name:  # a search that finds the bad message itself names it
+        word = "binary" if "BLOB" in name else "answer"
+        hit = phasechat("chats", "search", word)
+        no_traceback(hit)
+        assert (
+            f"of chat {chats.chat}: {'binary data' if 'BLOB' in name else 'not UTF-8'}"
+            in hit.stdout
+        )
 
 
 @pytest.mark.parametrize("name", MESSAGE_CASES)
