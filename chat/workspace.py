@@ -19,7 +19,7 @@ from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.config.write import save_config
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.store.database import ChatStore, StoreError
+from phasechat.chat.store.database import ChatStore, SavedChat, StoreError
 from phasechat.chat.store.writer import ChatWriter, follow
 from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.turns import TurnController
@@ -179,17 +179,17 @@ class Workspace:
         """Each saved message's id in the database (`ChatMessage.id` -> row), if saved."""
         return self._writer.rows if self._writer is not None else None
 
-    def open_chat(self, chat_id: int, *, save: bool = True) -> Conversation:
+    def open_chat(self, chat_id: int, *, save: bool = True) -> SavedChat:
         """Continue saved chat `chat_id` (the current one stays saved), writing what is
-        added to it unless `save` is False; returns it. Raises ChatNotFound, or
-        InputError while an answer streams."""
+        added to it unless `save` is False; returns it (its `unreadable` cells for the
+        user to read). Raises ChatNotFound, or InputError while an answer streams."""
         assert self.store is not None
         saved = self.store.open_chat(chat_id)
         self.turns.replace_conversation(saved.conversation)
         self._unfollow()
         if save:
             self._writer = follow(self.turns, self.store, chat_id, saved.rows)
-        return saved.conversation
+        return saved
 
     def new_chat(self) -> Conversation:
         """Start an empty conversation (the current one stays saved); returns it."""

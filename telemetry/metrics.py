@@ -138,6 +138,9 @@ class Metrics:
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
     cpu_bytes_per_token: int | None = None
+    #: read back from disk (telemetry/read_back.py): the fields whose stored value was
+    #: not plausible, each named with it ("ttft_ms (nan)"); those fields are None
+    ignored: tuple[str, ...] = ()
 
     @property
     def ttft_ready_ms(self) -> float | None:
@@ -148,9 +151,13 @@ class Metrics:
         return max(0.0, self.ttft_ms - self.load_ms)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
+        """A JSON-ready dict of every field (`ignored` only when a field was)."""
         d = asdict(self)
         d["warnings"] = list(self.warnings)
+        if self.ignored:
+            d["ignored"] = list(self.ignored)
+        else:
+            del d["ignored"]
         return d
 
 
@@ -160,6 +167,7 @@ def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     names = {f.name for f in fields(Metrics)}
     values: dict[str, Any] = {name: data.get(name) for name in names}
     values["warnings"] = tuple(data.get("warnings") or ())
+    values["ignored"] = tuple(data.get("ignored") or ())
     values["output_tokens"] = int(data.get("output_tokens") or 0)
     values["chars"] = int(data.get("chars") or 0)
     values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))

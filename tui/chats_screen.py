@@ -57,9 +57,10 @@ class ChatsScreen(ModalScreen[int | None]):
         options = self.query_one(OptionList)
         options.clear_options()
         for c in chats:
+            when = c.updated if c.updated is not None else "updated: unknown"
             label = Content.assemble(
                 (one_line(c.title or "(untitled)"), "bold"),
-                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {c.updated}", "dim"),
+                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {when}", "dim"),
             )
             options.add_option(Option(label, id=str(c.id)))
         if not chats:
