@@ -17,15 +17,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES
 from phasechat.backends.llama_logs import quiet_llama, verbose
-
-#: KV cache types: llama.cpp's ggml type number, and bytes per value (a q8_0 block is
-#: 32 values in 34 bytes, a q4_0 block 32 in 18)
-KV_TYPES: dict[str, tuple[int, float]] = {
-    "f16": (1, 2.0),
-    "q8_0": (8, 34 / 32),
-    "q4_0": (2, 18 / 32),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +31,14 @@ class EngineSetting:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kv not in KV_TYPES:
-            raise ValueError(f"kv={self.kv!r}: one of {', '.join(KV_TYPES)}")
+        if self.kv not in KV_TYPE_NAMES:
+            raise ValueError(f"kv={self.kv!r}: one of {', '.join(KV_TYPE_NAMES)}")
         if self.kv != "f16" and self.flash_attn is False:
             raise ValueError(f"kv={self.kv} needs flash attention (llama.cpp's quantized V cache)")
 
     @property
     def bytes_per_value(self) -> float:
-        return KV_TYPES[self.kv][1]
+        return KV_TYPE_BYTES[KV_TYPE_NAMES[self.kv]]
 
     @property
     def label(self) -> str:
@@ -65,7 +58,7 @@ def forced_logits(
     quiet_llama()
     import llama_cpp
 
-    ggml_type = KV_TYPES[setting.kv][0]
+    ggml_type = KV_TYPE_NAMES[setting.kv]
     flash = setting.flash_attn if setting.flash_attn is not None else setting.kv != "f16"
     llm = llama_cpp.Llama(
         model_path=str(model),

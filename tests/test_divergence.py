@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from phasechat.backends.gguf import geometry
-from phasechat.backends.teacher import KV_TYPES, EngineSetting, forced_logits
+from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, geometry
+from phasechat.backends.teacher import EngineSetting, forced_logits
 from phasechat.telemetry.divergence import combine, compare_logits, log_softmax
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -115,9 +115,9 @@ def test_the_bundled_model_same_setting_is_zero_and_q4_0_is_not(model_path) -> N
     # cell's own (its position, its count of sequences and the sequence id: 3 int32)
     g = geometry(model_path)
     for kv in ("f16", "q8_0", "q4_0"):
-        per_token = g.kv_bytes(1, 2048, KV_TYPES[kv][1])
-        assert state_bytes_per_token(model_path, KV_TYPES[kv][0]) == per_token + 12
-    assert g.kv_bytes(1, 2048, KV_TYPES["q4_0"][1]) == 23040 * 18 // 64
+        per_token = g.kv_bytes(1, 2048, EngineSetting(kv=kv).bytes_per_value)
+        assert state_bytes_per_token(model_path, KV_TYPE_NAMES[kv]) == per_token + 12
+    assert g.kv_bytes(1, 2048, KV_TYPE_BYTES[KV_TYPE_NAMES["q4_0"]]) == 23040 * 18 // 64
 
 
 def state_bytes_per_token(model_path, ggml_type: int) -> int:  # type: ignore[no-untyped-def]
