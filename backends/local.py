@@ -123,6 +123,8 @@ class LocalBackend:
         # (otherwise the first answer spends a window probing one thread fewer).
         self._cpu = CpuShare()
         self.flash_note = ""
+        #: flash attention as loaded (None: not loaded yet)
+        self.flash_attn: bool | None = None
         #: the measured flash-attention choice loaded with (None: set, a GPU, or rechecked)
         self._flash: FlashChoice | None = None
         #: notices from the load (a cache entry ignored), for the next answer
@@ -230,6 +232,7 @@ class LocalBackend:
         setting = True if self.config.kv_type != "f16" else self.config.flash_attn
         flash = decide(setting, gpu, path, self.threads)
         self.flash_note, self._flash = flash.note, flash.choice
+        self.flash_attn = flash.flash_attn
         if setting is not self.config.flash_attn:
             self.flash_note = f"flash attention on (the {self.config.kv_type} KV cache needs it)"
         if flash.notice is not None:
