@@ -140,7 +140,7 @@ class PhasechatApp(ChatHost):
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
         dialogs.watch_saves(self)
-        self._start_summarizer(self.workspace.configure_trimmer(self.turns.trimmer))
+        self._start_summarizer(self.workspace.configure_trimmer(self.turns))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))

@@ -196,8 +196,9 @@ class Ablation:
     ) -> None:
         for _ in range(repeat):
             for variant in self.variants:
-                turns = TurnController(self.backend, self.settings, name=self.backend.name)
-                turns.trimmer.enabled = False  # the messages as given
+                # the messages as given
+                name = self.backend.name
+                turns = TurnController(self.backend, self.settings, name=name, trim=False)
                 exchange = turns.ask_over(cold_messages(variant.messages, secrets.token_hex(4)))
                 async for _event in turns.run(exchange):
                     pass

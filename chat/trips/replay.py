@@ -24,7 +24,6 @@ from typing import Any
 
 from phasechat.backends.base import Backend
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import Summary
 from phasechat.chat.turns import TurnController
 from phasechat.chat.user_file import read_user_file
@@ -170,7 +169,7 @@ async def replay(
     *,
     trim: bool = True,
     concurrency: int = 1,
-    configure: Callable[[Trimmer], Backend | None] | None = None,
+    configure: Callable[[TurnController], Backend | None] | None = None,
     on_row: Callable[[TurnRow], None] | None = None,
     think_time_s: float = 0.0,
 ) -> BenchResult:
@@ -182,10 +181,11 @@ async def replay(
     sessions = [TurnController(backend, replace(settings, system=script.system))]
     sessions += [TurnController(backend, sessions[0].settings) for _ in range(concurrency - 1)]
     for s in sessions:
-        summarizer = configure(s.trimmer) if configure is not None else None
+        summarizer = configure(s) if configure is not None else None
         if summarizer is not None:
             await summarizer.start()
-        s.trimmer.enabled = trim and s.trimmer.enabled
+        if not trim:
+            s.set_trim(False)
     result = BenchResult()
     t0 = time.perf_counter()
     try:

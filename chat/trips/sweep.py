@@ -215,8 +215,7 @@ def sample_of(metrics: Metrics, gaps: Sequence[float], error: str | None) -> Sam
 
 
 async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[Sample, Metrics]:
-    session = TurnController(backend, settings)
-    session.trimmer.enabled = False  # one turn: nothing to trim
+    session = TurnController(backend, settings, trim=False)  # one turn: nothing to trim
     try:
         async for _ in session.send(prompt):
             pass
