@@ -47,11 +47,11 @@ from phasechat.backends.llama_glue import (
     chat_formatter,
     engine_timings,
     eog_check,
+    error_line,
     held_prefix,
     kv_stats,
     llama_thread,
     load_error,
-    one_line,
     overflow_error,
     perf_counters,
     physical_cores,
@@ -198,9 +198,9 @@ class LocalBackend:
         except MemoryError:  # a buffer llama-cpp-python allocates with numpy
             self._state, self._detail = "failed", self._load_error("out of memory")
         except (GGUFError, ModelNotFound, ValueError, OSError) as exc:
-            self._state, self._detail = "failed", self._load_error(one_line(exc))
+            self._state, self._detail = "failed", self._load_error(error_line(exc))
         except Exception as exc:  # llama.cpp raises bare errors on bad files
-            self._state, self._detail = "failed", f"model failed to load: {one_line(exc)}"
+            self._state, self._detail = "failed", f"model failed to load: {error_line(exc)}"
 
     def _load_error(self, message: str) -> str:
         return load_error(message, self.config.n_ctx, self._path, self.geometry)
@@ -414,7 +414,7 @@ class LocalBackend:
         except _Handled:
             return
         except Exception as exc:  # a llama.cpp failure mid-generation
-            emit(StreamError("model", f"generation failed: {one_line(exc)}"))
+            emit(StreamError("model", f"generation failed: {error_line(exc)}"))
             return
         piece, ids = self._special_piece, tuple(answer_ids)
         emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))
