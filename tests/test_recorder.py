@@ -1,0 +1,110 @@
+"""The recorder's own fields (telemetry/recorder.py), set event by event from a hand-made
+stream, and the decode window they give (telemetry/metrics.py): each stream is built so
+that a neighbouring choice (the stream's end for the last token, the arrival time for
+the time a token was made) moves a figure well past rounding."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.backends.events import (
+    Finished,
+    ModelLoaded,
+    ModelLoading,
+    Notice,
+    PromptEvaluated,
+    ReasoningDelta,
+    ResponseStarted,
+    StreamError,
+    TextDelta,
+    Usage,
+)
+from phasechat.telemetry.metrics import compute
+from phasechat.telemetry.recorder import Trace
+
+MS = 1_000_000
+
+
+def server_answer(silent_ms: int | None) -> Trace:
+    """A server's answer: 15 text chunks 10 ms apart from 200 ms (200..340), usage
+    counting 16 tokens (one, the end-of-sequence token, sent without text), the finish
+    chunk without text at `silent_ms` (None: none came) and the stream's end at 901 ms."""
+    t = Trace("remote", "m")
+    for i in range(15):
+        t.observe(TextDelta("ab"), (200 + 10 * i) * MS)
+    t.observe(Usage(30, 16), 900 * MS)
+    silent = silent_ms * MS if silent_ms is not None else None
+    t.observe(Finished("stop", silent), 901 * MS)
+    return t
+
+
+def test_without_a_silent_chunk_the_window_ends_at_the_last_text_not_the_streams_end() -> None:
+    t = server_answer(None)
+    assert (t.t_first_token, t.t_last_token) == (200 * MS, 340 * MS)
+    assert (t.t_silent_token, t.t_done, t.finish) == (None, 901 * MS, "stop")
+    m = compute(t)
+    assert m.output_tokens == 16
+    # 15 gaps counted over the 140 ms to the last text: 107.1 tok/s; to the stream's end
+    # (701 ms) it would be 21.4
+    assert m.decode_tok_s == pytest.approx(15 / 0.140)
+    assert m.tpot_ms == pytest.approx(140 / 15)
+    assert m.e2e_ms == 901
+
+
+def test_a_silent_chunk_after_the_last_text_ends_the_window_there() -> None:
+    t = server_answer(350)
+    assert (t.t_last_token, t.t_silent_token, t.t_done) == (340 * MS, 350 * MS, 901 * MS)
+    assert compute(t).decode_tok_s == pytest.approx(15 / 0.150)
+
+
+def test_every_field_of_a_thinking_answer_as_it_arrives() -> None:
+    t = Trace("local", "m")
+    t.t_sent = 10 * MS
+    t.observe(ModelLoading(), 11 * MS)
+    t.observe(ModelLoaded(t_ns=40 * MS), 45 * MS)  # the load ended before it was told
+    t.observe(ResponseStarted(200, connect_ms=2.5), 50 * MS)
+    t.observe(PromptEvaluated(20, 5, 15), 60 * MS)
+    t.observe(ReasoningDelta("hm", 1), 100 * MS)
+    t.observe(ReasoningDelta("m.", 2, t_ns=115 * MS), 130 * MS)  # made before it arrived
+    t.observe(TextDelta("Hi", 1), 150 * MS)
+    t.observe(TextDelta("", 0), 160 * MS)  # no token: the window moves, no time is kept
+    t.observe(TextDelta(" there", 1), 170 * MS)
+    t.observe(Notice("the server's count was not believed", doubt=True), 171 * MS)
+    t.observe(Notice("a plain notice"), 172 * MS)
+    t.observe(Finished("stop", None, 180 * MS), 200 * MS)
+    assert (t.t_loading, t.t_loaded, t.t_first_byte, t.connect_ms) == (
+        11 * MS,
+        40 * MS,
+        50 * MS,
+        2.5,
+    )
+    assert (t.t_first_token, t.t_second_token, t.t_last_token) == (100 * MS, 115 * MS, 170 * MS)
+    assert (t.t_first_reasoning, t.t_last_reasoning, t.t_first_answer) == (
+        100 * MS,
+        115 * MS,
+        150 * MS,
+    )
+    assert (t.t_done, t.finish, t.done) == (180 * MS, "stop", True)
+    # times from the send; the zero-token event has none
+    assert list(t.times) == [90 * MS, 105 * MS, 140 * MS, 160 * MS]
+    assert list(t.sizes) == [1, 2, 1, 1]
+    assert list(t.lengths) == [2, 2, 2, 6]
+    assert list(t.kinds) == [1, 1, 0, 0]
+    assert (t.deltas, t.tokens, t.tokens_known) == (5, 5, True)
+    assert (t.reasoning_deltas, t.reasoning_tokens, t.reasoning_tokens_known) == (2, 3, True)
+    assert (t.chars, t.chars_first, t.text, t.reasoning) == (8, 2, "Hi there", "hmm.")
+    assert t.notices == ["the server's count was not believed", "a plain notice"]
+    assert t.doubts == ["the server's count was not believed"]
+
+
+def test_a_chunk_without_a_count_makes_the_count_unknown_and_an_error_ends_it_at_arrival() -> None:
+    t = Trace("remote", "m")
+    t.observe(TextDelta("a", 1), 100 * MS)
+    t.observe(TextDelta("b"), 110 * MS)  # a remote chunk: tokens not known
+    t.observe(ReasoningDelta("c"), 120 * MS)
+    t.observe(StreamError("connection", "lost"), 130 * MS)
+    assert (t.tokens, t.tokens_known, t.deltas) == (1, False, 3)
+    assert (t.reasoning_tokens, t.reasoning_tokens_known) == (0, False)
+    assert list(t.sizes) == [1, 0, 0]  # a chunk of unknown size is kept, as 0
+    assert (t.t_done, t.finish) == (130 * MS, "error")
+    assert t.error is not None and t.error.message == "lost"
