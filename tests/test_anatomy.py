@@ -299,3 +299,71 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     assert confirmed.char_offset == 1 and confirmed.tokens_read_again == 4  # "u" -> "é"
     assert brk(0) is None  # the engine held nothing of it (restarted)
     assert brk(7) is None  # more than the two share: it held something else
+
+
+@pytest.mark.parametrize(("read_again", "found"), [(3, False), (4, True), (5, True)])
+def test_a_break_of_exactly_the_minimum_tokens_is_a_break(read_again: int, found: bool) -> None:
+    held = "<s>Answer briefly please</s><u>q1</u>"
+    sent = "<s>Answer concisely please</s><u>q1</u>"
+    spans = [(3, 24, 0), (31, 33, 1)]
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, read_again, estimated=True)
+    if not found:
+        assert brk is None
+        return
+    # "Answer " is shared: the texts part at character 10 of the prompt, 7 of message 0;
+    # shown from 12 characters before it (3, clamped at 0) to 24 after
+    assert brk == CacheBreak(
+        message_index=0,
+        char_offset=7,
+        held=held[0:34],
+        sent=sent[0:34],
+        tokens_read_again=read_again,
+        estimated=True,
+        kind="edit",
+        in_answer=False,
+    )
+    assert brk.line() == (
+        f"cache broke in message 0 at character 7: `{held[:34]}` -> `{sent[:34]}`; "
+        f"{read_again} tokens read again (estimated)"
+    )
+
+
+def test_a_short_cached_prefix_of_an_estimate_falls_on_the_template_before_the_first_part() -> None:
+    # T T s s s s T T h T T T n n: the first 3 cached are two of the template's and the
+    # first of the system prompt's (the template not spread would give the system all 3)
+    parts = [Part("system", 0, "a b c d"), Part("history", 1, "x"), Part("new", 2, "y z")]
+    a = split_estimated(parts, 14, 3, 2.0, lambda text: len(text.split()))
+    got = [
+        (s.kind, s.tokens, s.cached_tokens, s.evaluated_tokens, s.prefill_ms) for s in a.sections
+    ]
+    assert got == [
+        ("system", 4, 1, 3, 6.0),
+        ("history", 1, 0, 1, 2.0),
+        ("new", 2, 0, 2, 4.0),
+        ("template", 7, 2, 5, 10.0),
+    ]
+
+
+def test_a_break_far_into_the_prompt_shows_twelve_characters_before_it_and_24_after() -> None:
+    held = "<s>" + "a" * 40 + "</s><u>q1 and the rest of the first question</u>"
+    sent = "<s>" + "a" * 40 + "</s><u>q2 and the rest of the first question</u>"
+    spans = [(3, 43, 0), (50, 89, 1)]
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, 30, estimated=False)
+    at = 51  # "q" is shared, "1" / "2" differ
+    assert brk == CacheBreak(1, 1, held[at - 12 : at + 24], sent[at - 12 : at + 24], 30, False)
+
+
+def test_a_break_right_after_a_message_is_placed_at_the_start_of_the_next() -> None:
+    # the template's text after message 0 changed: the break is at the end of its span,
+    # which belongs to message 1 (at its offset 0), not to message 0 at its end
+    held = "<s>aaa</s><u>qq</u>"
+    sent = "<s>aaa[/s]<u>qq</u>"
+    spans = [(3, 6, 0), (13, 15, 1)]  # in the sent text
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, 10, estimated=False)
+    assert brk is not None and (brk.message_index, brk.char_offset) == (1, 0)
+    # a break inside message 0's text is placed there
+    inside = find_break("<s>abc</s>", "<s>abX</s>", [(3, 6, 0)], a.sections, 10, False)
+    assert inside is not None and (inside.message_index, inside.char_offset) == (0, 2)
