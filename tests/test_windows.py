@@ -143,3 +143,33 @@ def test_the_listing_gives_the_window_of_the_model_asked_for_else_the_first() ->
 )
 def test_the_server_s_root_drops_only_a_final_v1(url: str, root: str) -> None:
     assert root_of(url) == root
+
+
+async def test_llama_servers_props_come_before_the_listings_meta() -> None:
+    # the listing's meta.n_ctx (8,192) disagrees with /props (4,096 a slot): /props,
+    # the running server's own settings, wins, with its slot count
+    models = [{"id": "smollm2", "owned_by": "llamacpp", "meta": {"n_ctx": 8192}}]
+    props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2}
+    assert await window_of(models, "smollm2", {"/props": props}) == (
+        4096,
+        "llama-server /props",
+        2,
+    )
+    # without /props the listing's meta is the window
+    assert await window_of(models, "smollm2") == (8192, "llama-server /v1/models meta.n_ctx", None)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        'stop "<|im_start|>"\nstop "<|im_end|>"\nnum_ctx 8192\ntemperature 0.7',
+        "num_ctx 8192",
+        "temperature 0.7\nnum_ctx                        8192",
+    ],
+)
+async def test_ollamas_num_ctx_is_found_on_any_parameter_line(parameters: str) -> None:
+    models = [{"id": "qwen3:8b", "object": "model", "owned_by": "library"}]
+    show = {"parameters": parameters, "model_info": {"qwen3.context_length": 40960}}
+    # not loaded: /api/ps lists no model; the Modelfile's num_ctx, not the trained 40,960
+    routes = {"/api/ps": {"models": []}, "/api/show": show}
+    assert await window_of(models, "qwen3:8b", routes) == (8192, "Ollama /api/show num_ctx", None)

@@ -1,0 +1,155 @@
+"""A server's account of one request from two reads of its /metrics
+(backends/server_metrics.py), on hand-written pages whose figures differ between the
+reads and between label sets, so that reading the wrong one shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.backends.events import ServerAccount, Usage
+from phasechat.backends.server_metrics import Scrape, account, parse
+
+INFO = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'
+
+
+def vllm_page(
+    running: float = 0,
+    waiting: float = 0,
+    finished: float = 5,
+    prompt: float = 1000,
+    cached: float = 400,
+    generated: float = 500,
+    used: float = 0.25,
+    seconds: float = 10.0,
+) -> str:
+    """A vLLM page: two engines' counters (label sets) that add up to the figures given."""
+
+    def two(name: str, total: float) -> str:
+        return (
+            f'{name}{{engine="0",model_name="m"}} {total * 0.75!r}\n'
+            f'{name}{{engine="1",model_name="m"}} {total * 0.25!r}\n'
+        )
+
+    return (
+        "# HELP vllm:num_requests_running Number of requests running.\n"
+        + INFO
+        + two("vllm:num_requests_running", running)
+        + two("vllm:num_requests_waiting", waiting)
+        + two("vllm:e2e_request_latency_seconds_count", finished)
+        + two("vllm:prompt_tokens_total", prompt)
+        + two("vllm:prompt_tokens_cached_total", cached)
+        + two("vllm:generation_tokens_total", generated)
+        + two("vllm:request_prefill_time_seconds_sum", seconds)
+        + two("vllm:request_decode_time_seconds_sum", seconds * 2)
+        + two("vllm:request_queue_time_seconds_sum", seconds / 4)
+        + two("vllm:time_to_first_token_seconds_sum", seconds / 2)
+        + f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {used!r}\n'
+    )
+
+
+def scrape(**figures: float) -> Scrape:
+    got = parse(vllm_page(**figures))
+    assert got is not None
+    return got
+
+
+def test_a_metric_under_several_label_sets_is_their_sum() -> None:
+    s = scrape(prompt=1000, generated=500, finished=5)
+    assert s.engine == "vLLM"
+    assert s.values == {
+        "running": 0.0,
+        "finished": 5.0,
+        "prompt": 1000.0,
+        "cached": 400.0,
+        "generated": 500.0,
+        "prefill_s": 10.0,
+        "decode_s": 20.0,
+        "queue_s": 2.5,
+        "ttft_s": 5.0,
+        "used_share": 0.25,
+    }
+    assert (s.pool_tokens, s.block_tokens) == (16_000, 16)
+
+
+def test_the_account_is_the_difference_of_the_sums_and_the_pool_fill_at_the_send() -> None:
+    before = scrape(used=0.25)
+    after = scrape(
+        finished=6, prompt=1300, cached=528, generated=520, used=0.75, seconds=10.4
+    )  # the request: 300 prompt tokens, 128 of them cached, 20 generated
+    got = account(before, after, Usage(300, 20))
+    assert got == ServerAccount(
+        source="vLLM /metrics",
+        prompt_tokens=300,
+        cached_tokens=128,
+        generated_tokens=20,
+        prefill_ms=pytest.approx(400.0),
+        decode_ms=pytest.approx(800.0),
+        queue_ms=pytest.approx(100.0),
+        ttft_ms=pytest.approx(200.0),
+        pool_tokens=16_000,
+        block_tokens=16,
+        used_share=0.25,  # when it was sent, not 0.75 after it
+        unknown=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"running": 1}, {}),  # another request ran at the first read only
+        ({}, {"running": 1}),  # ... at the second only
+        ({"waiting": 1}, {}),  # one waited at the first read
+        ({"running": 1}, {"running": 1}),
+    ],
+)
+def test_another_request_at_either_read_leaves_the_account_unknown(
+    before: dict[str, float], after: dict[str, float]
+) -> None:
+    got = account(scrape(**before), scrape(finished=6, generated=520, **after), Usage(300, 20))
+    assert got.unknown == "other requests ran on the server at the same time"
+    assert (got.prompt_tokens, got.generated_tokens, got.prefill_ms) == (None, None, None)
+    assert (got.pool_tokens, got.block_tokens, got.used_share) == (16_000, 16, 0.25)
+
+
+def test_the_count_of_finished_requests_and_of_tokens_must_be_this_requests() -> None:
+    before = scrape()
+    two = account(before, scrape(finished=7, generated=520), Usage(300, 20))
+    assert two.unknown == "2 requests finished on the server meanwhile, not 1"
+    more = account(before, scrape(finished=6, generated=530), Usage(300, 20))
+    assert more.unknown == (
+        "the server generated 30 tokens meanwhile, this answer 20: "
+        "other requests ran at the same time"
+    )
+    assert account(None, before, None).unknown == "no earlier read of /metrics to compare with"
+
+
+def test_llama_server_counts_its_cached_prompt_tokens_apart() -> None:
+    def page(prompt: float, cached: float, generated: float, seconds: float) -> Scrape:
+        got = parse(
+            "llamacpp:requests_processing 0\nllamacpp:requests_deferred 0\n"
+            f"llamacpp:prompt_tokens_total {prompt}\n"
+            f"llamacpp:prompt_tokens_cached_total {cached}\n"
+            f"llamacpp:tokens_predicted_total {generated}\n"
+            f"llamacpp:prompt_seconds_total {seconds}\n"
+            f"llamacpp:tokens_predicted_seconds_total {seconds * 3}\n"
+        )
+        assert got is not None and got.engine == "llama-server"
+        return got
+
+    # 50 evaluated and 30 cached: a prompt of 80
+    got = account(page(100, 10, 40, 1.0), page(150, 40, 52, 1.5), Usage(80, 12))
+    assert (got.prompt_tokens, got.cached_tokens, got.generated_tokens) == (80, 30, 12)
+    assert got.prefill_ms == pytest.approx(500.0) and got.decode_ms == pytest.approx(1500.0)
+    assert (got.queue_ms, got.ttft_ms, got.pool_tokens, got.used_share) == (None,) * 4
+    assert got.source == "llama-server /metrics"
+
+
+def test_a_request_the_server_has_not_counted_yet_has_no_account() -> None:
+    # the finished count did not move: the figures are not this request's (yet)
+    got = account(scrape(), scrape(generated=520), Usage(300, 20))
+    assert got.unknown == "0 requests finished on the server meanwhile, not 1"
+
+
+@pytest.mark.parametrize(("share", "kept"), [(0.0, 0.0), (1.0, 1.0), (1.5, None)])
+def test_a_pool_fill_from_empty_to_full_is_believed(share: float, kept: float | None) -> None:
+    assert scrape(used=share).get("used_share") == kept
