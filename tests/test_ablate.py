@@ -66,6 +66,16 @@ def test_words_in_common_counts_repeats_once_each() -> None:
     assert words_in_common("one two", "three four five six") == 0.0
 
 
+def test_words_in_common_are_a_share_of_the_longer_answer() -> None:
+    # 2 words in common; the longer answer has 4: a half (of the shorter's 2: all)
+    assert words_in_common("a b", "a b c d") == 0.5
+    assert words_in_common("a b c d", "a b") == 0.5
+    # 3 in common ("x" twice, "y" once) of the longer's 6
+    assert words_in_common("x x y", "x y x z z z") == 0.5
+    assert words_in_common("", "") == 1.0  # two empty answers are the same
+    assert words_in_common("", "a") == 0.0
+
+
 @pytest.mark.model
 def test_ablation_on_the_bundled_model(local_backend: LocalBackend) -> None:
     messages = chat(LONG_SYSTEM)

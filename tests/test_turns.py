@@ -327,3 +327,27 @@ def test_a_chat_rewound_before_its_root_shows_and_sends_nothing() -> None:
     c = Conversation("sys", [ChatMessage("user", "q"), ChatMessage("assistant", "a")])
     c.rewind(None)  # a new system prompt is about to start a new root
     assert (c.messages, c.prompt_messages(), c.path()) == ([], (), [])
+
+
+async def test_the_last_request_is_what_the_branchs_last_answer_answered() -> None:
+    turns, _ = await three_turns()
+    assert turns.last_request() == (
+        (
+            Message("system", "Be brief."),
+            Message("user", "q1"),
+            Message("assistant", "answer 1"),
+            Message("user", "q2"),
+            Message("assistant", "answer 2"),
+            Message("user", "q3"),
+        ),
+        "answer 3",
+    )
+
+
+def test_no_last_request_before_an_answer_with_text() -> None:
+    turns = TurnController(Numbered(), Settings(system="s"))
+    assert turns.last_request() is None
+    turns.conversation.add(ChatMessage("user", "q1"))
+    assert turns.last_request() is None  # a question, no answer yet
+    turns.conversation.add(ChatMessage("assistant", ""))
+    assert turns.last_request() is None  # an answer with no text

@@ -1,0 +1,128 @@
+"""What a send or a switch would cost (chat/costs.py), on a scripted server whose usage
+is known: the cache guessed for a server that hides it, a prompt held whole, and the
+re-prefill of a switch in seconds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    ReasoningDelta,
+    TextDelta,
+    Usage,
+)
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.costs import DraftForecast, Expected, SwitchCost, expect
+from phasechat.chat.turns import TurnController
+from phasechat.telemetry.forecast import Forecast, Rates
+from tests.helpers import ask
+from tests.scripted import ScriptedBackend
+
+
+class Server(ScriptedBackend):
+    """A server that reports a 40-token prompt with `cached` of it cached, and an answer
+    of 30 tokens of which `thinking` are its thinking (0: it does not think)."""
+
+    def __init__(self, thinking: int, cached: int | None = 0) -> None:
+        super().__init__("server")
+        self.thinking, self.cached = thinking, cached
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.thinking:
+            yield ReasoningDelta("let me see")
+        yield TextDelta("an answer")
+        yield Usage(40, 30, self.cached, self.thinking or None)
+        yield Finished("stop")
+
+
+def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> Forecast:
+    deadline = time.monotonic() + 30  # a limit for a hang, not a timing asserted
+    while time.monotonic() < deadline:
+        forecasts.update(session, draft)
+        if (f := forecasts.of(draft)) is not None:
+            return f
+        time.sleep(0.01)
+    raise AssertionError("no forecast")
+
+
+@pytest.mark.parametrize(
+    ("thinking", "cached", "guess"),
+    [
+        # the server holds the prompt (40) and the answer; the thinking (20 of the 30
+        # tokens) is not in the next prompt, so the shared prefix ends where it began
+        (20, 0, 40),
+        (0, 0, 70),  # no thinking: the prompt and the whole answer
+        (0, None, 0),  # a server never seen to report a cache: none assumed
+    ],
+)
+async def test_a_drafts_cache_guess_on_a_server_that_hides_it(
+    thinking: int, cached: int | None, guess: int
+) -> None:
+    session = TurnController(Server(thinking, cached), Settings(max_tokens=16))
+    await ask(session, "first question")
+    forecasts = DraftForecast(every_s=0)
+    try:
+        f = settle(forecasts, session, "x" * 400)  # 100 tokens: the prompt is over 70
+    finally:
+        forecasts.close()
+    # the history and the draft, counted apart (the scripted count adds up exactly)
+    whole = (*session.request().messages, Message("user", "x" * 400))
+    assert f.prompt_tokens == session.backend.count_tokens(whole).tokens > 100
+    assert (f.cached_tokens, f.max_tokens, f.estimated_tokens) == (guess, 16, True)
+
+
+async def test_a_prompt_held_whole_is_forecast_to_read_its_last_token_again() -> None:
+    session = TurnController(Server(0), Settings())
+    messages = session.preview("a question")
+    held = expect(session, messages, exact=(100, 100))
+    assert held == Expected(100, 99, None, False, None)
+    assert held.evaluated_tokens == 1
+    assert held.line() == "keeps 99 cached, reads 1 again (TTFT: not measured on this backend yet)"
+    part = expect(session, messages, exact=(100, 60))
+    assert (part.cached_tokens, part.evaluated_tokens) == (60, 40)
+    assert expect(session, messages, exact=(1, 1)).cached_tokens == 0
+
+
+async def test_the_expected_ttft_and_the_last_one_beside_it() -> None:
+    session = TurnController(Server(0, cached=0), Settings())
+    await ask(session, "q1")
+    await ask(session, "q2")
+    messages = session.preview("q3")
+    e = expect(session, messages, exact=(500, 100))
+    last = session.exchanges[-1].metrics
+    assert last is not None and e.last_ttft_ms == last.ttft_ready_ms
+    assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (500, 100, False)
+    assert e.line().startswith("keeps 100 cached, reads 400 again")
+    cold = Expected(500, 0, 2500.0, True, 200.0)
+    assert cold.line() == "reads all ~500 tokens again: TTFT about 2.5 s (the last turn: 0.2 s)"
+
+
+def test_a_switchs_re_prefill_is_in_seconds_with_its_fixed_cost() -> None:
+    # 1,000 tokens at 100 tok/s: 10 s, and 200 ms fixed: 10.2 s (not 200 + 10)
+    cost = SwitchCost(1000, True, False, Rates(100.0, 20.0, 3, overhead_ms=200.0))
+    assert cost.reprefill_s == pytest.approx(10.2)
+    # attention: 0.001 ms x 1,000 x 500.5 = 500.5 ms more
+    deep = SwitchCost(1000, False, True, Rates(100.0, 20.0, 3, 200.0, 0.001))
+    assert deep.reprefill_s == pytest.approx(10.7005)
+    assert SwitchCost(1000, True, False, Rates(None, 20.0, 0)).reprefill_s is None
+
+
+async def test_without_the_engines_count_the_cache_is_the_messages_shared_whole() -> None:
+    # the scripted count: a message is len // 4 + 3 tokens. The last request was the
+    # system prompt (5) and q1 (3), answered "an answer" (5): 13 tokens shared whole
+    session = TurnController(Server(0, cached=0), Settings(system="Be brief."))
+    await ask(session, "q1")
+    e = expect(session, session.preview("q2"))
+    assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (16, 13, True)
+    # an edit of q1: only the system prompt is shared
+    edit = expect(session, session.preview("q1, edited", session.conversation.questions()[0].id))
+    assert (edit.prompt_tokens, edit.cached_tokens) == (5 + 5, 5)

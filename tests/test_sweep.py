@@ -1,0 +1,103 @@
+"""The sweep's runner (chat/trips/sweep.py) on a scripted server whose usage is known:
+each request's figures as the sweep arithmetic gets them (the whole prompt, cached
+tokens included), and one level's totals over a scripted clock."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta, Usage
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.sweep import LevelRun, prompt_for, run_level, sample_of
+from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.telemetry.sweep_stats import Sample, Slo
+from tests.scripted import ScriptedBackend
+
+
+def test_a_sample_carries_the_whole_prompt_cached_tokens_included() -> None:
+    m = metrics_from_dict(
+        {
+            "backend": "b",
+            "model": "m",
+            "finish": "stop",
+            "ttft_ms": 120.0,
+            "e2e_ms": 900.0,
+            "output_tokens": 14,
+            "prompt_tokens": 100,
+            "cached_tokens": 40,
+            "evaluated_prompt_tokens": 60,
+            "decode_tok_s": 33.0,
+        }
+    )
+    assert sample_of(m, [10.0, 12.5], None) == Sample(
+        ttft_ms=120.0,
+        e2e_ms=900.0,
+        output_tokens=14,
+        prompt_tokens=100,  # not the 60 evaluated
+        decode_tok_s=33.0,
+        itl_ms=(10.0, 12.5),
+        error=None,
+    )
+    assert sample_of(m, [], "reset").error == "reset"
+
+
+class Cached(ScriptedBackend):
+    """A server that says each prompt was 50 tokens, 32 of them cached, and answers 8."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        for _ in range(8):
+            yield TextDelta("w ")
+        yield Usage(prompt_tokens=50, completion_tokens=8, cached_tokens=32)
+        yield Finished("stop")
+
+
+async def test_a_levels_input_tokens_count_the_cached_ones() -> None:
+    clock = itertools.count(5, 2)  # the level lasts 2 s of this clock, from 5 to 7
+    run = await run_level(
+        Cached("openai"), 3, Settings(max_tokens=8), 2, Slo(), "tag", clock=lambda: next(clock)
+    )
+    lv = run.level
+    assert (lv.concurrency, lv.duration_s, lv.completed, lv.failed) == (3, 2.0, 6, 0)
+    assert (lv.total_input_tokens, lv.total_output_tokens) == (6 * 50, 6 * 8)
+    assert lv.output_throughput == 24.0 and lv.total_token_throughput == 174.0
+    assert lv.request_throughput == 3.0 and lv.request_goodput is None
+    assert [s.prompt_tokens for s in run.samples] == [50] * 6
+    assert [m.cached_tokens for m in run.metrics] == [32] * 6
+
+
+def test_each_requests_prompt_has_its_own_tag_before_its_task() -> None:
+    assert prompt_for("ab12", 4, 1, 2) == (
+        "Request 4.1.2 of sweep ab12. "
+        "List the planets of the solar system and tell one surprising fact about each."
+    )  # task (stream 1 + request 2 x 3 + level 4) % 8 = 3, the fourth
+    assert prompt_for("ab12", 1, 0, 0).endswith(
+        "Write a short story about a lighthouse keeper who finds a message in a bottle."
+    )
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_task_turns_with_the_stream_the_request_and_the_level(index: int) -> None:
+    first = prompt_for("r", 2, index, 0).split(". ", 1)[1]
+    assert first != prompt_for("r", 2, index, 1).split(". ", 1)[1]
+
+
+async def test_repeats_pool_their_requests_over_their_durations_added() -> None:
+    backend = Cached("openai")
+    runs = []
+    for seconds in (2, 6):  # the first repeat takes 2 s, the second 6
+        clock = itertools.count(10, seconds)
+        runs.append(
+            await run_level(backend, 2, Settings(), 1, Slo(), "t", clock=lambda c=clock: next(c))
+        )
+    pooled = LevelRun.pooled(runs, Slo())
+    # 4 requests of 8 tokens over 8 s (not the longest 6 s, not the mean 4 s)
+    assert (pooled.level.duration_s, pooled.level.completed) == (8.0, 4)
+    assert pooled.level.output_throughput == 4.0
+    assert pooled.spread.values == (8.0, pytest.approx(16 / 6))  # each repeat's own rate
+    assert pooled.spread.median == pytest.approx((8.0 + 16 / 6) / 2)
+    assert len(pooled.metrics) == len(pooled.samples) == 4 and pooled.concurrency == 2
