@@ -246,3 +246,89 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
     }
     assert m.as_dict() == expected
     assert m.ttft_ready_ms == 150.0
+
+
+def llama_server_answer(prompt_n: int = 30, window: int | None = None, usage: bool = True) -> Trace:
+    t = Trace("remote", "m", max_tokens=8, prompt_estimate=50, prompt_estimate_exact=True)
+    t.window = window
+    for ms in (100, 110, 125, 145):
+        t.observe(TextDelta("a"), ms * MS)
+    t.observe(ServerTimings(prompt_n, 20.0, 5, 40.0, 20, 8, 6), 150 * MS)
+    if usage:
+        t.observe(Usage(50, 5), 150 * MS)
+    t.observe(Finished("stop", 155 * MS), 160 * MS)  # the end-of-sequence chunk at 155
+    return t
+
+
+def test_every_metric_of_a_llama_server_answer_with_a_draft_model() -> None:
+    m = compute(llama_server_answer())
+    changed = {
+        "backend": "remote",
+        "model": "m",
+        "finish": "stop",
+        "ttft_ms": 100.0,
+        "ttfo_ms": 100.0,
+        "e2e_ms": 160.0,
+        "prompt_tokens": 50,
+        "prompt_tokens_source": "server",
+        "cached_tokens": 20,
+        "evaluated_prompt_tokens": 30,
+        "output_tokens": 5,
+        "output_tokens_estimated": False,
+        "answer_tokens": 5,
+        "prefill_tok_s": pytest.approx(300.0),
+        "cache_reported": True,
+        # 4 tokens after the first over 100 -> 155 ms (the silent chunk)
+        "decode_tok_s": pytest.approx(4 / 0.055),
+        "tpot_ms": pytest.approx(55 / 4),
+        # gaps 10, 15, 20
+        "itl_ms_p50": pytest.approx(15.0),
+        "itl_ms_p95": pytest.approx(15 + 5 * 0.9),
+        "itl_ms_p99": pytest.approx(15 + 5 * 0.98),
+        "itl_ms_max": 20.0,
+        "chars": 4,
+        "chars_per_s": pytest.approx(3 / 0.055),
+        "chars_per_token": pytest.approx(3 / 4),
+        "prefill_share": pytest.approx(100 / 160),
+        "decode_share": pytest.approx(60 / 160),
+        "server_prompt_n": 30,
+        "server_cache_n": 20,
+        "server_prompt_ms": 20.0,
+        "server_predicted_n": 5,
+        "server_predicted_ms": 40.0,
+        "server_prefill_tok_s": pytest.approx(1500.0),
+        "server_decode_tok_s": pytest.approx(125.0),  # llama.cpp's timings: every token
+        "server_draft_n": 8,
+        "server_draft_accepted": 6,
+        "draft_acceptance": 0.75,
+        "time_to_second_token_ms": 110.0,
+        "server_source": "timings",
+    }
+    d = m.as_dict()
+    assert {k: d[k] for k in changed} == changed
+    # the rest is unknown here: no KV, no window, no thinking, no /metrics, no threads
+    rest = {k: v for k, v in d.items() if k not in changed}
+    assert rest == dict.fromkeys(rest, None) | {
+        "reasoning_tokens_source": "none",
+        "warnings": [],
+    }
+
+
+def test_a_prompt_cut_by_the_server_is_named_against_its_window() -> None:
+    # the server counted 50 prompt tokens but evaluated 10 and reused 20: 30 read
+    m = compute(llama_server_answer(prompt_n=10))
+    assert m.warnings == (
+        "server evaluated + cached 30 of 50 prompt tokens: the prompt was truncated",
+    )
+    # without its usage: it read 30 of the 50 we sent, and its window is 40
+    m = compute(llama_server_answer(prompt_n=10, window=40, usage=False))
+    assert m.warnings == (
+        "the server's window is 40 tokens; we sent 50 prompt tokens and it read 30: "
+        "the prompt was truncated",
+    )
+    assert (m.prompt_tokens, m.output_tokens, m.kv_used_tokens) == (30, 5, 35)
+    # a window we do not know: 30 of 50 is over half, not called truncated; 20 is under
+    assert compute(llama_server_answer(prompt_n=10, usage=False)).warnings == ()
+    assert compute(llama_server_answer(prompt_n=0, usage=False)).warnings == (
+        "server read 20 prompt tokens, we sent 50: the prompt was probably truncated",
+    )

@@ -4,10 +4,18 @@ reads and between label sets, so that reading the wrong one shows."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from phasechat.backends.events import ServerAccount, Usage
-from phasechat.backends.server_metrics import Scrape, account, parse
+from phasechat.backends.server_metrics import (
+    CROWDED,
+    MetricsWatch,
+    Scrape,
+    Ticket,
+    account,
+    parse,
+)
 
 INFO = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'
 
@@ -153,3 +161,58 @@ def test_a_request_the_server_has_not_counted_yet_has_no_account() -> None:
 @pytest.mark.parametrize(("share", "kept"), [(0.0, 0.0), (1.0, 1.0), (1.5, None)])
 def test_a_pool_fill_from_empty_to_full_is_believed(share: float, kept: float | None) -> None:
     assert scrape(used=share).get("used_share") == kept
+
+
+class Pages:
+    """A server whose /metrics answers each of `pages` in turn (the last one again)."""
+
+    def __init__(self, *pages: str) -> None:
+        self.pages, self.reads = list(pages), 0
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        page = self.pages[min(self.reads, len(self.pages) - 1)]
+        self.reads += 1
+        return httpx.Response(200, text=page)
+
+
+async def test_the_account_waits_for_the_server_to_count_the_request() -> None:
+    # read before; then after the answer, once before vLLM counted it (nothing moved),
+    # then counted: the account is the difference with the counted read
+    pages = Pages(
+        vllm_page(),
+        vllm_page(),
+        vllm_page(finished=6, prompt=1300, cached=528, generated=520, seconds=10.4),
+    )
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(pages.handle)) as client:
+        await watch.start(client, "http://h", {})
+        assert watch.enabled
+        ticket = watch.begin()
+        assert ticket == Ticket(1, True) and watch.alone(ticket)
+        got = await watch.finished(ticket, client, "http://h", {}, Usage(300, 20))
+        watch.end()
+    assert pages.reads == 3
+    assert got is not None and got.unknown is None
+    assert (got.prompt_tokens, got.cached_tokens, got.generated_tokens) == (300, 128, 20)
+    assert got.prefill_ms == pytest.approx(400.0)
+    assert watch.last is not None and watch.last.get("finished") == 6.0  # the next "before"
+
+
+async def test_requests_of_one_client_at_once_have_no_account_and_one_read() -> None:
+    pages = Pages(vllm_page(), vllm_page(finished=7))
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(pages.handle)) as client:
+        await watch.start(client, "http://h", {})
+        first, second = watch.begin(), watch.begin()
+        assert (first, second) == (Ticket(1, True), Ticket(2, False))
+        assert not watch.alone(first) and not watch.alone(second)
+        a = await watch.finished(first, client, "http://h", {}, None)  # not the last out
+        watch.end()
+        b = await watch.finished(second, client, "http://h", {}, None)  # the last: reads
+        watch.end()
+    assert pages.reads == 2  # the start, and once by the last one out
+    for got in (a, b):
+        assert got == ServerAccount(
+            "vLLM /metrics", pool_tokens=16_000, block_tokens=16, unknown=CROWDED
+        )
+    assert watch.last is not None and watch.last.get("finished") == 7.0

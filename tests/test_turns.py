@@ -351,3 +351,40 @@ def test_no_last_request_before_an_answer_with_text() -> None:
     assert turns.last_request() is None  # a question, no answer yet
     turns.conversation.add(ChatMessage("assistant", ""))
     assert turns.last_request() is None  # an answer with no text
+
+
+async def test_the_request_and_its_trace_carry_every_setting_and_our_count() -> None:
+    backend = Numbered()
+    settings = Settings(system="S", max_tokens=33, temperature=0.25, stop=("##",), seed=7)
+    turns = TurnController(backend, settings)
+    await ask(turns, "a question")
+    e = turns.exchanges[0]
+    assert e.request == GenerationRequest(
+        (Message("system", "S"), Message("user", "a question")), 33, 0.25, ("##",), 7
+    )
+    # the scripted count: len // 4 + 3 a message: 3 + 5 = 8, estimated
+    t = e.trace
+    assert (t.backend, t.model, t.max_tokens) == ("scripted", "scripted-model", 33)
+    assert (t.prompt_estimate, t.prompt_estimate_exact) == (8, False)
+    assert (t.window, t.window_source) == (None, None)
+    assert e.token_times_ms() == [t.times[0] / 1e6]
+    assert e.metrics is not None and e.metrics.finish == "stop"
+    assert (e.answer.status, e.answer.content, e.answer.backend) == (
+        "complete",
+        "answer 1",
+        "scripted",
+    )
+
+
+async def test_show_sibling_steps_within_the_siblings_only() -> None:
+    turns, _ = await three_turns()
+    q3 = turns.conversation.questions()[2]
+    for text in ("q3b", "q3c"):
+        await answer(turns, turns.edit(turns.conversation.questions()[2].id, text))
+    first, middle, last = turns.conversation.siblings(q3)
+    assert turns.show_sibling(first.id, -1) is None  # none before the first
+    assert turns.show_sibling(last.id, 1) is None  # none after the last
+    assert turns.show_sibling(middle.id, 1) is last
+    assert texts(turns)[-2:] == ["q3c", "answer 5"]
+    assert turns.show_sibling(last.id, -2) is first
+    assert texts(turns)[-2:] == ["q3", "answer 3"]
