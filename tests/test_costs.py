@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -19,7 +20,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.costs import DraftForecast, Expected, SwitchCost, expect
+from phasechat.chat.costs import DraftForecast, Expected, SwitchCost, expect, held_prefix
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast, Rates
 from tests.helpers import ask
@@ -126,3 +127,27 @@ async def test_without_the_engines_count_the_cache_is_the_messages_shared_whole(
     # an edit of q1: only the system prompt is shared
     edit = expect(session, session.preview("q1, edited", session.conversation.questions()[0].id))
     assert (edit.prompt_tokens, edit.cached_tokens) == (5 + 5, 5)
+
+
+class Rendering(Server):
+    """A server with its own template and tokenizer: a token a word of "role: content"."""
+
+    async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        words = [w for m in messages for w in f"{m.role}: {m.content}".split()]
+        return RenderedPrompt(" ".join(words), tuple(w.encode() for w in words), "server")
+
+
+async def test_the_held_prefix_is_counted_by_the_servers_own_tokens() -> None:
+    session = TurnController(Rendering(0), Settings(system="Be brief."))
+    messages = session.preview("one two")
+    # nothing sent yet: every token is read
+    assert await held_prefix(session, messages) == (6, 0)  # system: Be brief. user: one two
+    await ask(session, "one two")
+    # held: system: Be brief. user: one two assistant: an answer (9 tokens); the next
+    # prompt shares its whole (9) and adds user: three (2)
+    assert await held_prefix(session, session.preview("three")) == (11, 9)
+    # an edit of the question: only the system prompt and "user:" are shared
+    edit = session.preview("uno", session.conversation.questions()[0].id)
+    assert await held_prefix(session, edit) == (5, 4)
+    e = expect(session, edit, await held_prefix(session, edit))
+    assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (5, 4, False)
