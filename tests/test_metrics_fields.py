@@ -7,6 +7,7 @@ prompt for the evaluated tokens, ms for s) give the same answer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -332,3 +333,20 @@ def test_a_prompt_cut_by_the_server_is_named_against_its_window() -> None:
     assert compute(llama_server_answer(prompt_n=0, usage=False)).warnings == (
         "server read 20 prompt tokens, we sent 50: the prompt was probably truncated",
     )
+
+
+def test_a_server_read_of_exactly_half_the_prompt_is_not_called_truncated() -> None:
+    # 5 evaluated + 20 cached = 25 of the 50 sent: at the share, not under it
+    assert compute(llama_server_answer(prompt_n=5, usage=False)).warnings == ()
+    assert compute(llama_server_answer(prompt_n=4, usage=False)).warnings == (
+        "server read 24 prompt tokens, we sent 50: the prompt was probably truncated",
+    )
+
+
+def test_a_server_ttft_equal_to_ours_leaves_no_time_to_the_transport() -> None:
+    t = vllm_answer()
+    assert t.account is not None
+    t.account = replace(t.account, ttft_ms=100.0)  # our TTFT is 100 ms too
+    assert compute(t).transport_ms == 0.0
+    t.account = replace(t.account, ttft_ms=100.5)  # the server's clock says more: unknown
+    assert compute(t).transport_ms is None
