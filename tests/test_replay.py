@@ -12,7 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 import phasechat.chat.trips.replay as replay_module
-from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta, Usage
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    StreamError,
+    TextDelta,
+    Usage,
+)
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
 from tests.scripted import ScriptedBackend
@@ -133,3 +140,45 @@ def test_a_script_is_checked_when_read(tmp_path: Path) -> None:
         path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=why):
             load_script(path)
+
+
+class Refusing(Growing):
+    """Refuses its second request before reading it (too long for its window)."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.turn == 1:
+            self.turn += 1
+            yield StreamError("context_overflow", "the prompt is longer than the window")
+            return
+        async for event in super().stream(request, every_s=every_s):
+            yield event
+
+
+async def test_a_refused_turn_read_nothing_and_is_left_out_of_the_totals() -> None:
+    result = await replay(Refusing(), Script("", ("q1", "q2", "q3")), Settings(), trim=False)
+    refused = result.rows[1]
+    # our own count of its prompt stands (the scripted count: 3 a message + len // 4),
+    # but nothing was cached or evaluated
+    assert (refused.prompt_tokens, refused.cached_tokens, refused.evaluated_prompt_tokens) == (
+        refused.metrics["prompt_tokens"],
+        None,
+        None,
+    )
+    assert (refused.ttft_ms, refused.error, refused.finish) == (
+        None,
+        "the prompt is longer than the window",
+        "error",
+    )
+    totals = result.totals()
+    assert (totals["turns"], totals["errors"]) == (3, 1)
+    # the first and third turns: prompts 100 and 300 (the third with 200 cached), 10 +
+    # 30 tokens out
+    assert (totals["prompt_tokens"], totals["cached_tokens"], totals["output_tokens"]) == (
+        400,
+        200,
+        40,
+    )
+    assert totals["evaluated_prompt_tokens"] == 200
+    assert refused.line().endswith("· the prompt is longer than the window")
