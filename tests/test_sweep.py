@@ -11,9 +11,9 @@ import pytest
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta, Usage
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trips.sweep import LevelRun, prompt_for, run_level, sample_of
+from phasechat.chat.trips.sweep import LevelRun, SweepResult, prompt_for, run_level, sample_of
 from phasechat.telemetry.metrics import metrics_from_dict
-from phasechat.telemetry.sweep_stats import Sample, Slo
+from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from tests.scripted import ScriptedBackend
 
 
@@ -101,3 +101,50 @@ async def test_repeats_pool_their_requests_over_their_durations_added() -> None:
     assert pooled.spread.values == (8.0, pytest.approx(16 / 6))  # each repeat's own rate
     assert pooled.spread.median == pytest.approx((8.0 + 16 / 6) / 2)
     assert len(pooled.metrics) == len(pooled.samples) == 4 and pooled.concurrency == 2
+
+
+def test_a_sweeps_record_has_each_levels_spread_and_step() -> None:
+    def run(concurrency: int, rates: tuple[float, ...]) -> LevelRun:
+        # each repeat: one request of `rate` tokens over 1 s
+        repeats = [level(concurrency, [Sample(10.0, 1000.0, int(r), 5, None)], 1.0, Slo())
+                   for r in rates]  # fmt: skip
+        samples = [Sample(10.0, 1000.0, int(r), 5, None) for r in rates]
+        pooled = level(concurrency, samples, float(len(rates)), Slo())
+        return LevelRun(pooled, [], samples, repeats)
+
+    result = SweepResult("srv", "m", Slo(ttft_ms=50.0), 1, 64, repeats=2, max_repeats=4)
+    result.runs = [run(1, (100.0, 110.0)), run(4, (150.0, 170.0))]
+    result.load = (0.5, 1.5)
+    record = result.record()
+    assert {k: v for k, v in record.items() if k != "levels"} == {
+        "type": "sweep",
+        "backend": "srv",
+        "model_id": "m",
+        "requests_per_stream": 1,
+        "max_tokens": 64,
+        "repeats": 2,
+        "max_repeats": 4,
+        "warm_up_requests": 0,
+        "goodput_slo_ms": {"ttft": 50.0, "tpot": None},
+        "knee_concurrency": None,  # 105 -> 160 over two doublings: +23% each
+        "knee_unclear": None,
+        "load_average_1m": [0.5, 1.5],
+    }
+    low, high = record["levels"]
+    assert (low["max_concurrency"], low["repeats"], low["step"]) == (1, 2, None)
+    assert low["repeat_output_throughput"] == [100.0, 110.0]
+    assert (low["median_output_throughput"], low["output_throughput"]) == (105.0, 105.0)
+    assert (low["p10_output_throughput"], low["p90_output_throughput"]) == (
+        pytest.approx(101.0),
+        pytest.approx(109.0),
+    )
+    assert high["step"] == {
+        "from_concurrency": 1,
+        "to_concurrency": 4,
+        "change_output_throughput": 55.0,
+        "growth_per_doubling": pytest.approx((160 / 105) ** 0.5 - 1),
+        "noise_output_throughput": pytest.approx(16.0),  # the high level's 152 to 168
+        "noisy": False,
+        "inside_noise": False,
+        "impossible": False,
+    }
