@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from phasechat.backends.events import Event, Finished, GenerationRequest, Message, TextDelta
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    StreamError,
+    TextDelta,
+)
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.types import Summary
@@ -388,3 +395,39 @@ async def test_show_sibling_steps_within_the_siblings_only() -> None:
     assert texts(turns)[-2:] == ["q3c", "answer 5"]
     assert turns.show_sibling(last.id, -2) is first
     assert texts(turns)[-2:] == ["q3", "answer 3"]
+
+
+class Failing(ScriptedBackend):
+    """Sends `text` (maybe nothing), then fails with an error of `kind`."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__()
+        self.kind, self.partial = kind, text
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.partial:
+            yield TextDelta(self.partial)
+        yield StreamError(self.kind, "it failed")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "question"),
+    [
+        ("connection", "half an ans", "complete"),  # some text: the question is sent again
+        ("connection", "", "error"),  # nothing: it would stand twice in a row
+        ("context_overflow", "x", "error"),  # too long: it would overflow again
+    ],
+)
+async def test_a_failed_answer_keeps_its_text_and_its_question_only_when_it_can_be_sent(
+    kind: str, text: str, question: str
+) -> None:
+    turns = TurnController(Failing(kind, text), Settings(system="s"))
+    turns.trimmer.enabled = False
+    await ask(turns, "q")
+    e = turns.exchanges[0]
+    assert (e.answer.status, e.answer.error, e.answer.content) == ("error", "it failed", text)
+    assert e.user.status == question
+    assert e.user.error == ("it failed" if question == "error" else None)
+    assert e.metrics is not None and e.metrics.finish == "error" and not turns.busy
