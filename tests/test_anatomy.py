@@ -22,7 +22,9 @@ from phasechat.telemetry.anatomy import (
     HeldTokens,
     Part,
     Section,
+    common_prefix,
     find_break,
+    locate,
     split_estimated,
     split_exact,
 )
@@ -367,3 +369,30 @@ def test_a_break_right_after_a_message_is_placed_at_the_start_of_the_next() -> N
     # a break inside message 0's text is placed there
     inside = find_break("<s>abc</s>", "<s>abX</s>", [(3, 6, 0)], a.sections, 10, False)
     assert inside is not None and (inside.message_index, inside.char_offset) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n"),
+    [
+        ("", "", 0),
+        ("abc", "", 0),
+        ("abc", "abd", 2),
+        ("abc", "abc", 3),
+        ("abc", "abcdef", 3),
+        ("xbc", "abc", 0),
+        ("a" * 1000 + "b", "a" * 1000 + "c", 1000),
+        ("a" * 999, "a" * 1000, 999),
+    ],
+)
+def test_the_common_prefix_is_the_longest_shared_start(a: str, b: str, n: int) -> None:
+    assert common_prefix(a, b) == n == common_prefix(b, a)
+
+
+def test_parts_are_found_in_order_and_by_their_stripped_text_when_the_template_trims() -> None:
+    text = "<s> Be brief.</s><u>hi</u><u>hi</u>"
+    parts = [Part("system", 0, " Be brief.\n"), Part("new", 1, "hi"), Part("new", 2, "hi")]
+    # the template dropped the system prompt's newline: found stripped; the second "hi"
+    # after the first
+    assert locate(text, parts) == [(4, 13), (20, 22), (29, 31)]
+    assert locate(text, [Part("new", 1, "absent")]) is None
+    assert locate(text, [Part("new", 1, "")]) == [(0, 0)]
