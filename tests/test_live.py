@@ -14,6 +14,7 @@ from phasechat.backends.events import (
     PrefillProgress,
     PromptEvaluated,
     ReasoningDelta,
+    ResponseStarted,
     TextDelta,
 )
 from phasechat.telemetry.live import RECENT, Live, finished, snapshot
@@ -173,3 +174,29 @@ def test_a_finished_snapshot_takes_the_answers_final_figures() -> None:
     assert (done.elapsed_ms, done.prompt_tokens, done.cached_tokens) == (250.0, 100, 40)
     after = snapshot(t, 400 * MS)
     assert (after.phase, after.elapsed_ms, after.since_last_ms) == ("done", 290.0, None)
+
+
+def test_the_phases_before_the_first_token() -> None:
+    t = Trace("remote", "m")
+    t.t_queued = 5 * MS  # waiting for a history summary, not sent yet
+    queued = snapshot(t, 35 * MS)
+    assert (queued.phase, queued.elapsed_ms, queued.ttft_ms, queued.tokens) == (
+        "summary",
+        30.0,
+        None,
+        0,
+    )
+    t.t_sent = 40 * MS
+    assert snapshot(t, 50 * MS).phase == "waiting"  # sent, nothing back, no estimate
+    t.observe(ModelLoading(), 41 * MS)
+    loading = snapshot(t, 90 * MS)
+    assert (loading.phase, loading.load_ms, loading.elapsed_ms) == ("loading", 50.0, 50.0)
+    t.observe(ModelLoaded(), 100 * MS)
+    ready = snapshot(t, 120 * MS)
+    assert (ready.phase, ready.load_ms) == ("waiting", 60.0)  # the load's end, not now
+    t.observe(ResponseStarted(200), 130 * MS)
+    assert snapshot(t, 140 * MS).phase == "prefill"
+    # a frame drawn before the send: nothing waited for yet (not the clock since boot)
+    fresh = Trace("local", "m", prompt_estimate=12)
+    drawn = snapshot(fresh, 8_504_000 * MS)
+    assert (drawn.phase, drawn.elapsed_ms, drawn.prompt_tokens) == ("prefill", 0.0, 12)
