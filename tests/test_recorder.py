@@ -5,9 +5,13 @@ the time a token was made) moves a figure well past rounding."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
 import pytest
 
 from phasechat.backends.events import (
+    Event,
     Finished,
     ModelLoaded,
     ModelLoading,
@@ -20,7 +24,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.telemetry.metrics import compute
-from phasechat.telemetry.recorder import Trace
+from phasechat.telemetry.recorder import Trace, record
 
 MS = 1_000_000
 
@@ -108,3 +112,31 @@ def test_a_chunk_without_a_count_makes_the_count_unknown_and_an_error_ends_it_at
     assert list(t.sizes) == [1, 0, 0]  # a chunk of unknown size is kept, as 0
     assert (t.t_done, t.finish) == (130 * MS, "error")
     assert t.error is not None and t.error.message == "lost"
+
+
+async def test_recording_stamps_from_the_send_and_an_abandoned_stream_is_closed() -> None:
+    closed: list[bool] = []
+
+    async def stream() -> AsyncIterator[Event]:
+        try:
+            yield TextDelta("a", 1)
+            yield TextDelta("b", 1)
+            yield Finished("stop")
+        finally:
+            closed.append(True)
+
+    t = Trace("local", "m")
+    async with aclosing(record(stream(), t)) as recording:
+        async for event in recording:
+            assert event == TextDelta("a", 1)
+            break  # the consumer leaves after the first event
+    assert t.t_sent > 0 and t.t_first_token is not None and t.t_first_token >= t.t_sent
+    assert list(t.times) == [t.t_first_token - t.t_sent]
+    assert (t.finish, t.deltas) == ("cancelled", 1) and t.t_done is not None
+    assert t.t_done >= t.t_first_token
+    assert closed == [True]  # the backend's stream was closed at once
+
+    whole = Trace("local", "m")
+    events = [e async for e in record(stream(), whole)]
+    assert [type(e).__name__ for e in events] == ["TextDelta", "TextDelta", "Finished"]
+    assert (whole.finish, whole.deltas, whole.tokens, whole.text) == ("stop", 2, 2, "ab")
