@@ -16,6 +16,7 @@ from phasechat.backends.server_metrics import (
     account,
     parse,
 )
+from phasechat.backends.server_metrics import scrape as scrape_page
 
 INFO = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'
 
@@ -216,3 +217,48 @@ async def test_requests_of_one_client_at_once_have_no_account_and_one_read() -> 
             "vLLM /metrics", pool_tokens=16_000, block_tokens=16, unknown=CROWDED
         )
     assert watch.last is not None and watch.last.get("finished") == 7.0
+
+
+@pytest.mark.parametrize(
+    ("labels", "pool", "block"),
+    [
+        ('block_size="16",num_gpu_blocks="1000"', 16_000, 16),
+        ('block_size="16",num_gpu_blocks="0"', None, 16),  # no blocks: no pool
+        ('block_size="16.5",num_gpu_blocks="1000"', None, None),  # not a whole number
+        ('block_size="16",num_gpu_blocks="1234567890123"', None, 16),  # 13 digits
+        ('block_size="65536",num_gpu_blocks="65536"', 1 << 32, 65536),  # the largest believed
+        ('block_size="65536",num_gpu_blocks="65537"', None, 65536),
+        ('kv_cache_size_tokens="5000"', 5000, None),  # the size itself, without blocks
+    ],
+)
+def test_the_pool_is_blocks_times_their_size_within_bounds(
+    labels: str, pool: int | None, block: int | None
+) -> None:
+    s = parse(f"vllm:cache_config_info{{{labels}}} 1.0\nvllm:num_requests_running 0\n")
+    assert s is not None and (s.pool_tokens, s.block_tokens) == (pool, block)
+
+
+def test_a_figure_that_is_no_count_is_left_out_and_older_vllm_counts_cache_hits() -> None:
+    s = parse(
+        "vllm:num_requests_running 0\n"
+        "vllm:prompt_tokens_total -5\n"  # negative: not believed
+        "vllm:generation_tokens_total NaN\n"
+        "vllm:request_prefill_time_seconds_sum +Inf\n"
+        'vllm:prefix_cache_hits_total{engine="0"} 96\n'  # before prompt_tokens_cached
+        "not a metric line\n"
+    )
+    assert s is not None and s.values == {"running": 0.0, "cached": 96.0}
+    assert parse("process_cpu_seconds_total 3\n") is None  # no server we know
+    llama = parse("llamacpp:prompt_tokens_total 10\n")
+    assert llama is not None and llama.engine == "llama-server" and llama.values == {"prompt": 10.0}
+
+
+async def test_a_scrape_that_fails_is_none() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, text="vllm:num_requests_running 0\n")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
+        assert await scrape_page(client, "http://h", {}) is None
+        watch = MetricsWatch()
+        await watch.start(client, "http://h", {})
+        assert (watch.enabled, watch.last) == (False, None)
