@@ -29,30 +29,36 @@ from phasechat.telemetry.recorder import Trace, record
 MS = 1_000_000
 
 
-def server_answer(silent_ms: int | None) -> Trace:
+def server_answer(silent_ms: int | None, ended_ms: int | None = None) -> Trace:
     """A server's answer: 15 text chunks 10 ms apart from 200 ms (200..340), usage
     counting 16 tokens (one, the end-of-sequence token, sent without text), the finish
-    chunk without text at `silent_ms` (None: none came) and the stream's end at 901 ms."""
+    chunk without text at `silent_ms` (None: none came), the stream's end as the
+    backend stamped it at `ended_ms` (None: not stamped) and the event at 901 ms."""
     t = Trace("remote", "m")
     for i in range(15):
         t.observe(TextDelta("ab"), (200 + 10 * i) * MS)
     t.observe(Usage(30, 16), 900 * MS)
     silent = silent_ms * MS if silent_ms is not None else None
-    t.observe(Finished("stop", silent), 901 * MS)
+    ended = ended_ms * MS if ended_ms is not None else None
+    t.observe(Finished("stop", silent, ended), 901 * MS)
     return t
 
 
-def test_without_a_silent_chunk_the_window_ends_at_the_last_text_not_the_streams_end() -> None:
-    t = server_answer(None)
+@pytest.mark.parametrize("ended_ms", [None, 400])
+def test_without_a_silent_chunk_the_window_ends_at_the_last_text_not_the_streams_end(
+    ended_ms: int | None,
+) -> None:
+    t = server_answer(None, ended_ms)
+    done = (ended_ms or 901) * MS  # the stream's end: the backend's stamp, else arrival
     assert (t.t_first_token, t.t_last_token) == (200 * MS, 340 * MS)
-    assert (t.t_silent_token, t.t_done, t.finish) == (None, 901 * MS, "stop")
+    assert (t.t_silent_token, t.t_done, t.finish) == (None, done, "stop")
     m = compute(t)
     assert m.output_tokens == 16
     # 15 gaps counted over the 140 ms to the last text: 107.1 tok/s; to the stream's end
-    # (701 ms) it would be 21.4
+    # (200 or 701 ms) it would be 75 or 21.4
     assert m.decode_tok_s == pytest.approx(15 / 0.140)
     assert m.tpot_ms == pytest.approx(140 / 15)
-    assert m.e2e_ms == 901
+    assert m.e2e_ms == done / MS
 
 
 def test_a_silent_chunk_after_the_last_text_ends_the_window_there() -> None:
