@@ -396,3 +396,22 @@ def test_parts_are_found_in_order_and_by_their_stripped_text_when_the_template_t
     assert locate(text, parts) == [(4, 13), (20, 22), (29, 31)]
     assert locate(text, [Part("new", 1, "absent")]) is None
     assert locate(text, [Part("new", 1, "")]) == [(0, 0)]
+
+
+def test_token_runs_are_shown_until_both_sides_meet_on_a_boundary() -> None:
+    # held "ab|c|de", sent "a|bc|d|e": they part at the first token and meet again after
+    # "abc" (held: ab|c, sent: a|bc)
+    held = (b"ab", b"c", b"de")
+    sent = (b"a", b"bc", b"d", b"e", b"!")
+    tokens = HeldTokens(held, sent, True, 0, None)
+    brk = find_break("abcde", "abcde!", [(0, 6, 0)], _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "retokenized"
+    assert (brk.held, brk.sent, brk.char_offset) == ("ab|c", "a|bc", 0)
+
+
+def test_a_prompt_the_same_as_what_was_held_yet_read_again_means_something_else_was_held() -> None:
+    held = "<s>same</s>"
+    brk = find_break(held, held, [(3, 7, 0)], _sections(), 11, False)
+    assert brk == CacheBreak(None, 0, "", "", 11, False, "other")
+    assert find_break(held, held, [(3, 7, 0)], _sections(), None, False) is None  # not said
+    assert find_break(held + "more", held, [(3, 7, 0)], _sections(), 11, False) is None

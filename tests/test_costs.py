@@ -20,9 +20,11 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.costs import DraftForecast, Expected, SwitchCost, expect, held_prefix
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast, Rates
+from phasechat.telemetry.metrics import metrics_from_dict
 from tests.helpers import ask
 from tests.scripted import ScriptedBackend
 
@@ -151,3 +153,25 @@ async def test_the_held_prefix_is_counted_by_the_servers_own_tokens() -> None:
     assert await held_prefix(session, edit) == (5, 4)
     e = expect(session, edit, await held_prefix(session, edit))
     assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (5, 4, False)
+
+
+def test_the_expected_line_names_a_cache_of_one_token_and_none() -> None:
+    assert Expected(100, 1, None, False, None).line() == (
+        "keeps 1 cached, reads 99 again (TTFT: not measured on this backend yet)"
+    )
+    assert Expected(100, 0, 1234.0, True, None).line() == (
+        "reads all ~100 tokens again: TTFT about 1.2 s"
+    )
+
+
+async def test_the_last_ttft_set_beside_the_forecast_is_from_the_ready_model() -> None:
+    # a saved answer that waited 4 s for the model to load: its TTFT from the ready
+    # model is 1 s, not the 5 s the user waited
+    session = TurnController(Server(0), Settings())
+    saved = metrics_from_dict(
+        {"backend": "server", "model": "m", "finish": "stop", "ttft_ms": 5000.0, "load_ms": 4000.0}
+    )
+    session.conversation.add(ChatMessage("user", "q"))
+    session.conversation.add(ChatMessage("assistant", "a", "server", "m", metrics=saved))
+    e = expect(session, session.preview("next"), exact=(50, 0))
+    assert e.last_ttft_ms == 1000.0

@@ -68,3 +68,11 @@ def test_a_csv_row_has_every_scalar_metric_in_order_floats_to_three_places() -> 
     )
     assert (cells["server_source"], cells["load_ms"]) == ("", "")  # None: empty
     assert cells["cache_reported"] == "True"
+
+
+def test_a_prompt_a_spreadsheet_would_read_as_a_formula_is_quoted() -> None:
+    rows = [
+        {"request": i, "prompt": p} for i, p in enumerate(["@SUM(A1)", "-2+3", "+1", "=1", "a=1"])
+    ]
+    prompts = [r["prompt"] for r in csv.DictReader(io.StringIO(to_csv(rows)))]
+    assert prompts == ["'@SUM(A1)", "'-2+3", "'+1", "'=1", "a=1"]

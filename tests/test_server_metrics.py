@@ -262,3 +262,14 @@ async def test_a_scrape_that_fails_is_none() -> None:
         watch = MetricsWatch()
         await watch.start(client, "http://h", {})
         assert (watch.enabled, watch.last) == (False, None)
+
+
+def test_counts_are_rounded_and_a_whole_prompt_cached_is_believed() -> None:
+    # float sums of counters land a hair off a whole number: 299.9999999 is 300 tokens
+    before = scrape()
+    after = scrape(finished=6, prompt=1299.9999999, cached=700, generated=520)
+    got = account(before, after, Usage(300, 20))
+    # all 300 prompt tokens cached (a prompt read before, whole): believed, not dropped
+    assert (got.prompt_tokens, got.cached_tokens, got.generated_tokens) == (300, 300, 20)
+    more = account(before, scrape(finished=6, prompt=1300, cached=701, generated=520), None)
+    assert (more.prompt_tokens, more.cached_tokens) == (300, None)  # more cached than read

@@ -11,7 +11,14 @@ import pytest
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta, Usage
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trips.sweep import LevelRun, SweepResult, prompt_for, run_level, sample_of
+from phasechat.chat.trips.sweep import (
+    LevelRun,
+    SweepResult,
+    prompt_for,
+    run_level,
+    sample_of,
+    sweep,
+)
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from tests.scripted import ScriptedBackend
@@ -148,3 +155,21 @@ def test_a_sweeps_record_has_each_levels_spread_and_step() -> None:
         "inside_noise": False,
         "impossible": False,
     }
+
+
+async def test_each_repeat_of_a_level_sends_prompts_of_its_own() -> None:
+    prompts: list[str] = []
+
+    class Recording(Cached):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            prompts.append(request.messages[-1].content)
+            async for event in super().stream(request, every_s=every_s):
+                yield event
+
+    clock = itertools.count()
+    await sweep(Recording("openai"), (1,), Settings(), per_stream=2, repeats=2, warm_up=False,
+                clock=lambda: next(clock))  # fmt: skip
+    numbers = [p.split(" of sweep")[0] for p in prompts]
+    assert numbers == ["Request 1.0.0", "Request 1.0.1", "Request 1.0.2", "Request 1.0.3"]
