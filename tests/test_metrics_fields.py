@@ -350,3 +350,14 @@ def test_a_server_ttft_equal_to_ours_leaves_no_time_to_the_transport() -> None:
     assert compute(t).transport_ms == 0.0
     t.account = replace(t.account, ttft_ms=100.5)  # the server's clock says more: unknown
     assert compute(t).transport_ms is None
+
+
+def test_an_answer_without_a_token_event_is_counted_by_the_servers_usage() -> None:
+    # the stream sent no text at all (say, a tool call the client does not show), yet
+    # the server generated 5 tokens
+    t = Trace("remote", "m")
+    t.observe(Usage(10, 5), 100 * MS)
+    t.observe(Finished("stop"), 101 * MS)
+    m = compute(t)
+    assert (m.output_tokens, m.output_tokens_estimated, m.answer_tokens) == (5, False, 5)
+    assert (m.ttft_ms, m.decode_tok_s, m.chars, m.itl_ms_p50) == (None, None, 0, None)

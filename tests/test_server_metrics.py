@@ -273,3 +273,13 @@ def test_counts_are_rounded_and_a_whole_prompt_cached_is_believed() -> None:
     assert (got.prompt_tokens, got.cached_tokens, got.generated_tokens) == (300, 300, 20)
     more = account(before, scrape(finished=6, prompt=1300, cached=701, generated=520), None)
     assert (more.prompt_tokens, more.cached_tokens) == (300, None)  # more cached than read
+
+
+def test_a_request_of_hours_is_still_measured_and_one_over_a_day_is_not() -> None:
+    # a 2-hour decode (7,200 s): 7.2 million ms; a day or more is a restarted counter
+    long = account(scrape(), scrape(finished=6, generated=520, seconds=3610.0), Usage(300, 20))
+    assert long.decode_ms == pytest.approx(2 * 3600.0 * 1000)  # decode runs at 2 x seconds
+    assert long.prefill_ms == pytest.approx(3600.0 * 1000)
+    day = account(scrape(), scrape(finished=6, generated=520, seconds=86_420.0), Usage(300, 20))
+    assert day.prefill_ms is None and day.decode_ms is None  # 86,410 s and 172,820 s
+    assert day.queue_ms == pytest.approx((86_420.0 - 10.0) / 4 * 1000)  # 6 hours: kept

@@ -223,3 +223,21 @@ async def test_ollamas_running_window_is_the_one_of_the_model_asked_for_only() -
     await backend.start()
     assert backend.window is None
     await backend.aclose()
+
+
+async def test_a_server_that_is_not_ollama_is_not_asked_ollamas_endpoints() -> None:
+    models = [{"id": "gpt-x", "object": "model", "owned_by": "someone"}]  # no window said
+    server = Shaped(models, lambda req: b"", {"/api/ps": {"models": []}})
+    backend = server.backend(model="gpt-x")
+    await backend.start()
+    await backend.aclose()
+    assert backend.window is None
+    assert not any(r.url.path.startswith("/api/") for r in server.requests)
+    # an Ollama listing that names a window itself: that window, no further question
+    listed = [{"id": "q", "object": "model", "owned_by": "ollama", "max_model_len": 4096}]
+    server = Shaped(listed, lambda req: b"", {"/api/ps": {"models": []}})
+    backend = server.backend(model="q")
+    await backend.start()
+    await backend.aclose()
+    assert backend.window is not None and backend.window.tokens == 4096
+    assert not any(r.url.path.startswith("/api/") for r in server.requests)
