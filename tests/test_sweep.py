@@ -173,3 +173,15 @@ async def test_each_repeat_of_a_level_sends_prompts_of_its_own() -> None:
                 clock=lambda: next(clock))  # fmt: skip
     numbers = [p.split(" of sweep")[0] for p in prompts]
     assert numbers == ["Request 1.0.0", "Request 1.0.1", "Request 1.0.2", "Request 1.0.3"]
+
+
+async def test_a_cap_below_the_repeats_still_runs_every_repeat() -> None:
+    clock = itertools.count()
+    result = await sweep(Cached("openai"), (1, 2), Settings(), per_stream=1, repeats=3,
+                         max_repeats=1, warm_up=False, clock=lambda: next(clock))  # fmt: skip
+    assert (result.repeats, result.max_repeats) == (3, 3)
+    assert [len(r.repeats) for r in result.runs] == [3, 3]
+    # with no cap given: the repeats and EXTRA_REPEATS (2) more at most
+    free = await sweep(Cached("openai"), (1,), Settings(), per_stream=1, repeats=2,
+                       warm_up=False, clock=lambda: next(clock))  # fmt: skip
+    assert (free.repeats, free.max_repeats) == (2, 4)
