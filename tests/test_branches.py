@@ -8,6 +8,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trips.branches import answer_of, branch_comparison
 from phasechat.chat.turns import TurnController
+from phasechat.telemetry.metrics import metrics_from_dict
 from tests.helpers import answer, ask
 from tests.test_turns import Numbered
 
@@ -57,3 +58,23 @@ async def test_a_middle_branch_is_compared_with_the_next_and_the_last_with_the_o
     assert [s.name for s in last.sides] == ["‹2/3›", "‹3/3›"]
     first = branch_comparison(turns, siblings[0])
     assert [x.text for x in first.answers] == ["answer 1", "answer 2"]
+
+
+def test_a_saved_chats_branches_are_compared_with_the_prompts_their_answers_had() -> None:
+    # a chat read back from the database: no exchange of this session sent its answers,
+    # so each side's prompt is its branch up to the question, not the answer itself
+    done = metrics_from_dict({"backend": "b", "model": "m", "finish": "stop", "ttft_ms": 9.0})
+    c = Conversation("sys")
+    q = c.add(ChatMessage("user", "q"))
+    c.add(ChatMessage("assistant", "first", "b", "m", metrics=done))
+    c.rewind(q.id)
+    second = c.add(ChatMessage("assistant", "second", "b", "m", metrics=done))
+    turns = TurnController(Numbered(), Settings(system="sys"))
+    turns.replace_conversation(c)
+    comparison = branch_comparison(turns, second)
+    assert [s.messages for s in comparison.sides] == [
+        (Message("system", "sys"), Message("user", "q")),
+        (Message("system", "sys"), Message("user", "q")),
+    ]
+    assert [x.text for x in comparison.answers] == ["first", "second"]
+    assert [x.metrics for x in comparison.answers] == [done, done]
