@@ -175,3 +175,23 @@ async def test_the_last_ttft_set_beside_the_forecast_is_from_the_ready_model() -
     session.conversation.add(ChatMessage("assistant", "a", "server", "m", metrics=saved))
     e = expect(session, session.preview("next"), exact=(50, 0))
     assert e.last_ttft_ms == 1000.0
+
+
+def test_a_draft_forecast_starts_at_most_one_count_every_interval() -> None:
+    session = TurnController(Server(0), Settings())
+    forecasts = DraftForecast(every_s=0)
+    try:
+        first = settle(forecasts, session, "one")
+        forecasts.every_s = 3600  # an hour from the last count: no second one in this test
+        assert forecasts.update(session, "two words") is first  # the last one, at once
+        assert forecasts.of("two words") is None and forecasts.of("one") is first
+        forecasts.every_s = 0
+        second = settle(forecasts, session, "two words")
+        assert second.prompt_tokens > first.prompt_tokens
+    finally:
+        forecasts.close()
+    blank = DraftForecast(every_s=0)
+    try:
+        assert blank.update(session, "   ") is None  # nothing to send: no forecast
+    finally:
+        blank.close()
