@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from phasechat.backends.base import RenderedPrompt
+from phasechat.backends.base import RenderedPrompt, TokenCount
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -177,13 +177,31 @@ async def test_the_last_ttft_set_beside_the_forecast_is_from_the_ready_model() -
     assert e.last_ttft_ms == 1000.0
 
 
+class Counted(Server):
+    """Counts as the scripted server does, noting each draft it was asked to count."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.asked: list[str] = []
+
+    def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        self.asked.append(messages[-1].content)
+        return super().count_tokens(messages)
+
+
 def test_a_draft_forecast_starts_at_most_one_count_every_interval() -> None:
-    session = TurnController(Server(0), Settings())
+    backend = Counted()
+    session = TurnController(backend, Settings())
     forecasts = DraftForecast(every_s=0)
     try:
         first = settle(forecasts, session, "one")
         forecasts.every_s = 3600  # an hour from the last count: no second one in this test
         assert forecasts.update(session, "two words") is first  # the last one, at once
+        # no count of the new draft starts (given half a second to show that it did not)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline and "two words" not in backend.asked:
+            time.sleep(0.01)
+        assert "two words" not in backend.asked
         assert forecasts.of("two words") is None and forecasts.of("one") is first
         forecasts.every_s = 0
         second = settle(forecasts, session, "two words")
