@@ -18,10 +18,12 @@ from phasechat.chat.anatomy import (
 )
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
+    Anatomy,
     CacheBreak,
     HeldTokens,
     Part,
     Section,
+    anatomy_from_dict,
     common_prefix,
     find_break,
     locate,
@@ -415,3 +417,28 @@ def test_a_prompt_the_same_as_what_was_held_yet_read_again_means_something_else_
     assert brk == CacheBreak(None, 0, "", "", 11, False, "other")
     assert find_break(held, held, [(3, 7, 0)], _sections(), None, False) is None  # not said
     assert find_break(held + "more", held, [(3, 7, 0)], _sections(), 11, False) is None
+
+
+def test_an_anatomy_read_back_and_each_kind_of_break_in_words() -> None:
+    a = split_estimated([Part("system", 0, "a b"), Part("new", 1, "c")], 5, 2, 1.5, len)
+    brk = CacheBreak(3, 7, "old", "new", 12, True)
+    back = anatomy_from_dict(Anatomy(a.sections, "estimate", brk).as_dict())
+    assert back == Anatomy(a.sections, "estimate", brk)
+    assert anatomy_from_dict({"prompt_sections": [{"kind": "x"}]}) is None
+    assert anatomy_from_dict({}) is None
+    assert CacheBreak(None, 0, "", "", 1234, False, "other").line() == (
+        "cache broke: the engine held something else since; 1,234 tokens read again"
+    )
+    assert CacheBreak(None, 0, "", "", None, False, "other").line() == (
+        "cache broke: the engine held something else since"
+    )
+    assert (
+        CacheBreak(None, 5, "a", "b", None, False).line()
+        == "cache broke before the first message: `a` -> `b`"
+    )
+    assert CacheBreak(2, 0, "", "K|V", 3, False, "retokenized").line() == (
+        "message 2 was tokenized differently at ‹K|V› (as sent now), 3 tokens read again"
+    )
+    assert CacheBreak(None, 0, "A|B", "AB", None, False, "retokenized").line() == (
+        "the prompt was tokenized differently at ‹A|B› (now ‹AB›)"
+    )

@@ -17,7 +17,7 @@ from phasechat.backends.events import (
     ResponseStarted,
     TextDelta,
 )
-from phasechat.telemetry.live import RECENT, Live, finished, snapshot
+from phasechat.telemetry.live import RECENT, Live, finished, snapshot, threads_note
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace
 
@@ -200,3 +200,13 @@ def test_the_phases_before_the_first_token() -> None:
     fresh = Trace("local", "m", prompt_estimate=12)
     drawn = snapshot(fresh, 8_504_000 * MS)
     assert (drawn.phase, drawn.elapsed_ms, drawn.prompt_tokens) == ("prefill", 0.0, 12)
+
+
+def test_the_threads_note_counts_its_changes() -> None:
+    t = Trace("local", "m")
+    t.observe(EngineThreads(4, 4, "start"), 1 * MS)
+    assert threads_note(t) == ""  # all of them, unchanged: nothing to say
+    t.observe(EngineThreads(2, 4, "slower", 10), 2 * MS)
+    assert threads_note(t) == "threads 2 of 4 · 1 change · at token 10: slower"
+    t.observe(EngineThreads(4, 4, "probe", 20), 3 * MS)
+    assert threads_note(t) == "threads 4 of 4 · 2 changes · at token 20: probe"

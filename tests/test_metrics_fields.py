@@ -361,3 +361,14 @@ def test_an_answer_without_a_token_event_is_counted_by_the_servers_usage() -> No
     m = compute(t)
     assert (m.output_tokens, m.output_tokens_estimated, m.answer_tokens) == (5, False, 5)
     assert (m.ttft_ms, m.decode_tok_s, m.chars, m.itl_ms_p50) == (None, None, 0, None)
+
+
+def test_a_record_from_an_older_version_loads_with_defaults() -> None:
+    m = metrics_from_dict({"ttft_ms": 12.5, "unknown_key": 1, "warnings": ["w"]})
+    assert (m.backend, m.model, m.finish, m.ttft_ms) == ("", "", None, 12.5)
+    assert (m.output_tokens, m.chars, m.output_tokens_estimated) == (0, 0, False)
+    assert (m.prompt_tokens_source, m.reasoning_tokens_source) == ("none", "none")
+    assert (m.cache_reported, m.warnings, m.load_ms) == (True, ("w",), None)
+    assert metrics_from_dict({"cache_reported": False}).cache_reported is False
+    assert m.ttft_ready_ms == 12.5
+    assert metrics_from_dict({"ttft_ms": 10.0, "load_ms": 25.0}).ttft_ready_ms == 0.0
