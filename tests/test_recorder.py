@@ -11,14 +11,19 @@ from contextlib import aclosing
 import pytest
 
 from phasechat.backends.events import (
+    AnswerTokens,
     Event,
     Finished,
+    KVStats,
     ModelLoaded,
     ModelLoading,
     Notice,
+    PrefillProgress,
     PromptEvaluated,
     ReasoningDelta,
     ResponseStarted,
+    ServerAccount,
+    ServerTimings,
     StreamError,
     TextDelta,
     Usage,
@@ -146,3 +151,27 @@ async def test_recording_stamps_from_the_send_and_an_abandoned_stream_is_closed(
     events = [e async for e in record(stream(), whole)]
     assert [type(e).__name__ for e in events] == ["TextDelta", "TextDelta", "Finished"]
     assert (whole.finish, whole.deltas, whole.tokens, whole.text) == ("stop", 2, 2, "ab")
+
+
+def test_the_engines_and_servers_accounts_are_kept_as_they_came_the_last_of_each() -> None:
+    t = Trace("remote", "m")
+    progress = [PrefillProgress(100, 10, 50, 5.0), PrefillProgress(100, 10, 100, 9.0)]
+    for p in progress:
+        t.observe(p, 10 * MS)
+    usage = Usage(100, 7, 10)
+    timings = ServerTimings(90, 9.0, 7, 70.0, 10)
+    account = ServerAccount("vLLM /metrics", prompt_tokens=100)
+    kv = KVStats(107, 2048, 1000, 20000)
+    ids = AnswerTokens((1, 2), (b"a", b"b"), "vocab")
+    for event in (usage, timings, account, kv, ids):
+        t.observe(event, 20 * MS)
+    assert (t.progress, t.usage, t.server, t.account, t.kv, t.answer_tokens) == (
+        progress[-1],
+        usage,
+        timings,
+        account,
+        kv,
+        ids,
+    )
+    # none of them is a token: no time kept, no decode window
+    assert (t.deltas, list(t.times), t.t_first_token) == (0, [], None)
