@@ -562,3 +562,30 @@ def test_a_spread_of_repeats_in_any_order_and_a_step_of_their_medians() -> None:
     assert not step.impossible and not needs_repeat(step)
     wide = Step(2, 8, low, Spread((20.0, 80.0)))  # median 50, width 48 > the step (25)
     assert wide.high_noisy and wide.inside_noise and needs_repeat(wide)
+
+
+def test_a_level_where_every_request_failed_has_no_figures_but_its_counts() -> None:
+    failed = [sample(10, 20, 0, error="reset"), sample(10, 20, 3, error="timeout")]
+    lv = level(2, failed, 2.0, Slo(ttft_ms=100.0))
+    assert (lv.completed, lv.failed, lv.total_input_tokens, lv.total_output_tokens) == (0, 2, 0, 0)
+    assert (lv.request_throughput, lv.request_goodput, lv.output_throughput) == (0.0, 0.0, 0.0)
+    assert lv.per_user_decode_tok_s is None
+    none = {"mean": None, "median": None, "std": None, "p99": None}
+    assert (lv.ttft, lv.tpot, lv.itl, lv.e2el) == (none, none, none, none)
+    assert summarize([7.0]) == {"mean": 7.0, "median": 7.0, "std": 0.0, "p99": 7.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--sweep levels must be 1 or more"),
+        ("0,2", "--sweep levels must be 1 or more"),
+        ("2,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,two", "--sweep expects integers like 1,2,4,8, not '1,two'"),
+    ],
+)
+def test_bad_levels_are_refused_with_their_reason(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match="--sweep") as info:
+        parse_levels(text)
+    assert str(info.value) == message
