@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -182,3 +183,32 @@ async def test_a_refused_turn_read_nothing_and_is_left_out_of_the_totals() -> No
     )
     assert totals["evaluated_prompt_tokens"] == 200
     assert refused.line().endswith("· the prompt is longer than the window")
+
+
+async def test_copies_of_the_chat_run_in_lockstep_each_row_numbered() -> None:
+    seen: list[str] = []
+
+    def row_seen(r: TurnRow) -> None:
+        seen.append(f"{r.turn}/{r.copy}")
+
+    result = await replay(Growing(), Script("s", ("q1", "q2")), Settings(), concurrency=3,
+                          trim=False, on_row=row_seen)  # fmt: skip
+    assert [(r.turn, r.copy) for r in result.rows] == [
+        (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)
+    ]  # fmt: skip
+    assert seen == ["1/0", "1/1", "1/2", "2/0", "2/1", "2/2"]
+    assert result.totals()["turns"] == 6
+    assert result.rows[4].line().startswith("turn   2/1  prompt")
+
+
+def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
+    metrics = {"cached_tokens": 999, "server_source": "timings", "turn": 7}
+    r = replace(row(2, 200, 150, 90.0, 20), metrics=metrics)
+    record = r.record()
+    assert record["type"] == "turn" and record["server_source"] == "timings"
+    assert (record["turn"], record["cached_tokens"], record["evaluated_prompt_tokens"]) == (
+        2,
+        150,
+        50,
+    )
+    assert "metrics" not in record
