@@ -21,7 +21,14 @@ from phasechat.backends.events import (
 )
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.costs import DraftForecast, Expected, SwitchCost, expect, held_prefix
+from phasechat.chat.costs import (
+    DraftForecast,
+    Expected,
+    SwitchCost,
+    expect,
+    held_prefix,
+    history_metrics,
+)
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.forecast import Forecast, Rates
 from phasechat.telemetry.metrics import metrics_from_dict
@@ -213,3 +220,15 @@ def test_a_draft_forecast_starts_at_most_one_count_every_interval() -> None:
         assert blank.update(session, "   ") is None  # nothing to send: no forecast
     finally:
         blank.close()
+
+
+async def test_the_history_is_the_saved_answers_then_this_sessions_each_once() -> None:
+    session = TurnController(Server(0), Settings())
+    saved = metrics_from_dict({"backend": "server", "model": "m", "finish": "stop"})
+    session.conversation.add(ChatMessage("user", "old q"))
+    session.conversation.add(ChatMessage("assistant", "old a", "server", "m", metrics=saved))
+    await ask(session, "new q")
+    ran = session.exchanges[0].metrics
+    assert ran is not None
+    # the new answer's metrics are on its message too: counted once, after the saved one
+    assert [id(m) for m in history_metrics(session)] == [id(saved), id(ran)]
