@@ -590,3 +590,22 @@ def test_a_server_total_without_its_split_is_shared_by_the_texts_estimated_sizes
     assert m.output_tokens == completion and not m.output_tokens_estimated
     assert (m.reasoning_tokens, m.reasoning_tokens_source) == (expected, "estimate")
     assert m.answer_tokens == completion - expected
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "warnings"),
+    [
+        (11, ()),  # stopped exactly at its limit: the engine kept its word
+        (10, ("11 tokens exceed max_tokens 10",)),  # one over: the engine did not
+        (0, ()),  # no limit asked
+    ],
+)
+def test_an_answer_that_stopped_exactly_at_max_tokens_did_not_exceed_it(
+    max_tokens: int, warnings: tuple[str, ...]
+) -> None:
+    t = Trace("local", "m", max_tokens=max_tokens)
+    t.observe(PromptEvaluated(100, 40, 60), 5 * MS)
+    for i in range(11):
+        t.observe(TextDelta("ab", 1), (200 + 10 * i) * MS)
+    t.observe(Finished("length"), 305 * MS)
+    assert compute(t).warnings == warnings

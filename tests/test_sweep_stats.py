@@ -500,3 +500,92 @@ def test_a_step_as_wide_as_its_noise_is_believed_and_a_fall_is_measured_by_its_s
 def test_a_growth_exactly_at_the_threshold_is_not_yet_the_knee() -> None:
     points = [(1, Spread((100.0,))), (2, Spread((150.0,))), (4, Spread((150.0,)))]
     assert read_knee(steps(points), threshold=0.5).concurrency == 2
+
+
+def test_every_field_of_a_level_whose_requests_arrive_out_of_order() -> None:
+    # the per-user rates arrive 95, 10, 35, 20: their median is 27.5 (sorted: 10 20 35
+    # 95); taken in arrival order it would be 22.5, their mean 40
+    samples = [
+        sample(100, 1100, 11, prompt=20, rate=95.0, itl=(90.0, 110.0)),  # tpot 100
+        sample(300, 1300, 21, prompt=30, rate=10.0, itl=(40.0,)),  # tpot 50, ttft over
+        sample(200, 700, 6, prompt=50, rate=35.0),  # tpot 100
+        sample(150, 650, 2, prompt=40, rate=20.0),  # tpot 500, over
+        sample(50, 60, 0, prompt=99, rate=70.0, error="reset", itl=(5000.0,)),
+    ]
+    lv = level(2, samples, 4.0, Slo(ttft_ms=250.0, tpot_ms=200.0))
+    assert lv.record() == {
+        "max_concurrency": 2,
+        "duration": 4.0,
+        "completed": 4,
+        "failed": 1,
+        "total_input_tokens": 140,
+        "total_output_tokens": 40,
+        "request_throughput": 1.0,
+        "request_goodput": 0.5,  # the first and the third met both
+        "output_throughput": 10.0,
+        "total_token_throughput": 45.0,
+        "per_user_decode_tok_s": 27.5,
+        # TTFT 100 300 200 150
+        "mean_ttft_ms": 187.5,
+        "median_ttft_ms": 175.0,
+        "std_ttft_ms": pytest.approx(math.sqrt(21875 / 4)),
+        "p99_ttft_ms": pytest.approx(200 + 100 * 0.97),
+        # TPOT 100 50 100 500
+        "mean_tpot_ms": 187.5,
+        "median_tpot_ms": 100.0,
+        "std_tpot_ms": pytest.approx(math.sqrt(131875 / 4)),
+        "p99_tpot_ms": pytest.approx(100 + 400 * 0.97),
+        # the gaps of the requests that completed: 90 110 40
+        "mean_itl_ms": 80.0,
+        "median_itl_ms": 90.0,
+        "std_itl_ms": pytest.approx(math.sqrt(2600 / 3)),
+        "p99_itl_ms": pytest.approx(90 + 20 * 0.98),
+        # e2e 1100 1300 700 650
+        "mean_e2el_ms": 937.5,
+        "median_e2el_ms": 900.0,
+        "std_e2el_ms": pytest.approx(math.sqrt(296875 / 4)),
+        "p99_e2el_ms": pytest.approx(1100 + 200 * 0.97),
+    }
+
+
+def test_a_spread_of_repeats_in_any_order_and_a_step_of_their_medians() -> None:
+    # repeats arrive 30, 10, 20, 40: p10 13, median 25, p90 37 (in arrival order: p10
+    # 22, median 15, p90 37)
+    low = Spread((30.0, 10.0, 20.0, 40.0))
+    assert (low.median, low.p10, low.p90) == (25.0, pytest.approx(13.0), pytest.approx(37.0))
+    assert low.width == pytest.approx(24.0)
+    high = Spread((60.0, 40.0))  # median 50, p10 42, p90 58: width 16
+    step = Step(2, 8, low, high)  # two doublings
+    assert step.change == 25.0
+    assert step.growth == pytest.approx(2**0.5 - 1)  # 25 -> 50 over two doublings
+    assert (step.noise, step.high_noisy, step.inside_noise) == (pytest.approx(24.0), False, False)
+    assert not step.impossible and not needs_repeat(step)
+    wide = Step(2, 8, low, Spread((20.0, 80.0)))  # median 50, width 48 > the step (25)
+    assert wide.high_noisy and wide.inside_noise and needs_repeat(wide)
+
+
+def test_a_level_where_every_request_failed_has_no_figures_but_its_counts() -> None:
+    failed = [sample(10, 20, 0, error="reset"), sample(10, 20, 3, error="timeout")]
+    lv = level(2, failed, 2.0, Slo(ttft_ms=100.0))
+    assert (lv.completed, lv.failed, lv.total_input_tokens, lv.total_output_tokens) == (0, 2, 0, 0)
+    assert (lv.request_throughput, lv.request_goodput, lv.output_throughput) == (0.0, 0.0, 0.0)
+    assert lv.per_user_decode_tok_s is None
+    none = {"mean": None, "median": None, "std": None, "p99": None}
+    assert (lv.ttft, lv.tpot, lv.itl, lv.e2el) == (none, none, none, none)
+    assert summarize([7.0]) == {"mean": 7.0, "median": 7.0, "std": 0.0, "p99": 7.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--sweep levels must be 1 or more"),
+        ("0,2", "--sweep levels must be 1 or more"),
+        ("2,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,two", "--sweep expects integers like 1,2,4,8, not '1,two'"),
+    ],
+)
+def test_bad_levels_are_refused_with_their_reason(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match="--sweep") as info:
+        parse_levels(text)
+    assert str(info.value) == message
