@@ -135,7 +135,7 @@ def test_a_script_is_checked_when_read(tmp_path: Path) -> None:
     for bad, why in (
         ({"turns": []}, "'turns' must be a non-empty list"),
         ({"turns": ["a", " "]}, "a turn is empty"),
-        ({"turns": ["a"], "max_tokens": 0}, "'max_tokens' must be a positive integer"),
+        ({"turns": ["a"], "max_tokens": 0}, "'max_tokens' 0: expected 1 to 16,777,216"),
         ({"turns": ["a"], "system": 3}, "'system' must be a string"),
     ):
         path.write_text(json.dumps(bad))
