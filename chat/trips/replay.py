@@ -173,14 +173,15 @@ async def replay(
     on_row: Callable[[TurnRow], None] | None = None,
     think_time_s: float = 0.0,
 ) -> BenchResult:
-    """Send every turn of `script` through `concurrency` sessions on a started backend.
+    """Send every turn of `script` through `concurrency` users (a turn controller each)
+    on a started backend.
 
-    `configure` sets each session's trimmer as the app would (`Workspace.
+    `configure` sets each user's trimmer as the app would (`Workspace.
     configure_trimmer`) and returns a summarizer backend still to be started; `trim=False`
     then turns trimming off whatever it said."""
-    sessions = [TurnController(backend, replace(settings, system=script.system))]
-    sessions += [TurnController(backend, sessions[0].settings) for _ in range(concurrency - 1)]
-    for s in sessions:
+    users = [TurnController(backend, replace(settings, system=script.system))]
+    users += [TurnController(backend, users[0].settings) for _ in range(concurrency - 1)]
+    for s in users:
         summarizer = configure(s) if configure is not None else None
         if summarizer is not None:
             await summarizer.start()
@@ -194,9 +195,7 @@ async def replay(
                 # The user reads the answer and types: background work (a summary, the
                 # pre-fill of the trimmed prompt) runs meanwhile, as in the app.
                 await asyncio.sleep(think_time_s)
-            rows = await asyncio.gather(
-                *(_turn(s, prompt, turn, i) for i, s in enumerate(sessions))
-            )
+            rows = await asyncio.gather(*(_turn(s, prompt, turn, i) for i, s in enumerate(users)))
             for row in rows:
                 result.rows.append(row)
                 if on_row is not None:
@@ -204,16 +203,16 @@ async def replay(
     finally:
         # the user's think time is not the server's: left out of the aggregate rate
         result.wall_s = time.perf_counter() - t0 - think_time_s * (len(script.turns) - 1)
-        for s in sessions:
+        for s in users:
             await s.aclose()
             result.summaries.extend(s.trimmer.summaries)
     return result
 
 
-async def _turn(session: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
-    async for _ in session.send(prompt):
+async def _turn(turns: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
+    async for _ in turns.send(prompt):
         pass
-    e = session.exchanges[-1]
+    e = turns.exchanges[-1]
     m = e.metrics
     assert m is not None
     # A request refused before prefill (context overflow) evaluated nothing; the metrics'

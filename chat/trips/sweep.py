@@ -215,13 +215,13 @@ def sample_of(metrics: Metrics, gaps: Sequence[float], error: str | None) -> Sam
 
 
 async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[Sample, Metrics]:
-    session = TurnController(backend, settings, trim=False)  # one turn: nothing to trim
+    turns = TurnController(backend, settings, trim=False)  # one turn: nothing to trim
     try:
-        async for _ in session.send(prompt):
+        async for _ in turns.send(prompt):
             pass
     finally:
-        await session.aclose()
-    exchange = session.exchanges[-1]
+        await turns.aclose()
+    exchange = turns.exchanges[-1]
     assert exchange.metrics is not None
     error = exchange.answer.error if exchange.answer.status == "error" else None
     return sample_of(exchange.metrics, itl_ms(exchange.trace), error), exchange.metrics
