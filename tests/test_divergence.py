@@ -142,3 +142,23 @@ def state_bytes_per_token(model_path, ggml_type: int) -> int:  # type: ignore[no
         return (sizes[1] - sizes[0]) // 100
     finally:
         llm.close()
+
+
+def test_a_position_over_the_chat_is_named_by_its_turn_and_token() -> None:
+    from phasechat.chat.trips.diverge import Turn
+    from phasechat.cli.diverge_cli import where
+
+    three, one = compare_logits(REF, OTHER), compare_logits(REF[:1], REF[:1])
+    turns = [
+        Turn(1, None, None, three),  # type: ignore[arg-type]
+        Turn(2, None, None, None, "A gave no complete answer"),  # type: ignore[arg-type]
+        Turn(3, None, None, one),  # type: ignore[arg-type]
+    ]
+    assert [where(p, turns) for p in range(4)] == [
+        "turn 1, token 1",
+        "turn 1, token 2",
+        "turn 1, token 3",
+        "turn 3, token 1",  # turn 2 compared nothing: it has no positions
+    ]
+    with pytest.raises(ValueError, match="past the turns"):
+        where(4, turns)

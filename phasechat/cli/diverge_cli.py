@@ -113,19 +113,29 @@ def _summary(turns: Sequence[Turn], before: tuple[float, ...], after: tuple[floa
     cells.append(["KV cache (MiB)", *(fmt(v, "MiB") for v in kv)])
     print("\n" + "\n".join(aligned(cells, (16, 26, 26))))
     d = overall(turns)
-    print(
-        "B against A over A's answers: " + ("nothing compared" if d is None else _overall_text(d))
-    )
+    said = "nothing compared" if d is None else _overall_text(d, turns)
+    print(f"B against A over A's answers: {said}")
     print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
 
 
-def _overall_text(d: Divergence) -> str:
-    first = "none" if d.first_divergence is None else f"token {d.first_divergence + 1}"
+def _overall_text(d: Divergence, turns: Sequence[Turn]) -> str:
+    first = "none" if d.first_divergence is None else where(d.first_divergence, turns)
     return (
         f"{d.positions} tokens, KL mean {d.kl_mean:.4f}, p99 {d.kl_p99:.4f}, max {d.kl_max:.4f} "
-        f"(token {d.kl_max_at + 1}), top-1 agreement {d.top1_agreement:.1%}, first "
+        f"({where(d.kl_max_at, turns)}), top-1 agreement {d.top1_agreement:.1%}, first "
         f"divergence {first}"
     )
+
+
+def where(position: int, turns: Sequence[Turn]) -> str:
+    """A position of the divergence over the whole chat as its turn and answer token."""
+    for t in turns:
+        if t.divergence is None:
+            continue
+        if position < t.divergence.positions:
+            return f"turn {t.number}, token {position + 1}"
+        position -= t.divergence.positions
+    raise ValueError(f"position {position} is past the turns' answers")
 
 
 def _load(load: tuple[float, ...]) -> str:
