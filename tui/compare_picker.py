@@ -51,8 +51,7 @@ def _shown(target: Target) -> BackendSpec:
 
 def replay_last(app: ChatHost) -> None:
     """Pick where to replay the last prompt, then compare the two answers."""
-    if app.generating:
-        app.notify("still answering: press Esc to stop it first", severity="warning")
+    if app.refused_while_answering():
         return
     sent = [e for e in app.turns.exchanges if e.request is not None and e.metrics is not None]
     if not sent:
