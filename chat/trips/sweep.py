@@ -39,9 +39,9 @@ from phasechat.telemetry.metrics import Metrics, itl_ms
 from phasechat.telemetry.sweep_stats import (
     KneeReading,
     Level,
+    RepeatSpread,
     Sample,
     Slo,
-    Spread,
     Step,
     level,
     needs_repeat,
@@ -94,9 +94,9 @@ class LevelRun:
         return self.level.concurrency
 
     @property
-    def spread(self) -> Spread:
+    def spread(self) -> RepeatSpread:
         """Aggregate output tok/s over the repeats: the figure the knee is read from."""
-        return Spread(tuple(r.output_throughput for r in self.repeats or [self.level]))
+        return RepeatSpread(tuple(r.output_throughput for r in self.repeats or [self.level]))
 
     def step_from(self, before: LevelRun | None) -> Step | None:
         """The step up to this level from `before` (None: this is the first level)."""
