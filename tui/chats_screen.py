@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
 from phasechat.chat.store.database import ChatNotFound, ChatStore, ChatSummary
-from phasechat.chat.store.export_files import export_chat
+from phasechat.chat.store.export_files import write_chat_files
 from phasechat.chat.text import one_line
 from phasechat.tui.confirm import ConfirmScreen
 
@@ -134,7 +134,7 @@ class ChatsScreen(ModalScreen[int | None]):
             return
         try:
             summary, saved = self.store.get(chat_id), self.store.open_chat(chat_id)
-            md = export_chat(summary, saved.conversation, f"chat-{chat_id}", saved.rows)
+            md = write_chat_files(summary, saved.conversation, f"chat-{chat_id}", saved.rows)
         except (OSError, sqlite3.Error, ChatNotFound) as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

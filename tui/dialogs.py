@@ -14,8 +14,7 @@ from phasechat.chat.config.paths import themes_dir
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.costs import switch_cost
 from phasechat.chat.store.database import ChatNotFound
-from phasechat.chat.store.export_files import export_chat as export_chat_files
-from phasechat.chat.store.export_files import memory_stem, unsaved_summary
+from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.confirm import ConfirmScreen
@@ -172,7 +171,7 @@ def export_chat(app: ChatHost) -> None:
         return
     chat_id = app.workspace.chat_id()
     try:
-        md = export_chat_files(
+        md = write_chat_files(
             unsaved_summary(conversation, chat_id),
             conversation,
             memory_stem(chat_id),
