@@ -190,7 +190,9 @@ class ServerAccount:
     it (backends/server_metrics.py): what it measured (ms) and counted, and the KV pool
     it shares among all requests. `unknown` says why the per-request figures are None
     (another request ran at the same time); the pool is the server's either way.
-    `used_share`: how full the pool was when the request was sent (0-1)."""
+    `used_share`: how full the pool was when the request was sent (0-1). `doubts`: one
+    line for each figure the request itself rules out (None here; the backend says them
+    as doubting notices)."""
 
     source: str
     prompt_tokens: int | None = None
@@ -204,6 +206,7 @@ class ServerAccount:
     block_tokens: int | None = None
     used_share: float | None = None
     unknown: str | None = None
+    doubts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

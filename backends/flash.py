@@ -42,6 +42,10 @@ __all__ = ["FlashChoice", "cache_file"]
 MARGIN = 0.03
 ROUNDS = 4
 STEPS = 16
+#: the steps stop after this much time in all (`measure`), ...
+BUDGET_MS = 3000.0
+#: ... once each side has this many
+MIN_EACH = 4
 #: an answer that decodes this many times faster than the kept step time for the same
 #: setting says that the measurement was slowed (a compiler beside it took 49 ms a step
 #: where a quiet machine takes 11.5): the entry is marked stale and measured again at
@@ -185,15 +189,31 @@ def measure_model(model: Path, threads: int) -> Measured:
 def measure(on: Callable[[], float], off: Callable[[], float]) -> tuple[float, float, int]:
     """Median step time (ms) of each side over ROUNDS interleaved rounds of STEPS steps
     (a neighbour's burst slows both sides alike), and in how many rounds off was faster:
-    a choice that a burst made is not kept for good."""
+    a choice that a burst made is not kept for good.
+
+    The steps stop once they have taken `BUDGET_MS` in all (with `MIN_EACH` steps a side
+    at least, as many on one side as on the other): a quiet machine measures every round
+    within a second, and a busy one (steps 20-30 times as long: 173 and 277 ms beside a
+    test run at load 7, 49 s in all) would otherwise hold the load for a minute to
+    measure what is provisional anyway. Fewer rounds than a majority never choose off."""
     times: dict[bool, list[float]] = {True: [], False: []}
     off_wins = 0
+    spent = 0.0
     for _ in range(ROUNDS):
-        a = [on() for _ in range(STEPS)]
-        b = [off() for _ in range(STEPS)]
+        a: list[float] = []
+        for _ in range(STEPS):
+            a.append(on())
+            # the off side takes about as long: stop where the two would pass the budget
+            if spent + 2 * sum(a) > BUDGET_MS and len(a) >= MIN_EACH:
+                break
+        b = [off() for _ in a]
+        spent += sum(a) + sum(b)
         off_wins += statistics.median(b) < statistics.median(a)
         times[True] += a
         times[False] += b
+        # another round of the fewest steps, at these speeds, would pass the budget
+        if spent + MIN_EACH * (statistics.median(a) + statistics.median(b)) > BUDGET_MS:
+            break
     return statistics.median(times[True]), statistics.median(times[False]), off_wins
 
 

@@ -35,6 +35,8 @@ _ARRAY = 9
 # Bytes per element of the KV-cache types llama.cpp accepts, by ggml_type value:
 # f32, f16, bf16, q8_0 (34 bytes per block of 32), q4_0 (18 per 32).
 KV_TYPE_BYTES: dict[int, float] = {0: 4.0, 1: 2.0, 30: 2.0, 8: 34 / 32, 2: 18 / 32}
+#: the KV-cache types a user names (`kv=q8_0`), by their ggml_type value
+KV_TYPE_NAMES: dict[str, int] = {"f16": 1, "q8_0": 8, "q4_0": 2}
 
 
 class GGUFError(ValueError):

@@ -334,7 +334,7 @@ def overflow_error(prompt_tokens: int, n_ctx: int) -> StreamError:
     )
 
 
-def one_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     """An exception's first line (its type's name when it has no message)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__

@@ -41,17 +41,17 @@ from phasechat.backends.events import (
     TextDelta,
 )
 from phasechat.backends.flash import FlashChoice, decide, recheck
-from phasechat.backends.gguf import Geometry, GGUFError, geometry
+from phasechat.backends.gguf import KV_TYPE_NAMES, Geometry, GGUFError, geometry
 from phasechat.backends.handoff import WAKE_S, Handoff
 from phasechat.backends.llama_glue import (
     chat_formatter,
     engine_timings,
     eog_check,
+    error_line,
     held_prefix,
     kv_stats,
     llama_thread,
     load_error,
-    one_line,
     overflow_error,
     perf_counters,
     physical_cores,
@@ -85,6 +85,9 @@ class LocalConfig:
     warmup: bool = True
     # None: whichever decodes faster here, measured once and cached (backends/flash.py)
     flash_attn: bool | None = None
+    #: the KV cache's type for keys and values (gguf.KV_TYPE_NAMES): f16, q8_0, q4_0; a
+    #: quantized V cache needs flash attention, which it then turns on
+    kv_type: str = "f16"
     #: run the engine in a process of its own (backends/engine_process.py): the app's
     #: choice, so that its UI never holds the interpreter lock the engine needs
     own_process: bool = False
@@ -120,6 +123,8 @@ class LocalBackend:
         # (otherwise the first answer spends a window probing one thread fewer).
         self._cpu = CpuShare()
         self.flash_note = ""
+        #: flash attention as loaded (None: not loaded yet)
+        self.flash_attn: bool | None = None
         #: the measured flash-attention choice loaded with (None: set, a GPU, or rechecked)
         self._flash: FlashChoice | None = None
         #: notices from the load (a cache entry ignored), for the next answer
@@ -193,9 +198,9 @@ class LocalBackend:
         except MemoryError:  # a buffer llama-cpp-python allocates with numpy
             self._state, self._detail = "failed", self._load_error("out of memory")
         except (GGUFError, ModelNotFound, ValueError, OSError) as exc:
-            self._state, self._detail = "failed", self._load_error(one_line(exc))
+            self._state, self._detail = "failed", self._load_error(error_line(exc))
         except Exception as exc:  # llama.cpp raises bare errors on bad files
-            self._state, self._detail = "failed", f"model failed to load: {one_line(exc)}"
+            self._state, self._detail = "failed", f"model failed to load: {error_line(exc)}"
 
     def _load_error(self, message: str) -> str:
         return load_error(message, self.config.n_ctx, self._path, self.geometry)
@@ -219,8 +224,17 @@ class LocalBackend:
         self.threads = self.config.threads or physical_cores()
         self._detail = f"loading {path.name}"
         gpu = offload and self.gpu_layers != 0
-        flash = decide(self.config.flash_attn, gpu, path, self.threads)
+        kv_type = KV_TYPE_NAMES.get(self.config.kv_type)
+        if kv_type is None:
+            raise ValueError(f"kv={self.config.kv_type!r}: one of {', '.join(KV_TYPE_NAMES)}")
+        if self.config.kv_type != "f16" and self.config.flash_attn is False:
+            raise ValueError(f"kv={self.config.kv_type} needs flash attention (llama.cpp)")
+        setting = True if self.config.kv_type != "f16" else self.config.flash_attn
+        flash = decide(setting, gpu, path, self.threads)
         self.flash_note, self._flash = flash.note, flash.choice
+        self.flash_attn = flash.flash_attn
+        if setting is not self.config.flash_attn:
+            self.flash_note = f"flash attention on (the {self.config.kv_type} KV cache needs it)"
         if flash.notice is not None:
             self._pending.append(flash.notice)
         llm = llama_cpp.Llama(
@@ -232,6 +246,8 @@ class LocalBackend:
             n_threads_batch=self.threads,
             chat_format=self.config.chat_format,
             flash_attn=flash.flash_attn,
+            type_k=kv_type,
+            type_v=kv_type,
             verbose=verbose(),
         )
         formatter, self._format_name = chat_formatter(
@@ -398,7 +414,7 @@ class LocalBackend:
         except _Handled:
             return
         except Exception as exc:  # a llama.cpp failure mid-generation
-            emit(StreamError("model", f"generation failed: {one_line(exc)}"))
+            emit(StreamError("model", f"generation failed: {error_line(exc)}"))
             return
         piece, ids = self._special_piece, tuple(answer_ids)
         emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))

@@ -62,6 +62,19 @@ def number_in(value: object, low: float, high: float) -> float | None:
     return float(value) if low <= value <= high else None  # compared before float()
 
 
+def text_in(value: object) -> str | None:
+    """`value` as text that can be written out, or None: not a str, or one holding a
+    lone surrogate (JSON can carry `"\\ud800"`; bytes that were not UTF-8 decode to
+    them with `surrogateescape`), which no UTF-8 file, database or terminal takes."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
 def shown(value: object) -> str:
     """A value read from a cache file, in a few characters for a notice."""
     if isinstance(value, list | dict):

@@ -44,7 +44,7 @@ from phasechat.backends.httplog import (
     scrub_key,
 )
 from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
-from phasechat.backends.server_metrics import MetricsWatch
+from phasechat.backends.server_metrics import MetricsWatch, span_of
 from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
@@ -55,7 +55,7 @@ from phasechat.backends.windows import (
     read_body,
     root_of,
 )
-from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json
+from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -363,6 +363,7 @@ class RemoteBackend:
     async def _send(self, request: GenerationRequest) -> AsyncIterator[Event]:
         client = self._http()
         connect = ConnectTimer()
+        sent = time.perf_counter_ns()  # the server's account of the request fits after it
         try:
             req = client.build_request(
                 "POST",
@@ -405,7 +406,14 @@ class RemoteBackend:
                 else whole_reply(response, ctype, self.shown_url)
             )
             usage: Usage | None = None
+            most = prompt_bound(request.messages)
+            doubted: set[str] = set()  # llama-server sends timings with every token
             async for event in events:
+                if isinstance(event, Usage | ServerTimings):
+                    event, doubt = _within_prompt(event, most, self.shown_url)
+                    if doubt is not None and doubt not in doubted:
+                        doubted.add(doubt)
+                        yield Notice(doubt, doubt=True)
                 if isinstance(event, Usage):
                     usage = event
                 elif isinstance(event, Finished) and self.metrics.enabled:
@@ -414,9 +422,13 @@ class RemoteBackend:
                     ended = time.perf_counter_ns()
                     root, headers = root_of(self.base_url), self._plain_headers()
                     watch = self.metrics
-                    account = await watch.finished(ticket, client, root, headers, usage)
+                    e2e_ms = (ended - sent) / 1e6
+                    span = span_of(e2e_ms, request.messages, request.max_tokens, usage)
+                    account = await watch.finished(ticket, client, root, headers, usage, span)
                     if account is not None:
                         yield account
+                        for line in account.doubts:
+                            yield Notice(line, doubt=True)
                     event = dataclasses.replace(event, t_ns=ended)
                 elif isinstance(event, StreamError):
                     self.metrics.last = None  # it ran: no clean "before" for the next
@@ -540,3 +552,25 @@ def _once(events: list[Event], said: set[str]) -> list[Event]:
             said.add(event.text)
         out.append(event)
     return out
+
+
+def _within_prompt(
+    event: Usage | ServerTimings, most: int, server: str
+) -> tuple[Usage | ServerTimings, str | None]:
+    """`event` without prompt counts past `most`, the most tokens the prompt sent can be
+    (`prompt_bound`), and the line that says so (None: nothing was past it)."""
+    if isinstance(event, Usage):
+        said, name = event.prompt_tokens, "usage.prompt_tokens"
+        cut: Usage | ServerTimings = dataclasses.replace(
+            event, prompt_tokens=None, cached_tokens=None
+        )
+    else:
+        said = (event.prompt_n or 0) + (event.cache_n or 0)
+        name = "timings.prompt_n + cache_n"
+        cut = dataclasses.replace(event, prompt_n=None, cache_n=None)
+    if said is None or said <= most:
+        return event, None
+    return cut, (
+        f"ignored {name} ({said:,}) from {server}: more than the prompt sent can be "
+        f"(at most {most:,} tokens)"
+    )

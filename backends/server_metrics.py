@@ -8,9 +8,13 @@ generated tokens), as long as nothing else ran on the server meanwhile. llama-se
 request). The gauges say what the server holds: its KV pool (vLLM's
 `cache_config_info`: blocks x block size, shared by every request) and how full it is.
 
-Every figure is checked: a finite, non-negative number, a delta that did not run
-backwards (a restarted server), counts in bounds. A request that overlapped another has
-no account (`ServerAccount.unknown` says why), never someone else's.
+Every figure is checked: a finite, non-negative number (duplicate lines that sum to
+infinity are no number), counts in bounds. A counter that ran backwards is a restarted
+server: that request has no account. A request that overlapped another has no account
+(`ServerAccount.unknown` says why), never someone else's. What is left is bounded by the
+request as the client measured it (`Span`): no phase longer than its whole wall time, no
+more prompt tokens than were sent, no more generated than were asked for; a figure
+beyond that is unknown, and `ServerAccount.doubts` says why in one line.
 
 The names read are in `VLLM` and `LLAMA` (vLLM 0.32's `vllm/v1/metrics/loggers.py`;
 llama.cpp's `tools/server/server-context.cpp`), recorded in tests/fixtures/vllm/.
@@ -24,12 +28,13 @@ import math
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from phasechat.backends.events import ServerAccount, Usage
+from phasechat.backends.events import Message, ServerAccount, Usage
 from phasechat.backends.windows import read_body
-from phasechat.backends.wire_numbers import MAX_TOKENS
+from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
 #: The longest a scrape may take (a 50 KB page; a slow server means no account).
 DEADLINE_S = 2.0
@@ -75,6 +80,8 @@ class Scrape:
     values: dict[str, float]
     pool_tokens: int | None
     block_tokens: int | None
+    #: figures whose lines summed to no finite number (duplicates of 1e308), with that sum
+    broken: tuple[tuple[str, float], ...] = ()
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -107,13 +114,17 @@ def parse(text: str) -> Scrape | None:
             values[key] = sum(found)
     if "cached" not in values and "vllm:prefix_cache_hits_total" in sums:
         values["cached"] = sums["vllm:prefix_cache_hits_total"]  # older vLLM: hits in tokens
+    # each line is finite, but two of 1e308 sum to inf (and inf - inf is nan)
+    broken = tuple((k, v) for k, v in values.items() if not math.isfinite(v))
+    for key, _ in broken:
+        del values[key]
     if not 0 <= values.get("used_share", 0) <= 1:
         del values["used_share"]
     block = _count(info.get("block_size"))
     blocks = _count(info.get("num_gpu_blocks"))
     pool = blocks * block if blocks and block else _count(info.get("kv_cache_size_tokens"))
     engine = "vLLM" if names is VLLM else "llama-server"
-    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block)
+    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block, broken)
 
 
 def _number(raw: str) -> float | None:
@@ -131,8 +142,58 @@ def _count(raw: str | None) -> int | None:
     return int(raw) or None
 
 
-def account(before: Scrape | None, after: Scrape, usage: Usage | None) -> ServerAccount:
-    """This request's figures: `after` - `before`, when nothing else ran meanwhile.
+#: Our clock and a server's tick and run a little differently: a server's span may
+#: exceed the same span measured here by this share and this many ms before it is
+#: impossible.
+SLACK_SHARE = 0.05
+SLACK_MS = 1.0
+#: the counters (figures that only grow) and what each counts, for a line that names one
+COUNTERS = {
+    "finished": "finished requests",
+    "prompt": "prompt tokens",
+    "cached": "cached prompt tokens",
+    "generated": "generated tokens",
+    "prefill_s": "prefill seconds",
+    "decode_s": "decode seconds",
+    "queue_s": "queue seconds",
+    "ttft_s": "first-token seconds",
+}
+
+
+def beyond(server_ms: float, client_ms: float) -> bool:
+    """Is `server_ms` longer than `client_ms`, a span that holds it as measured here,
+    by more than the two clocks can disagree?"""
+    return server_ms > client_ms * (1 + SLACK_SHARE) + SLACK_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The request as this client measured it, which bounds the server's account of it:
+    its wall time from the send to the end of the answer (ms), the most prompt tokens it
+    can have had and the most tokens the server can have generated for it."""
+
+    e2e_ms: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+def span_of(
+    e2e_ms: float, messages: tuple[Message, ...], max_tokens: int, usage: Usage | None
+) -> Span:
+    """The bounds of a request: the server's own usage where it said (itself bounded:
+    backends/openai.py), else `prompt_bound` of its messages, and max_tokens."""
+    prompt = usage.prompt_tokens if usage is not None else None
+    if prompt is None:
+        prompt = prompt_bound(messages)
+    output = usage.completion_tokens if usage is not None else None
+    return Span(e2e_ms, prompt, output if output is not None else max_tokens)
+
+
+def account(
+    before: Scrape | None, after: Scrape, usage: Usage | None, span: Span | None = None
+) -> ServerAccount:
+    """This request's figures: `after` - `before`, when nothing else ran meanwhile,
+    bounded by `span` (the request as measured here) when given.
 
     Overlap is ruled out when no request was running or waiting at either read, at most
     one request finished between them (vLLM counts them), and the generated tokens the
@@ -165,7 +226,7 @@ def account(before: Scrape | None, after: Scrape, usage: Usage | None) -> Server
         prompt += cached  # llama-server counts evaluated prompt tokens apart from cached
     if prompt is not None and cached is not None and cached > prompt:
         cached = None
-    return dataclasses.replace(
+    said = dataclasses.replace(
         pool,
         prompt_tokens=prompt,
         cached_tokens=cached,
@@ -175,6 +236,47 @@ def account(before: Scrape | None, after: Scrape, usage: Usage | None) -> Server
         queue_ms=ms("queue_s"),
         ttft_ms=ms("ttft_s"),
     )
+    return _bounded(said, span) if span is not None else said
+
+
+def _bounded(a: ServerAccount, span: Span) -> ServerAccount:
+    """`a` without the figures `span` rules out, each named in `doubts` (one line for
+    the times, one for each count)."""
+    gone: dict[str, None] = {}
+    doubts: list[str] = []
+    if a.prompt_tokens is not None and a.prompt_tokens > span.prompt_tokens:
+        gone |= {"prompt_tokens": None, "cached_tokens": None}
+        doubts.append(
+            f"{a.source}: {a.prompt_tokens:,} prompt tokens for a prompt of at most "
+            f"{span.prompt_tokens:,}: not believed"
+        )
+    if a.generated_tokens is not None and a.generated_tokens > span.output_tokens:
+        gone["generated_tokens"] = None
+        doubts.append(
+            f"{a.source}: {a.generated_tokens:,} tokens generated for an answer of at most "
+            f"{span.output_tokens:,}: not believed"
+        )
+    phases = {"queue_ms": "queue", "prefill_ms": "prefill", "decode_ms": "decode"}
+    times = {**phases, "ttft_ms": "time to first token"}
+    claims = [
+        (name, f"{value:,.0f} ms of {label}")
+        for name, label in times.items()
+        if (value := getattr(a, name)) is not None and beyond(value, span.e2e_ms)
+    ]
+    # queue, prefill and decode follow one another: together they fit in the whole too
+    left = [n for n in phases if getattr(a, n) is not None and n not in dict(claims)]
+    total = sum(getattr(a, n) for n in left)
+    if len(left) > 1 and beyond(total, span.e2e_ms):
+        claims.append(("", f"{total:,.0f} ms of {' + '.join(phases[n] for n in left)}"))
+        gone |= dict.fromkeys(left)
+    if claims:
+        gone |= {name: None for name, _ in claims if name}
+        doubts.append(
+            f"{a.source}: {', '.join(c for _, c in claims)} in a request of "
+            f"{span.e2e_ms:,.0f} ms measured here: not believed"
+        )
+    fields: dict[str, Any] = {**gone, "doubts": tuple(doubts)}
+    return dataclasses.replace(a, **fields)
 
 
 def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str | None:
@@ -183,6 +285,13 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
         return "no earlier read of /metrics to compare with"
     if before.engine != after.engine:
         return "the server changed between the two reads of /metrics"
+    for read in (before, after):
+        for name, total in read.broken:
+            what = COUNTERS.get(name, f"{name} figures")
+            return f"the server's {what} are no number (its lines sum to {total})"
+    restart = _restarted(before, after)
+    if restart is not None:
+        return restart
     if before.get("running") or after.get("running"):
         return "other requests ran on the server at the same time"
     finished_a, finished_b = before.get("finished"), after.get("finished")
@@ -196,6 +305,18 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
             f"the server generated {gen_b - gen_a:g} tokens meanwhile, this answer {said}: "
             "other requests ran at the same time"
         )
+    return None
+
+
+def _restarted(before: Scrape, after: Scrape) -> str | None:
+    """Why a counter that only grows went back between the reads (None: none did)."""
+    for name, what in COUNTERS.items():
+        a, b = before.get(name), after.get(name)
+        if a is not None and b is not None and b < a:
+            return (
+                f"the server's count of {what} went back from {a:,.6g} to {b:,.6g}: "
+                "it restarted, and this request has no account"
+            )
     return None
 
 
@@ -259,10 +380,11 @@ class MetricsWatch:
         root: str,
         headers: dict[str, str],
         usage: Usage | None,
+        span: Span | None = None,
     ) -> ServerAccount | None:
-        """The account of `ticket`'s request, which just ended."""
+        """The account of `ticket`'s request, which just ended (bounded by `span`)."""
         if self.alone(ticket):
-            return await self.after(client, root, headers, usage)
+            return await self.after(client, root, headers, usage, span)
         # the last one out reads once: a "before" for the next request
         read = await scrape(client, root, headers) if self.active == 1 else None
         last, self.last = self.last or read, read
@@ -280,7 +402,12 @@ class MetricsWatch:
         self.enabled = self.last is not None
 
     async def after(
-        self, client: httpx.AsyncClient, root: str, headers: dict[str, str], usage: Usage | None
+        self,
+        client: httpx.AsyncClient,
+        root: str,
+        headers: dict[str, str],
+        usage: Usage | None,
+        span: Span | None = None,
     ) -> ServerAccount | None:
         """The account of the request that just ended (read again until the server has
         counted it, for up to SETTLE_S)."""
@@ -291,7 +418,7 @@ class MetricsWatch:
             if now is None:
                 self.last = None
                 return None
-            done = account(before, now, usage)
+            done = account(before, now, usage, span)
             counted = _counted(before, now, usage)
             if counted or time.monotonic() > deadline:
                 self.last = now
@@ -301,8 +428,8 @@ class MetricsWatch:
 
 def _counted(before: Scrape | None, after: Scrape, usage: Usage | None) -> bool:
     """Has the server counted the request yet (its finished count or its tokens moved)?"""
-    if before is None:
-        return True
+    if before is None or before.broken or after.broken or _restarted(before, after):
+        return True  # broken or restarted: waiting longer will not make it this request's account
     for name in ("finished", "generated"):
         a, b = before.get(name), after.get(name)
         if a is not None and b is not None:

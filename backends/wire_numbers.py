@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from phasechat.backends.events import Message
 
 #: The largest window (and so the largest count of tokens in one request) believed:
 #: 16 Mi tokens, beyond any model served today by an order of magnitude.
@@ -28,6 +30,11 @@ MAX_MS = 7 * 24 * 3600 * 1000.0
 MAX_RETRY_AFTER_S = 3600.0
 #: The fastest rate believed, in tokens a second (prefill on the largest GPUs is ~1e5).
 MAX_RATE = 10_000_000.0
+
+#: The tokens a chat template adds around each message and to the whole prompt (role
+#: headers, a default system prompt), taken generously: a bound, not an estimate.
+TEMPLATE_PER_MESSAGE = 256
+TEMPLATE_TOKENS = 4096
 
 T = TypeVar("T", int, float)
 
@@ -42,6 +49,17 @@ def load_json(body: str | bytes) -> object:
         return json.loads(body)
     except (ValueError, RecursionError):
         return NOT_JSON
+
+
+def prompt_bound(messages: Iterable[Message]) -> int:
+    """The most tokens `messages` can be as a prompt, whatever the tokenizer: a token of
+    text holds at least one byte, and the template adds its own (generously counted).
+    A server that counts more read something else."""
+    size = count = 0
+    for m in messages:
+        size += len(m.content.encode("utf-8", "surrogatepass"))
+        count += 1
+    return size + TEMPLATE_PER_MESSAGE * count + TEMPLATE_TOKENS
 
 
 def as_count(value: object, limit: int = MAX_TOKENS) -> int | None:

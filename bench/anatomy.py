@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
+from pathlib import Path
 
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
@@ -25,6 +27,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.costs import expect
 from phasechat.chat.turns import Exchange, TurnController
 from phasechat.telemetry.anatomy import Anatomy
+from phasechat.telemetry.metrics import Metrics
 
 SYSTEM = "You are a patient tutor. Answer in two or three sentences, plainly."
 QUESTIONS = (
@@ -52,6 +55,16 @@ async def turn(turns: TurnController, exchange: Exchange) -> Exchange:
     return exchange
 
 
+def figures(m: Metrics) -> dict[str, object]:
+    """What the forecast is fitted on, and what it forecasts, for one read."""
+    return {
+        "new": m.server_prompt_n,
+        "cached": m.server_cache_n,
+        "engine_ms": m.server_prompt_ms,
+        "ttft_ready_ms": m.ttft_ready_ms,
+    }
+
+
 def table(anatomy: Anatomy) -> str:
     rows = [
         f"| {'section':<15} | tokens | cached | read | prefill ms |",
@@ -71,6 +84,7 @@ async def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--dump", metavar="FILE", help="write each read's engine figures as JSON")
     args = p.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
     backend = LocalBackend(LocalConfig(model_path=default_model_path(), n_ctx=args.n_ctx))
@@ -89,6 +103,7 @@ async def main() -> int:
                 f"turn {len(turns.exchanges):2}: prompt {m.prompt_tokens} cached {m.cached_tokens}"
                 f" TTFT {m.ttft_ms:.0f} ms"
             )
+        reads = [figures(x.metrics) for x in turns.exchanges if x.metrics is not None]
         last = turns.exchanges[-1].anatomy
         assert last is not None
         print(f"\nthe last turn's prompt ({last.source}):\n{table(last)}\n")
@@ -115,6 +130,7 @@ async def main() -> int:
             # back to the 10-turn branch for the next edit (the engine holds this one)
             edited = turns.conversation.root if what == "the system prompt" else exchange.user
             turns.show_sibling(edited.id, -1)
+            reads.append({"edit": what, "forecast_ms": e.ttft_ms, **figures(m)})
             forecast = "-" if e.ttft_ms is None else f"{e.ttft_ms:.0f} ms"
             error = "-" if e.ttft_ms is None else f"{(e.ttft_ms - m.ttft_ms) / m.ttft_ms:+.0%}"
             print(
@@ -123,6 +139,8 @@ async def main() -> int:
             )
     finally:
         await backend.aclose()
+    if args.dump:
+        await asyncio.to_thread(Path(args.dump).write_text, json.dumps(reads, indent=1))
     print(f"\nload after: {os.getloadavg()[0]:.2f}")
     return 0
 

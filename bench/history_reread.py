@@ -67,8 +67,7 @@ async def main() -> int:
     if backend.state != "ready":
         print(f"model not ready: {backend.state_detail}", file=sys.stderr)
         return 1
-    turns = TurnController(backend, Settings(seed=args.seed))
-    turns.trimmer.enabled = False
+    turns = TurnController(backend, Settings(seed=args.seed), trim=False)
     held, last_prompt, last_plain = 0, 0, 0
     last_answer: tuple[int, ...] = ()
     reread_total, reread_turns, last_finish = 0, 0, "-"

@@ -24,14 +24,14 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def history_metrics(session: TurnController) -> list[Metrics]:
+def history_metrics(turns: TurnController) -> list[Metrics]:
     """The metrics of every finished answer of the session, oldest first; in a chat
     opened from disk, its saved answers' come first (a fresh `ask --chat` has no other)."""
-    ran = [e.metrics for e in session.exchanges if e.metrics is not None]
+    ran = [e.metrics for e in turns.exchanges if e.metrics is not None]
     seen = {id(m) for m in ran}
     saved = [
         m.metrics
-        for m in session.conversation.every()
+        for m in turns.conversation.every()
         if m.metrics is not None and id(m.metrics) not in seen
     ]
     return saved + ran
@@ -92,24 +92,24 @@ class DraftForecast(_Latest[str, Forecast]):
         self._history: tuple[object, int, int | None] = (None, 0, None)
         self._empty: tuple[str, int] = ("", 0)  # (backend, tokens of an empty user turn)
 
-    def update(self, session: TurnController, draft: str) -> Forecast | None:
+    def update(self, turns: TurnController, draft: str) -> Forecast | None:
         """The forecast for `draft` (the last one computed, while a newer one runs)."""
-        return self._poll(draft, lambda d: self._work(session, d))
+        return self._poll(draft, lambda d: self._work(turns, d))
 
     def of(self, draft: str) -> Forecast | None:
         """The forecast made for exactly `draft`, if it is the last one computed."""
         return self._for(draft)
 
-    def _work(self, session: TurnController, draft: str) -> Callable[[], Forecast | None] | None:
-        backend = session.backend
+    def _work(self, turns: TurnController, draft: str) -> Callable[[], Forecast | None] | None:
+        backend = turns.backend
         if backend.state != "ready" or not draft.strip():
             return None
-        history = session.request().messages
+        history = turns.request().messages
         tail = history[-1].content[-64:] if history else ""
         key = (backend.name, len(history), sum(len(m.content) for m in history), tail)
-        rates = measured_rates(history_metrics(session), backend.name)
-        guess = _remote_cached_guess(session, backend)
-        max_tokens = session.settings.max_tokens
+        rates = measured_rates(history_metrics(turns), backend.name)
+        guess = _remote_cached_guess(turns, backend)
+        max_tokens = turns.settings.max_tokens
 
         def work() -> Forecast | None:
             try:
@@ -132,9 +132,9 @@ class DraftForecast(_Latest[str, Forecast]):
         return work
 
 
-def _remote_cached_guess(session: TurnController, backend: Backend) -> int:
+def _remote_cached_guess(turns: TurnController, backend: Backend) -> int:
     """A server with a prefix cache holds the last request's prompt and answer."""
-    for exchange in reversed(session.exchanges):
+    for exchange in reversed(turns.exchanges):
         m = exchange.metrics
         if m is not None and m.backend == backend.name:
             if m.cached_tokens is None and m.server_cache_n is None:
@@ -163,16 +163,16 @@ class SwitchCost:
         return (self.rates.overhead_ms + prefill) / 1000
 
 
-def switch_cost(session: TurnController, name: str, instance: Backend | None) -> SwitchCost:
+def switch_cost(turns: TurnController, name: str, instance: Backend | None) -> SwitchCost:
     """What switching to profile `name` (its backend, if already built) would cost."""
-    messages = session.request().messages
+    messages = turns.request().messages
     if instance is not None and instance.state == "ready":
         count = instance.count_tokens(messages)
         tokens, estimated = count.tokens, count.estimated
     else:
         tokens, estimated = estimate_messages(messages), True
-    rates = measured_rates(history_metrics(session), name)
-    return SwitchCost(tokens, estimated, name == session.backend.name, rates)
+    rates = measured_rates(history_metrics(turns), name)
+    return SwitchCost(tokens, estimated, name == turns.backend.name, rates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class Expected:
 
 
 def expect(
-    session: TurnController,
+    turns: TurnController,
     messages: tuple[Message, ...],
     exact: tuple[int, int] | None = None,
 ) -> Expected:
@@ -217,7 +217,7 @@ def expect(
     caller counted them with the engine's own template and tokenizer (`held_prefix`, on
     llama-server). Else the local engine's own count and KV cache (exact), or a count
     estimated and a cache guessed from the text the engine was last sent."""
-    backend = session.backend
+    backend = turns.backend
     cached: int | None
     if exact is not None:
         tokens, cached, estimated = exact[0], exact[1], False
@@ -226,11 +226,11 @@ def expect(
         tokens, estimated = count.tokens, count.estimated
         cached = backend.cached_prefix(messages)
     if cached is None:
-        cached, estimated = _text_prefix_guess(session, backend, messages), True
+        cached, estimated = _text_prefix_guess(turns, backend, messages), True
     cached = min(cached, max(0, tokens - 1))  # a prompt held whole re-reads its last token
-    history = history_metrics(session)
+    history = history_metrics(turns)
     rates = measured_rates(history, backend.name)
-    predicted = forecast(rates, tokens, cached, session.settings.max_tokens, estimated)
+    predicted = forecast(rates, tokens, cached, turns.settings.max_tokens, estimated)
     mine = [m for m in history if m.backend == backend.name and m.ttft_ready_ms is not None]
     return Expected(
         tokens, cached, predicted.ttft_ms, estimated, mine[-1].ttft_ready_ms if mine else None
@@ -238,13 +238,13 @@ def expect(
 
 
 def _text_prefix_guess(
-    session: TurnController, backend: Backend, messages: tuple[Message, ...]
+    turns: TurnController, backend: Backend, messages: tuple[Message, ...]
 ) -> int:
     """Tokens of `messages` a server with a prefix cache still holds, guessed from the
     text of the chat's last request there: the messages they share whole, counted."""
-    if _remote_cached_guess(session, backend) == 0:
+    if _remote_cached_guess(turns, backend) == 0:
         return 0  # never seen this server report a cache
-    last = session.last_request()
+    last = turns.last_request()
     if last is None:
         return 0
     held = (*last[0], Message("assistant", last[1]))
@@ -259,16 +259,16 @@ def _text_prefix_guess(
 
 
 async def held_prefix(
-    session: TurnController, messages: tuple[Message, ...]
+    turns: TurnController, messages: tuple[Message, ...]
 ) -> tuple[int, int] | None:
     """The tokens of `messages` and how many of them llama-server still holds from this
     chat's last request (its prompt and answer), by its own template and tokenizer;
     None where the backend counts them itself (the local model: `expect` reads its KV
     cache) or cannot render prompts (then `expect` estimates)."""
-    backend = session.backend
+    backend = turns.backend
     if backend.exact_token_counts:
         return None
-    last = session.last_request()
+    last = turns.last_request()
     new = await backend.render(messages)
     if new is None:
         return None
@@ -294,10 +294,10 @@ class EditForecast(_Latest[tuple[int, str], Expected]):
     def __init__(self, every_s: float = 0.25) -> None:
         super().__init__(every_s, "edit-forecast")
 
-    def update(self, session: TurnController, draft: str, edit: int) -> Expected | None:
+    def update(self, turns: TurnController, draft: str, edit: int) -> Expected | None:
         """The forecast of `draft` instead of message `edit` (the last one computed for
         that message, while a newer one runs); call it on the event loop."""
-        value = self._poll((edit, draft), lambda key: self._work(session, key))
+        value = self._poll((edit, draft), lambda key: self._work(turns, key))
         return value if self._key is not None and self._key[0] == edit else None
 
     def of(self, edit: int, draft: str) -> Expected | None:
@@ -305,18 +305,18 @@ class EditForecast(_Latest[tuple[int, str], Expected]):
         return self._for((edit, draft))
 
     def _work(
-        self, session: TurnController, key: tuple[int, str]
+        self, turns: TurnController, key: tuple[int, str]
     ) -> Callable[[], Expected | None] | None:
-        if session.backend.state != "ready":
+        if turns.backend.state != "ready":
             return None
-        messages = session.preview(key[1], key[0])
+        messages = turns.preview(key[1], key[0])
         loop = asyncio.get_running_loop()
 
         def work() -> Expected | None:
             try:
-                held = held_prefix(session, messages)
+                held = held_prefix(turns, messages)
                 exact = asyncio.run_coroutine_threadsafe(held, loop).result(timeout=10)
-                return expect(session, messages, exact)
+                return expect(turns, messages, exact)
             except (PromptRefused, TimeoutError):
                 return None  # the send will say why
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from phasechat.backends.measured import text_in
+
 # C0 controls except TAB and LF, DEL, the C1 block (which some terminals honour), and the
 # bidi embeddings, overrides and isolates (U+202A-202E, U+2066-2069: "Trojan Source").
 # Lone surrogates too: JSON can carry one (`"\\ud800"`), and no terminal, file or
@@ -67,8 +69,4 @@ def safe_link(href: str) -> str | None:
 def is_text(text: str) -> bool:
     """False for a str that holds lone surrogates: bytes that were not valid UTF-8
     (Python's `surrogateescape` for argv) and cannot be stored or encoded."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return text_in(text) is not None

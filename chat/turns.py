@@ -137,10 +137,16 @@ class TurnController:
     """A conversation, the backend that answers it, and every turn's telemetry."""
 
     def __init__(
-        self, backend: Backend, settings: Settings | None = None, *, name: str | None = None
+        self,
+        backend: Backend,
+        settings: Settings | None = None,
+        *,
+        name: str | None = None,
+        trim: bool = True,
     ) -> None:
         """`name`: how its answers are labelled (default: the backend's name; compare's
-        sides are "local(threads=1)" and the like)."""
+        sides are "local(threads=1)" and the like). `trim=False`: the messages as given,
+        whatever their length (a side trip's one prompt); `set_trim` changes it later."""
         self._name = name
         self._backend = backend
         self._settings = settings or Settings()
@@ -150,13 +156,27 @@ class TurnController:
         self._current: Exchange | None = None
         self._task: asyncio.Task[Any] | None = None  # the task streaming `_current`
         self._listeners: list[TurnListener] = []
-        self.trimmer = Trimmer()
+        #: read it; its settings are written only by `set_trim` (and the constructor)
+        self.trimmer = Trimmer(enabled=trim)
         self._every_s: float | None = None
         #: what each backend's engine held after this controller's last request on it
         self._held: dict[str, Held] = {}
         #: a saved chat's last exchange (its prompt and answer) as it was opened: what
         #: the engine that wrote it may hold still, for a process that did not send it
         self._opened: tuple[tuple[Message, ...], ChatMessage] | None = None
+
+    def set_trim(
+        self,
+        enabled: bool,
+        budget: int | None = None,
+        keep_last: int = 4,
+        summarizer: Backend | None = None,
+    ) -> None:
+        """The history trimmer's settings (chat/trim/trimmer.py), from the next turn on:
+        the one place they are written (the config's `[trim]`, the settings form, a side
+        trip that sends its messages as given)."""
+        t = self.trimmer
+        t.enabled, t.budget, t.keep_last, t.summarizer = enabled, budget, keep_last, summarizer
 
     # -- what others read --------------------------------------------------------------
     @property

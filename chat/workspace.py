@@ -19,9 +19,8 @@ from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.config.write import save_config
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.store.database import ChatStore, StoreError
+from phasechat.chat.store.database import ChatStore, SavedChat, StoreError
 from phasechat.chat.store.writer import ChatWriter, follow
-from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.turns import TurnController
 
 
@@ -47,7 +46,7 @@ class Workspace:
         self.turns = TurnController(first, settings or config.engine)
         self._writer: ChatWriter | None = None
         self.store: ChatStore | None = None
-        self.configure_trimmer(self.turns.trimmer)
+        self.configure_trimmer(self.turns)
 
     # -- backends --------------------------------------------------------------------
     @property
@@ -78,28 +77,20 @@ class Workspace:
         return backend
 
     # -- the trimmer -----------------------------------------------------------------
-    def configure_trimmer(self, trimmer: Trimmer) -> Backend | None:
-        """Set `trimmer` from `[trim]`; its summarizer is a profile's backend by name.
-
-        Returns the summarizer's backend when it still has to be started."""
+    def configure_trimmer(self, turns: TurnController) -> Backend | None:
+        """Set `turns`' trimmer from `[trim]`; its summarizer is a profile's backend by
+        name. Returns the summarizer's backend when it still has to be started."""
         trim = self.config.trim
-        trimmer.enabled, trimmer.budget, trimmer.keep_last = (
-            trim.enabled,
-            trim.budget,
-            trim.keep_last,
-        )
         name = trim.summarizer
-        if name is None or name not in self.profiles:
-            trimmer.summarizer = None
-            return None
-        backend = trimmer.summarizer = self.backend_for(name)
-        return backend if backend.state == "idle" else None
+        summarizer = self.backend_for(name) if name is not None and name in self.profiles else None
+        turns.set_trim(trim.enabled, trim.budget, trim.keep_last, summarizer)
+        return summarizer if summarizer is not None and summarizer.state == "idle" else None
 
     def toggle_trimming(self) -> tuple[bool, str | None]:
         """Turn trimming on or off and save it: (now on, an error saving the config)."""
         trim = replace(self.config.trim, enabled=not self.config.trim.enabled)
         error = self.save(replace(self.config, trim=trim))
-        self.configure_trimmer(self.turns.trimmer)
+        self.configure_trimmer(self.turns)
         return trim.enabled, error
 
     # -- settings and the config file ------------------------------------------------
@@ -123,7 +114,7 @@ class Workspace:
         error = self.save(replace(self.config, engine=settings, trim=trim))
         if error is not None:  # still used for this session, only not remembered
             self.config = replace(self.config, engine=settings, trim=trim)
-        return self.configure_trimmer(self.turns.trimmer), error
+        return self.configure_trimmer(self.turns), error
 
     def remember_theme(self, name: str) -> str | None:
         """Save the chosen theme; the error in one line if it could not be saved."""
@@ -179,17 +170,17 @@ class Workspace:
         """Each saved message's id in the database (`ChatMessage.id` -> row), if saved."""
         return self._writer.rows if self._writer is not None else None
 
-    def open_chat(self, chat_id: int, *, save: bool = True) -> Conversation:
+    def open_chat(self, chat_id: int, *, save: bool = True) -> SavedChat:
         """Continue saved chat `chat_id` (the current one stays saved), writing what is
-        added to it unless `save` is False; returns it. Raises ChatNotFound, or
-        InputError while an answer streams."""
+        added to it unless `save` is False; returns it (its `unreadable` cells for the
+        user to read). Raises ChatNotFound, or InputError while an answer streams."""
         assert self.store is not None
         saved = self.store.open_chat(chat_id)
         self.turns.replace_conversation(saved.conversation)
         self._unfollow()
         if save:
             self._writer = follow(self.turns, self.store, chat_id, saved.rows)
-        return saved.conversation
+        return saved
 
     def new_chat(self) -> Conversation:
         """Start an empty conversation (the current one stays saved); returns it."""

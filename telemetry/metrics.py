@@ -43,9 +43,10 @@ Every count says where it came from: `*_source` is "tokenizer" (the local model'
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from phasechat.backends.server_metrics import beyond
 from phasechat.backends.tokens import estimate_text
 from phasechat.backends.wire_numbers import as_rate
 from phasechat.telemetry.recorder import Trace
@@ -137,6 +138,9 @@ class Metrics:
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
     cpu_bytes_per_token: int | None = None
+    #: read back from disk (telemetry/read_back.py): the fields whose stored value was
+    #: not plausible, each named with it ("ttft_ms (nan)"); those fields are None
+    ignored: tuple[str, ...] = ()
 
     @property
     def ttft_ready_ms(self) -> float | None:
@@ -147,9 +151,13 @@ class Metrics:
         return max(0.0, self.ttft_ms - self.load_ms)
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
+        """A JSON-ready dict of every field (`ignored` only when a field was)."""
         d = asdict(self)
         d["warnings"] = list(self.warnings)
+        if self.ignored:
+            d["ignored"] = list(self.ignored)
+        else:
+            del d["ignored"]
         return d
 
 
@@ -159,6 +167,7 @@ def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     names = {f.name for f in fields(Metrics)}
     values: dict[str, Any] = {name: data.get(name) for name in names}
     values["warnings"] = tuple(data.get("warnings") or ())
+    values["ignored"] = tuple(data.get("ignored") or ())
     values["output_tokens"] = int(data.get("output_tokens") or 0)
     values["chars"] = int(data.get("chars") or 0)
     values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
@@ -231,7 +240,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     s, a = trace.server, trace.account
     known = a if a is not None and a.unknown is None else None  # this request's own
-    own = _engine(trace)
+    own, contradictions = _bounded_engine(trace, _engine(trace), ttft, e2e)
     block = a.block_tokens if a else None
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
     if kv_used is not None and block:  # a server holds KV in whole blocks
@@ -289,7 +298,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         threads=trace.threads.threads if trace.threads else None,
         thread_changes=trace.thread_changes if trace.threads else None,
         threads_reason=trace.threads.reason if trace.threads else None,
-        warnings=tuple(_disagreements(trace, prompt_tokens)),
+        warnings=tuple(_disagreements(trace, prompt_tokens) + contradictions),
         connect_ms=trace.connect_ms,
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
@@ -354,6 +363,37 @@ def _engine(trace: Trace) -> _Engine:
         _rate(evaluated, a.prefill_ms / 1000 if a.prefill_ms else None),
         _rate(n - 1 if n else None, a.decode_ms / 1000 if a.decode_ms else None),
     )
+
+
+def _bounded_engine(
+    trace: Trace, own: _Engine, ttft: float | None, e2e: float | None
+) -> tuple[_Engine, list[str]]:
+    """A server's own times held against ours (the local engine is its own clock: not
+    checked). Its prefill and decode happen inside our e2e: longer, they are unknown,
+    said in one line. Its prefill (with its queue, where it says) ends before the first
+    token reaches us: longer than our TTFT is a contradiction, named (which clock is
+    wrong, neither can say)."""
+    if trace.prompt is not None or trace.t_done is None:
+        return own, []
+    out: list[str] = []
+    said = [t for t in (own.prompt_ms, own.predicted_ms) if t is not None]
+    if e2e is not None and said and beyond(sum(said), e2e):
+        out.append(
+            f"the server's prefill + decode ({sum(said):,.1f} ms) exceed this request's "
+            f"{e2e:,.1f} ms measured here: not believed"
+        )
+        own = replace(own, prompt_ms=None, predicted_ms=None, prefill_tok_s=None, decode_tok_s=None)
+    a = trace.account if trace.account is not None and not trace.account.unknown else None
+    first = a.ttft_ms if a is not None and a.ttft_ms is not None else None
+    if first is None and own.prompt_ms is not None:
+        queue = a.queue_ms if a is not None and a.queue_ms is not None else 0.0
+        first = queue + own.prompt_ms
+    if first is not None and ttft is not None and beyond(first, ttft):
+        out.append(
+            f"contradiction: the server took {first:,.1f} ms to its first token, longer "
+            f"than the {ttft:,.1f} ms TTFT measured here"
+        )
+    return own, out
 
 
 def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:

@@ -14,7 +14,9 @@ from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.recorder import Trace
 
 #: CSV columns: every scalar metric, in the order Metrics declares them.
-CSV_FIELDS = ["request", "prompt"] + [f.name for f in fields(Metrics) if f.name != "warnings"]
+CSV_FIELDS = ["request", "prompt"] + [
+    f.name for f in fields(Metrics) if f.name not in ("warnings", "ignored")
+]
 
 
 def answer_record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> dict[str, Any]:

@@ -22,7 +22,7 @@ one user sees while the others share the server).
 Repeats: one run of a level is one draw of a noisy quantity (on a real vLLM the
 aggregate at 2 streams read 40.7 to 49.0 tok/s across three runs, and one draw made
 2 -> 4 streams "grow 110% per doubling"). So a level is run several times and read as
-the median of its repeats with their spread (`Spread`); a step between two levels
+the median of its repeats with their spread (`RepeatSpread`); a step between two levels
 (`Step`) is believed only when it is wider than that spread, and a growth above
 MAX_GROWTH per doubling is flagged as impossible, never reported as a finding.
 """
@@ -199,7 +199,7 @@ def growth_per_doubling(low: Level, high: Level) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Spread:
+class RepeatSpread:
     """One level's aggregate output tok/s over its repeats: the median, and p10-p90.
 
     p10-p90 (linear, numpy's) rather than min-max: with more repeats an outlier weighs
@@ -236,8 +236,8 @@ class Step:
 
     low: int
     high: int
-    low_spread: Spread
-    high_spread: Spread
+    low_spread: RepeatSpread
+    high_spread: RepeatSpread
 
     @property
     def change(self) -> float:
@@ -278,7 +278,7 @@ def needs_repeat(step: Step) -> bool:
     return step.high_noisy or step.impossible
 
 
-def steps(points: Sequence[tuple[int, Spread]]) -> list[Step]:
+def steps(points: Sequence[tuple[int, RepeatSpread]]) -> list[Step]:
     """Every step between consecutive levels of `points` ((concurrency, spread) pairs),
     in increasing concurrency."""
     ordered = sorted(points, key=lambda p: p[0])
@@ -313,7 +313,7 @@ def read_knee(sweep_steps: Sequence[Step], threshold: float = KNEE_GROWTH) -> Kn
 
 def knee(levels: Sequence[Level], threshold: float = KNEE_GROWTH) -> int | None:
     """The knee of levels measured once each (no spread: every step is believed)."""
-    points = [(lv.concurrency, Spread((lv.output_throughput,))) for lv in levels]
+    points = [(lv.concurrency, RepeatSpread((lv.output_throughput,))) for lv in levels]
     return read_knee(steps(points), threshold).concurrency
 
 

@@ -326,7 +326,8 @@ def engine_account(m: Metrics) -> tuple[str, str]:
         label = f"{who} says "
         bits.append(
             f"prefill {n(m.server_prefill_tok_s)} tok/s "
-            f"({m.server_prompt_n} tok{cached}) · decode {n(m.server_decode_tok_s)} tok/s"
+            f"({'-' if m.server_prompt_n is None else m.server_prompt_n} tok{cached})"
+            f" · decode {n(m.server_decode_tok_s)} tok/s"
         )
         if m.server_queue_ms is not None:
             bits.append(f"queue {m.server_queue_ms:,.0f} ms")

@@ -36,8 +36,54 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
 
 
+#: each collected test's kind, for the count at the end of the run (`kind_of`)
+KINDS: dict[str, str] = {}
+KIND_ORDER = ("unit", "real engine", "llama-server", "vLLM", "UI")
+
+
+def kind_of(item: pytest.Item) -> str:
+    """What a test runs against, the heaviest first: a vLLM, a llama-server, the app
+    (Textual), the bundled model through llama-cpp-python, or nothing outside Python."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & {"vllm", "start_vllm"}:
+        return "vLLM"
+    if fixtures & {
+        "llama_server",
+        "start_llama_server",
+        "real_llama_server",
+    } or item.get_closest_marker("server"):
+        return "llama-server"
+    module = getattr(item, "module", None)
+    names = vars(module).values() if module is not None else ()
+    if any(getattr(v, "__module__", "").startswith("phasechat.tui") for v in names):
+        return "UI"
+    if fixtures & {"local_backend", "model_path"} or item.get_closest_marker("model"):
+        return "real engine"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    KINDS.update((item.nodeid, kind_of(item)) for item in items)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """End the run with how many tests against llama-server it skipped, and why."""
+    """End the run with how many tests of each kind ran and how they ended, and how many
+    tests against llama-server or vLLM it skipped, and why."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") == "teardown" and outcome == "passed":
+                continue
+            kind = KINDS.get(getattr(report, "nodeid", ""), "unit")
+            counts.setdefault(kind, {}).setdefault(outcome, 0)
+            counts[kind][outcome] += 1
+    if counts:
+        parts = []
+        for kind in KIND_ORDER:
+            if kind in counts:
+                ended = ", ".join(f"{n} {o}" for o, n in counts[kind].items())
+                parts.append(f"{kind}: {ended}")
+        terminalreporter.write_line("tests by kind: " + "; ".join(parts))
     skipped = terminalreporter.stats.get("skipped", [])
     reasons = [str(report.longrepr) for report in skipped]
     for line in (skipped_summary(reasons), skipped_line(reasons)):

@@ -98,6 +98,10 @@ STREAMS: dict[str, tuple[str, str | None]] = {
     "surrogate": ('{"choices":[{"index":0,"delta":{"content":"\\ud800!"}}]}', None),
 }
 
+#: fields a backend names where the parser alone cannot: it holds them against the
+#: prompt it sent ("hi": 16M prompt tokens are more than it can be)
+BY_THE_PROMPT = {"tiny_time": "timings.prompt_n"}
+
 
 class NumberBehaviours:
     """Mixed into `FaultServer`."""

@@ -177,6 +177,11 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
 
     _b_scripted = _b_ok  # the one model GET /models lists
 
+    async def _b_echo(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """The last message's text back, as one chunk: an answer the test chose."""
+        text = str(req["messages"][-1]["content"])
+        c.w.write(SSE_HEAD + chunk(text) + chunk(finish="stop") + USAGE_CHUNK % 1 + DONE)
+
     async def _b_fast(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """N one-token chunks as fast as the socket takes them; `fastend-N`: the last token
         is `end<k>` for the k-th such request (a benchmark can tell answers apart)."""

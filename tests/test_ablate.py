@@ -15,12 +15,22 @@ from textual.widgets import Static
 
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
+from phasechat.chat.anatomy import parts_of
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.types import SUMMARY_HEADER
-from phasechat.chat.trips.ablate import CACHE_AFTER, Ablation, cuts_of, words_in_common
+from phasechat.chat.trips.ablate import (
+    CACHE_AFTER,
+    Ablation,
+    cuts_of,
+    report_lines,
+    words_in_common,
+)
+from phasechat.telemetry.anatomy import split_estimated
+from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
 from tests.helpers import COLD_MAX, settled, wait_for
+from tests.scripted import ScriptedBackend
 
 LONG_SYSTEM = "You are a careful tutor. " + " ".join(
     f"Rule {i}: answer plainly, in short sentences, with no lists and no headings."
@@ -66,6 +76,16 @@ def test_words_in_common_counts_repeats_once_each() -> None:
     assert words_in_common("one two", "three four five six") == 0.0
 
 
+def test_words_in_common_are_a_share_of_the_longer_answer() -> None:
+    # 2 words in common; the longer answer has 4: a half (of the shorter's 2: all)
+    assert words_in_common("a b", "a b c d") == 0.5
+    assert words_in_common("a b c d", "a b") == 0.5
+    # 3 in common ("x" twice, "y" once) of the longer's 6
+    assert words_in_common("x x y", "x y x z z z") == 0.5
+    assert words_in_common("", "") == 1.0  # two empty answers are the same
+    assert words_in_common("", "a") == 0.0
+
+
 @pytest.mark.model
 def test_ablation_on_the_bundled_model(local_backend: LocalBackend) -> None:
     messages = chat(LONG_SYSTEM)
@@ -109,6 +129,15 @@ def test_ablate_a_saved_chat_as_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
     r = phasechat("ablate", *fast, "--chat", chat_id, "--repeat", "1", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    # with --json too, the count first and each run as it ends, on stderr (not a terminal
+    # here: a line a run): the full prompt, without the system prompt, without exchange 1
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("ablate: 3 cold runs (3 prompts x --repeat 1), about ")
+    assert [line.split(", about")[0] for line in lines[1:4]] == [
+        "run 1/3 (the full prompt)",
+        "run 2/3 (system prompt)",
+        "run 3/3 (exchange 1)",
+    ]
     assert [s["section"] for s in doc["sections"]].count("exchange 1") == 1
     assert {s["section"] for s in doc["sections"]} == {"system prompt", "exchange 1"}
     assert doc["sections_source"] == "tokenizer"
@@ -146,3 +175,66 @@ async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
         assert screen.runs == 3 * 3  # the full prompt and two cuts, 3 runs each
         await pilot.press("escape")
         assert [m.id for m in app.turns.conversation.every()] == before
+
+
+def _run(ttft: float, e2e: float, out: int, prompt_ms: float | None = None) -> Metrics:
+    return metrics_from_dict(
+        {"backend": "b", "model": "m", "finish": "stop", "ttft_ms": ttft, "e2e_ms": e2e,
+         "output_tokens": out, "server_prompt_ms": prompt_ms}
+    )  # fmt: skip
+
+
+def test_rows_are_each_cuts_medians_less_the_full_prompts_sorted_by_what_they_saved() -> None:
+    messages = chat("Be brief.")
+    ablation = Ablation(ScriptedBackend(), Settings(temperature=0), messages)
+    # sections by words: system 2, exchanges 4 + 5, 3 + 3, 4 + 2, the question 4; the
+    # template the rest of 40 (13)
+    words = lambda text: len(text.split())  # noqa: E731
+    ablation.anatomy = split_estimated(parts_of(messages), 40, None, None, words)
+    full, system, one, two, three = ablation.variants
+    # the full prompt, three runs: medians TTFT 120, e2e 1,100, 60 tokens, decode 980
+    # (the means would be 140, 1,233, 57, 1,093)
+    full.runs = [(_run(100, 1000, 50), "a b c d"), (_run(200, 1600, 61), "z"),
+                 (_run(120, 1100, 60), "y")]  # fmt: skip
+    system.runs = [(_run(90, 950, 58), "a b c d")]
+    one.runs = [(_run(80, 1200, 70, prompt_ms=40.0), "a b")]  # the engine's prompt time
+    two.runs = [(_run(120, 1000, 60), "a b c d e")]
+    three.runs = [(_run(130, 1050, 60), "x")]
+    rows = ablation.rows()
+    assert [r.section for r in rows] == ["system prompt", "exchange 2", "exchange 3", "exchange 1"]
+    assert rows[0].as_dict() == {
+        "section": "system prompt",
+        "kind": "system",
+        "message_indices": [0],
+        "tokens": 2,
+        "ttft_ms_delta": -30.0,
+        "prefill_ms_delta": -30.0,
+        "output_tokens_delta": -2.0,
+        "decode_ms_delta": -120.0,  # 860 - 980
+        "e2e_ms_delta": -150.0,
+        "answer_identical": True,
+        "words_in_common": 1.0,
+    }
+    by_name = {r.section: r for r in rows}
+    one_row = by_name["exchange 1"]
+    assert (one_row.tokens, one_row.message_indices) == (9, (1, 2))
+    assert one_row.deltas == {
+        "ttft_ms": -40.0,
+        "prefill_ms": -80.0,  # its engine's 40 ms against the full prompt's TTFT (120)
+        "output_tokens": 10.0,
+        "decode_ms": 140.0,
+        "e2e_ms": 100.0,
+    }
+    assert (one_row.answer_identical, one_row.words_in_common) == (False, 0.5)
+    assert (by_name["exchange 2"].tokens, by_name["exchange 2"].words_in_common) == (6, 0.8)
+    assert (by_name["exchange 3"].tokens, by_name["exchange 3"].words_in_common) == (6, 0.0)
+    assert ablation.kept_tokens() == 17 and ablation.prompt_tokens == 40
+    lines = report_lines(ablation)
+    assert lines[1].split() == ["system", "prompt", "~2", "-30.0", "ms", "-30.0", "ms", "-2.0",
+                                "-120.0", "ms", "-150.0", "ms", "same", "answer"]  # fmt: skip
+    assert lines[-4].endswith("changed (50% words in common)")
+    assert lines[-3] == "kept in every variant: the question and the template, ~17 tokens"
+    assert lines[-2] == (
+        "the full prompt: TTFT 120.0 ms, prefill 120.0 ms, output 60.0 tok, decode 980.0 ms, "
+        "e2e 1,100.0 ms"
+    )

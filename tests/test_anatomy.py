@@ -18,11 +18,15 @@ from phasechat.chat.anatomy import (
 )
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
+    Anatomy,
     CacheBreak,
     HeldTokens,
     Part,
     Section,
+    anatomy_from_dict,
+    common_prefix,
     find_break,
+    locate,
     split_estimated,
     split_exact,
 )
@@ -299,3 +303,142 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     assert confirmed.char_offset == 1 and confirmed.tokens_read_again == 4  # "u" -> "é"
     assert brk(0) is None  # the engine held nothing of it (restarted)
     assert brk(7) is None  # more than the two share: it held something else
+
+
+@pytest.mark.parametrize(("read_again", "found"), [(3, False), (4, True), (5, True)])
+def test_a_break_of_exactly_the_minimum_tokens_is_a_break(read_again: int, found: bool) -> None:
+    held = "<s>Answer briefly please</s><u>q1</u>"
+    sent = "<s>Answer concisely please</s><u>q1</u>"
+    spans = [(3, 24, 0), (31, 33, 1)]
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, read_again, estimated=True)
+    if not found:
+        assert brk is None
+        return
+    # "Answer " is shared: the texts part at character 10 of the prompt, 7 of message 0;
+    # shown from 12 characters before it (3, clamped at 0) to 24 after
+    assert brk == CacheBreak(
+        message_index=0,
+        char_offset=7,
+        held=held[0:34],
+        sent=sent[0:34],
+        tokens_read_again=read_again,
+        estimated=True,
+        kind="edit",
+        in_answer=False,
+    )
+    assert brk.line() == (
+        f"cache broke in message 0 at character 7: `{held[:34]}` -> `{sent[:34]}`; "
+        f"{read_again} tokens read again (estimated)"
+    )
+
+
+def test_a_short_cached_prefix_of_an_estimate_falls_on_the_template_before_the_first_part() -> None:
+    # T T s s s s T T h T T T n n: the first 3 cached are two of the template's and the
+    # first of the system prompt's (the template not spread would give the system all 3)
+    parts = [Part("system", 0, "a b c d"), Part("history", 1, "x"), Part("new", 2, "y z")]
+    a = split_estimated(parts, 14, 3, 2.0, lambda text: len(text.split()))
+    got = [
+        (s.kind, s.tokens, s.cached_tokens, s.evaluated_tokens, s.prefill_ms) for s in a.sections
+    ]
+    assert got == [
+        ("system", 4, 1, 3, 6.0),
+        ("history", 1, 0, 1, 2.0),
+        ("new", 2, 0, 2, 4.0),
+        ("template", 7, 2, 5, 10.0),
+    ]
+
+
+def test_a_break_far_into_the_prompt_shows_twelve_characters_before_it_and_24_after() -> None:
+    held = "<s>" + "a" * 40 + "</s><u>q1 and the rest of the first question</u>"
+    sent = "<s>" + "a" * 40 + "</s><u>q2 and the rest of the first question</u>"
+    spans = [(3, 43, 0), (50, 89, 1)]
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, 30, estimated=False)
+    at = 51  # "q" is shared, "1" / "2" differ
+    assert brk == CacheBreak(1, 1, held[at - 12 : at + 24], sent[at - 12 : at + 24], 30, False)
+
+
+def test_a_break_right_after_a_message_is_placed_at_the_start_of_the_next() -> None:
+    # the template's text after message 0 changed: the break is at the end of its span,
+    # which belongs to message 1 (at its offset 0), not to message 0 at its end
+    held = "<s>aaa</s><u>qq</u>"
+    sent = "<s>aaa[/s]<u>qq</u>"
+    spans = [(3, 6, 0), (13, 15, 1)]  # in the sent text
+    a = split_estimated([Part("system", 0, "x"), Part("new", 1, "y")], 10, 0, None, len)
+    brk = find_break(held, sent, spans, a.sections, 10, estimated=False)
+    assert brk is not None and (brk.message_index, brk.char_offset) == (1, 0)
+    # a break inside message 0's text is placed there
+    inside = find_break("<s>abc</s>", "<s>abX</s>", [(3, 6, 0)], a.sections, 10, False)
+    assert inside is not None and (inside.message_index, inside.char_offset) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n"),
+    [
+        ("", "", 0),
+        ("abc", "", 0),
+        ("abc", "abd", 2),
+        ("abc", "abc", 3),
+        ("abc", "abcdef", 3),
+        ("xbc", "abc", 0),
+        ("a" * 1000 + "b", "a" * 1000 + "c", 1000),
+        ("a" * 999, "a" * 1000, 999),
+    ],
+)
+def test_the_common_prefix_is_the_longest_shared_start(a: str, b: str, n: int) -> None:
+    assert common_prefix(a, b) == n == common_prefix(b, a)
+
+
+def test_parts_are_found_in_order_and_by_their_stripped_text_when_the_template_trims() -> None:
+    text = "<s> Be brief.</s><u>hi</u><u>hi</u>"
+    parts = [Part("system", 0, " Be brief.\n"), Part("new", 1, "hi"), Part("new", 2, "hi")]
+    # the template dropped the system prompt's newline: found stripped; the second "hi"
+    # after the first
+    assert locate(text, parts) == [(4, 13), (20, 22), (29, 31)]
+    assert locate(text, [Part("new", 1, "absent")]) is None
+    assert locate(text, [Part("new", 1, "")]) == [(0, 0)]
+
+
+def test_token_runs_are_shown_until_both_sides_meet_on_a_boundary() -> None:
+    # held "ab|c|de", sent "a|bc|d|e": they part at the first token and meet again after
+    # "abc" (held: ab|c, sent: a|bc)
+    held = (b"ab", b"c", b"de")
+    sent = (b"a", b"bc", b"d", b"e", b"!")
+    tokens = HeldTokens(held, sent, True, 0, None)
+    brk = find_break("abcde", "abcde!", [(0, 6, 0)], _sections(), 5, False, tokens=tokens)
+    assert brk is not None and brk.kind == "retokenized"
+    assert (brk.held, brk.sent, brk.char_offset) == ("ab|c", "a|bc", 0)
+
+
+def test_a_prompt_the_same_as_what_was_held_yet_read_again_means_something_else_was_held() -> None:
+    held = "<s>same</s>"
+    brk = find_break(held, held, [(3, 7, 0)], _sections(), 11, False)
+    assert brk == CacheBreak(None, 0, "", "", 11, False, "other")
+    assert find_break(held, held, [(3, 7, 0)], _sections(), None, False) is None  # not said
+    assert find_break(held + "more", held, [(3, 7, 0)], _sections(), 11, False) is None
+
+
+def test_an_anatomy_read_back_and_each_kind_of_break_in_words() -> None:
+    a = split_estimated([Part("system", 0, "a b"), Part("new", 1, "c")], 5, 2, 1.5, len)
+    brk = CacheBreak(3, 7, "old", "new", 12, True)
+    back = anatomy_from_dict(Anatomy(a.sections, "estimate", brk).as_dict())
+    assert back == Anatomy(a.sections, "estimate", brk)
+    assert anatomy_from_dict({"prompt_sections": [{"kind": "x"}]}) is None
+    assert anatomy_from_dict({}) is None
+    assert CacheBreak(None, 0, "", "", 1234, False, "other").line() == (
+        "cache broke: the engine held something else since; 1,234 tokens read again"
+    )
+    assert CacheBreak(None, 0, "", "", None, False, "other").line() == (
+        "cache broke: the engine held something else since"
+    )
+    assert (
+        CacheBreak(None, 5, "a", "b", None, False).line()
+        == "cache broke before the first message: `a` -> `b`"
+    )
+    assert CacheBreak(2, 0, "", "K|V", 3, False, "retokenized").line() == (
+        "message 2 was tokenized differently at ‹K|V› (as sent now), 3 tokens read again"
+    )
+    assert CacheBreak(None, 0, "A|B", "AB", None, False, "retokenized").line() == (
+        "the prompt was tokenized differently at ‹A|B› (now ‹AB›)"
+    )

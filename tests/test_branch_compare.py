@@ -68,8 +68,9 @@ async def test_c_on_a_retried_answer_then_n_runs_each_again_cold(
         assert len(c.of(0)) == len(c.of(1)) == 3
         # every run cold: no more cached than the template's start and the first line
         assert all((x.metrics.cached_tokens or 0) <= COLD_MAX for x in c.answers if x.metrics)
-        await pilot.pause(0.3)
-        table = str(screen.query_one("#compare-table").render())
-        assert "TTFT" in table and "output" in table
+        # the table is drawn once the runs are done: waited for, not timed
+        table = screen.query_one("#compare-table")
+        await wait_for(pilot, lambda: "TTFT" in str(table.render()))
+        assert "output" in str(table.render())
         await pilot.press("escape")
         assert len(app.turns.exchanges) == 2  # the chat was not touched

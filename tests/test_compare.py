@@ -156,6 +156,14 @@ def test_derived_profiles_from_the_command_line() -> None:
         derive("local", spec, settings, {"temperature": "99"})
     with pytest.raises(ValueError, match="on or off"):
         derive("local", spec, settings, {"flash_attn": "maybe"})
+    # the KV cache's type (issue 39): another copy of the model, its cache in q4_0
+    kv = derive("local", spec, settings, {"kv": "q4_0"})
+    assert (kv.name, kv.spec.local.kv_type, kv.own_backend) == ("local(kv=q4_0)", "q4_0", True)
+    assert kv.spec.local.flash_attn is None  # turned on at load: a quantized V cache needs it
+    with pytest.raises(ValueError, match="kv='q5_1': expected one of f16, q8_0, q4_0"):
+        derive("local", spec, settings, {"kv": "q5_1"})
+    with pytest.raises(ValueError, match="local model"):
+        derive("openai", BackendSpec("openai"), settings, {"kv": "q8_0"})
 
 
 def test_the_picker_offers_settings_that_differ_from_the_current_ones() -> None:

@@ -184,3 +184,86 @@ def test_word_diff_marks_what_b_changed() -> None:
     )
     assert word_diff("same words", "same words") == "same words"
     assert word_diff("", "new") == "{+new+}"
+
+
+def saved_chat() -> int:
+    """A chat of three questions in the test's own data directory (the answers as a
+    chat could have saved them), its id."""
+    import asyncio
+
+    from phasechat.chat.config.settings import Settings
+    from phasechat.chat.store.database import ChatStore
+    from phasechat.chat.store.writer import follow
+    from phasechat.chat.turns import TurnController
+    from tests.helpers import ask
+    from tests.scripted import ScriptedBackend
+
+    exchanges = (
+        ("What is a lighthouse?", "A tower with a bright light that guides ships at night."),
+        ("Where are they built?", "On coasts, headlands and reefs, where ships run aground."),
+        ("Who kept them?", "Keepers, who lived there and tended the lamp every night."),
+    )
+
+    async def talk(turns: TurnController) -> None:
+        for question, answer in exchanges:
+            turns.backend.text = answer  # type: ignore[attr-defined]
+            await ask(turns, question)
+
+    with ChatStore() as store:
+        chat = store.create_chat()
+        turns = TurnController(ScriptedBackend(), Settings(system="Be brief."))
+        follow(turns, store, chat)
+        asyncio.run(talk(turns))
+    return chat
+
+
+def compare_chat(chat: int, b: str) -> dict[str, object]:
+    r = phasechat(
+        "compare",
+        "--chat",
+        str(chat),
+        "--backend",
+        "local",
+        "--backend",
+        b,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "12",
+        "--n-ctx",
+        "1024",
+        "--threads",
+        "2",
+        "--json",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    out: dict[str, object] = json.loads(r.stdout)
+    return out
+
+
+@pytest.mark.model
+def test_a_saved_chat_on_two_kv_settings_every_turn() -> None:
+    """Issue 39: the same setting twice diverges by exactly nothing over every turn; a
+    q4_0 KV cache moves the distributions (KL above 0) and holds a token in 18 bytes of
+    f16's 64."""
+    chat = saved_chat()
+    same = compare_chat(chat, "local:kv=f16")
+    turns = same["turns"]
+    assert isinstance(turns, list) and [t["turn"] for t in turns] == [1, 2, 3]
+    for t in turns:
+        d = t["divergence"]
+        # every token of A's answer compared, the first predicted from the prompt
+        assert d["positions"] == t["a"]["output_tokens"] > 0
+        assert (d["kl_max"], d["top1_agreement"], d["first_divergence"]) == (0.0, 1.0, None)
+        assert t["a"]["text"] == t["b"]["text"]  # greedy, same numbers: the same answer
+    overall = same["divergence"]
+    assert isinstance(overall, dict) and overall["kl_mean"] == 0.0
+    assert overall["positions"] == sum(t["a"]["output_tokens"] for t in turns)
+
+    q4 = compare_chat(chat, "local:kv=q4_0")
+    overall = q4["divergence"]
+    assert isinstance(overall, dict) and overall["kl_mean"] > 0 and overall["kl_max"] > 0
+    last = q4["turns"][-1]  # type: ignore[index]
+    per_token = [last[s]["kv_bytes"] / last[s]["kv_tokens"] for s in ("a", "b")]
+    assert per_token == [23040, 6480]  # 30 layers x 3 KV heads x 128 values; x 18/64

@@ -124,7 +124,9 @@ async def test_a_crashed_engine_ends_the_answer_and_loads_again_on_the_next(
     seen: list[object] = []
     async for event in engine.stream(greedy(2000)):
         seen.append(event)
-        if sum(isinstance(e, TextDelta) for e in seen) == 2:
+        # once: events that are not text (a stats event) can follow the second token
+        # before the end arrives, and a second kill finds no process (a busy machine)
+        if isinstance(event, TextDelta) and sum(isinstance(e, TextDelta) for e in seen) == 2:
             os.kill(pid, signal.SIGKILL)  # what a segfault in llama.cpp would do
     last = seen[-1]
     assert isinstance(last, StreamError)

@@ -77,6 +77,34 @@ def test_the_measurement_is_the_median_step_and_the_rounds_off_won() -> None:
     assert (on_ms, off_ms, off_wins) == (10.0, 9.0, 3)
 
 
+def test_a_busy_machine_ends_the_measurement_after_its_budget() -> None:
+    """Steps of 400 ms on and 300 off (a machine at load 7 took 173-277): 4 steps on
+    (1,600 ms: with as long again off, 3,200 would pass the 3,000 ms budget), then 4 off
+    (2,800 ms in all); a second round of 4 a side (2,800 more) would pass it: 8 steps,
+    not 128 (45 s). Off measured faster, but in 1 round of the 3 that choosing it needs."""
+    calls = {"on": 0, "off": 0}
+
+    def on() -> float:
+        calls["on"] += 1
+        return 400.0
+
+    def off() -> float:
+        calls["off"] += 1
+        return 300.0
+
+    assert (flash.BUDGET_MS, flash.MIN_EACH) == (3000.0, 4)
+    assert flash.measure(on, off) == (400.0, 300.0, 1)
+    assert calls == {"on": 4, "off": 4}
+    # on at 150 ms: 11 steps (2 x 1,650 passes 3,000), then as many off, never 16
+    # against 11; at 8 ms a step (a quiet machine) all 4 rounds of 16 are taken
+    on_times, off_times = iter([150.0] * 64), iter([400.0] * 64)
+    assert flash.measure(lambda: next(on_times), lambda: next(off_times)) == (150.0, 400.0, 0)
+    assert (len(list(on_times)), len(list(off_times))) == (64 - 11, 64 - 11)
+    on_times, off_times = iter([8.0] * 64), iter([9.0] * 64)
+    assert flash.measure(lambda: next(on_times), lambda: next(off_times)) == (8.0, 9.0, 0)
+    assert (list(on_times), list(off_times)) == ([], [])
+
+
 def test_a_cached_choice_comes_back_with_its_own_figures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

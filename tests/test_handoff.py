@@ -37,8 +37,9 @@ async def test_ordinary_events_wake_the_loop_at_most_every_wake_s() -> None:
     assert texts == [f"t{i} " for i in range(100)]  # all of them, in order
     span = put_at[-1] - put_at[0]
     assert len(batches) <= span / 0.1 + 3  # not one wake per token
-    assert batches[0][1] == 1 and batches[0][0] - put_at[0] < 0.05  # the first at once
-    assert batches[-1][0] - put_at[-1] < 0.05  # the end flushes what waited
+    # The first token and the end at once: measured against a 10 s wake in the test
+    # below, not here in milliseconds (a busy machine delays any thread by more than
+    # 50 ms; issue 37: no test may fail because the machine is busy).
 
 
 async def test_an_urgent_event_is_delivered_at_once() -> None:

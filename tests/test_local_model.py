@@ -197,3 +197,27 @@ async def test_tokens_are_handed_over_in_batches_as_often_as_the_consumer_reads(
             assert woken[-1] <= 1
         # Batching delays delivery, never the timestamps: each token keeps its own.
         assert len(set(stamps)) == len(stamps)
+
+
+async def test_a_q4_0_kv_cache_holds_the_same_tokens_in_18_bytes_of_64(model_path: Path) -> None:
+    """kv=q4_0 (issue 39): a block of 32 values in 18 bytes against f16's 64, for keys
+    and values; flash attention turned on, as llama.cpp's quantized V cache needs. The
+    bundled model: 30 layers x 3 KV heads x (64 + 64) values a token, 23,040 bytes at f16,
+    6,480 at q4_0; a context of 256 holds 256 x 6,480 bytes."""
+    backend = LocalBackend(
+        LocalConfig(model_path=model_path, n_ctx=256, kv_type="q4_0", threads=2, warmup=False)
+    )
+    await backend.start()
+    try:
+        assert backend.state == "ready", backend.state_detail
+        assert backend.flash_note == "flash attention on (the q4_0 KV cache needs it)"
+        events = [e async for e in backend.stream(req("Name three colors.", max_tokens=8))]
+        (kv,) = [e for e in events if isinstance(e, KVStats)]
+        assert kv.used_bytes == kv.used_tokens * 6480 and kv.capacity_bytes == 256 * 6480
+        assert "".join(e.text for e in events if isinstance(e, TextDelta)).strip()
+    finally:
+        await backend.aclose()
+    refused = LocalBackend(LocalConfig(model_path=model_path, kv_type="q8_0", flash_attn=False))
+    await refused.start()
+    assert refused.state == "failed"
+    assert "kv=q8_0 needs flash attention (llama.cpp)" in refused.state_detail

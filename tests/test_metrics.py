@@ -125,12 +125,13 @@ def test_japanese_chars_per_second_counts_characters_not_bytes() -> None:
 
 def test_truncated_prompt_warning_from_server_timings() -> None:
     t = Trace("remote", "m", prompt_estimate=500, prompt_estimate_exact=True)
-    t.observe(TextDelta("x"), 10 * MS)
+    # the server's 50 ms prefill fits in the 60 ms TTFT seen here (longer: a contradiction)
+    t.observe(TextDelta("x"), 60 * MS)
     t.observe(
-        ServerTimings(prompt_n=100, prompt_ms=50, predicted_n=1, predicted_ms=1, cache_n=0), 11 * MS
+        ServerTimings(prompt_n=100, prompt_ms=50, predicted_n=1, predicted_ms=1, cache_n=0), 61 * MS
     )
-    t.observe(Usage(500, 1), 11 * MS)
-    t.observe(Finished("stop"), 12 * MS)
+    t.observe(Usage(500, 1), 61 * MS)
+    t.observe(Finished("stop"), 62 * MS)
     m = compute(t)
     assert any("truncated" in w for w in m.warnings)
     assert m.server_prefill_tok_s == pytest.approx(2000.0)
@@ -589,3 +590,22 @@ def test_a_server_total_without_its_split_is_shared_by_the_texts_estimated_sizes
     assert m.output_tokens == completion and not m.output_tokens_estimated
     assert (m.reasoning_tokens, m.reasoning_tokens_source) == (expected, "estimate")
     assert m.answer_tokens == completion - expected
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "warnings"),
+    [
+        (11, ()),  # stopped exactly at its limit: the engine kept its word
+        (10, ("11 tokens exceed max_tokens 10",)),  # one over: the engine did not
+        (0, ()),  # no limit asked
+    ],
+)
+def test_an_answer_that_stopped_exactly_at_max_tokens_did_not_exceed_it(
+    max_tokens: int, warnings: tuple[str, ...]
+) -> None:
+    t = Trace("local", "m", max_tokens=max_tokens)
+    t.observe(PromptEvaluated(100, 40, 60), 5 * MS)
+    for i in range(11):
+        t.observe(TextDelta("ab", 1), (200 + 10 * i) * MS)
+    t.observe(Finished("length"), 305 * MS)
+    assert compute(t).warnings == warnings

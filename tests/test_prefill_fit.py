@@ -1,5 +1,5 @@
 """The prefill forecast (issue 36, item 6): fitted on the engine's own prompt time as a
-cost per new token plus a cost per new token per token before it (attention), by least
+cost per new token plus a cost per new token per cached token before it (attention), by least
 squares (each answer weighted by the tokens it read), with the fixed cost of a request
 measured as TTFT less the engine's time; never priced with a wait for the model."""
 
@@ -11,9 +11,11 @@ from phasechat.telemetry.forecast import Rates, fit_prefill, forecast, measured_
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 
 #: (new tokens, cached before them, the engine's prompt ms) at 2 ms a token and 0.01 ms
-#: a token per token before it: 10 + 0: 20 + 0.01 x 10 x 5.5; 10 + 1,000: 20 + 0.01 x
-#: 10 x 1,005.5; 100 + 0: 200 + 0.01 x 100 x 50.5
-POINTS = [(10, 0, 20.55), (10, 1000, 120.55), (100, 0, 250.5)]
+#: a token per cached token: 10 + 0: 20; 10 + 1,000: 20 + 0.01 x 10 x 1,000; 100 + 0:
+#: 200. (Priced with the new tokens' attention among themselves, `cached + (n + 1) / 2`,
+#: the same points fit 1.48 ms a token and 0.0104 ms: bench.prefill_grid measured that
+#: term far cheaper in one big batch than the short turns' attention to the cache.)
+POINTS = [(10, 0, 20.0), (10, 1000, 120.0), (100, 0, 200.0)]
 
 
 def engine_answer(n: int, cached: int, ms: float, fixed: float = 5.0, **more: float) -> Metrics:
@@ -34,24 +36,52 @@ def engine_answer(n: int, cached: int, ms: float, fixed: float = 5.0, **more: fl
 
 
 def test_the_fit_tells_a_tokens_cost_from_its_attention_to_those_before_it() -> None:
-    c, k = fit_prefill(POINTS) or (0.0, 0.0)
-    assert (c, k) == (pytest.approx(2.0), pytest.approx(0.01))
+    c, k, b = fit_prefill(POINTS) or (0.0, 0.0, 0.0)
+    assert (c, k, b) == (pytest.approx(2.0), pytest.approx(0.01), 0.0)  # no long read
     # at one depth the two cannot be told apart: one cost a token, weighted by the tokens
     # read (through the origin: (20 x 60 + 40 x 130) / (20² + 40²) = 3.2), not the mean
     # of the two rates (3 and 3.25 ms a token)
-    assert fit_prefill([(20, 300, 60.0), (40, 300, 130.0)]) == (pytest.approx(3.2), 0.0)
+    assert fit_prefill([(20, 300, 60.0), (40, 300, 130.0)]) == (pytest.approx(3.2), 0.0, 0.0)
     assert fit_prefill([]) is None and fit_prefill([(20, 0, 0.0)]) is None
+
+
+#: 4 ms a token, 0.004 ms a token per cached token, 0.0012 ms a token per new token
+#: before it in the read: (20, 0): 80 + 0.0012 x 210; (20, 300): + 0.004 x 20 x 300 ...;
+#: (600, 0): 2,400 + 0.0012 x 180,300 = 2,616.36
+GRID = [(20, 0, 80.252), (20, 300, 104.252), (20, 600, 128.252), (40, 100, 176.984)]
+LONG = (600, 0, 2616.36)
+
+
+def test_a_long_read_shows_the_new_tokens_attention_among_themselves() -> None:
+    # c and k from the short reads, then b from the long one, in turn (4 rounds: within
+    # a part in 10,000)
+    assert fit_prefill([*GRID, LONG]) == (
+        pytest.approx(4.0, rel=1e-4),
+        pytest.approx(0.004, rel=1e-4),
+        pytest.approx(0.0012, rel=1e-4),
+    )
+    # short turns only: that term cannot be told from noise, and is 0 (not fitted to
+    # the 0.25 ms it adds to each); the others as before, nearly
+    c, k, b = fit_prefill(GRID) or (0.0, 0.0, 0.0)
+    assert b == 0.0 and c == pytest.approx(4.0, rel=0.01) and k == pytest.approx(0.004, rel=0.01)
+    # a read of 600 among reads of 600 is not long: the median is 600
+    assert fit_prefill([LONG, (600, 100, 2856.36)])[2] == 0.0  # type: ignore[index]
+    # the forecast of a 1,000-token read from nothing with all three: 4,000 + 0.0012 x
+    # 500,500 = 4,600.6 ms (without the long read's term: 4,000)
+    rates = measured_rates([engine_answer(*p) for p in (*GRID, LONG)], "b")
+    assert rates.batch_attention_ms == pytest.approx(0.0012, rel=1e-4)
+    assert rates.prefill_ms(1000, 0) == pytest.approx(4600.6, rel=1e-4)
 
 
 def test_a_long_reread_is_forecast_from_the_engines_account_and_the_measured_overhead() -> None:
     rates = measured_rates([engine_answer(*p) for p in POINTS], "b")
     assert rates.prefill_tok_s == pytest.approx(500.0) and rates.attention_ms == pytest.approx(0.01)
     assert rates.overhead_ms == pytest.approx(5.0)  # TTFT less the engine's prompt time
-    # 1,000 new tokens after 10 cached: 5 + 1,000 x 2 + 0.01 x 1,000 x (10 + 500.5)
+    # 1,000 new tokens after 10 cached: 5 + 1,000 x 2 + 0.01 x 1,000 x 10
     f = forecast(rates, 1010, 10, 1, False)
-    assert f.ttft_ms == pytest.approx(7110.0) and f.prefill_ms == pytest.approx(7105.0)
+    assert f.ttft_ms == pytest.approx(2105.0) and f.prefill_ms == pytest.approx(2100.0)
     # a prompt held whole but its last token: one token's cost and its attention
-    assert Rates(500.0, None, 1, 0.0, 0.01).prefill_ms(1, 99) == pytest.approx(2 + 0.01 * 100)
+    assert Rates(500.0, None, 1, 0.0, 0.01).prefill_ms(1, 99) == pytest.approx(2 + 0.01 * 99)
 
 
 def test_a_wait_for_the_model_is_not_priced_as_prefill() -> None:

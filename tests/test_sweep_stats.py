@@ -25,9 +25,9 @@ from phasechat.chat.trips.sweep_chart import (
 )
 from phasechat.telemetry.sweep_stats import (
     Level,
+    RepeatSpread,
     Sample,
     Slo,
-    Spread,
     Step,
     growth,
     growth_per_doubling,
@@ -246,84 +246,86 @@ def test_goodput_counts_a_request_exactly_at_its_slos() -> None:
 
 def test_a_spread_is_the_median_and_p10_p90_of_the_repeats() -> None:
     # the three runs at 2 streams: 40.7 to 49.0 tok/s
-    three = Spread((49.0, 40.7, 45.0))
+    three = RepeatSpread((49.0, 40.7, 45.0))
     assert three.median == 45.0
     assert three.p10 == pytest.approx(40.7 + 0.2 * 4.3)  # 41.56: position 0.2
     assert three.p90 == pytest.approx(45.0 + 0.8 * 4.0)  # 48.2: position 1.8
     assert three.width == pytest.approx(6.64)
     # two more runs near the middle: the outlier weighs less, the spread narrows (a
     # min-max spread would stay 8.3 however many repeats came)
-    five = Spread((49.0, 40.7, 45.0, 45.0, 46.0))
+    five = RepeatSpread((49.0, 40.7, 45.0, 45.0, 46.0))
     assert five.median == 45.0
     assert (five.p10, five.p90) == (pytest.approx(42.42), pytest.approx(47.8))
     assert five.width == pytest.approx(5.38)
-    assert Spread((10.0, 20.0)).median == 15.0  # an even count: the middle two's mean
-    assert Spread((10.0, 20.0)).width == pytest.approx(8.0)  # 11 to 19
-    assert Spread((50.0,)).width == 0.0  # one run: no spread
+    assert RepeatSpread((10.0, 20.0)).median == 15.0  # an even count: the middle two's mean
+    assert RepeatSpread((10.0, 20.0)).width == pytest.approx(8.0)  # 11 to 19
+    assert RepeatSpread((50.0,)).width == 0.0  # one run: no spread
     assert float(np.percentile([40.7, 45.0, 49.0], 90)) == pytest.approx(three.p90)
     with pytest.raises(ValueError, match="at least one"):
-        Spread(())
+        RepeatSpread(())
 
 
 def test_a_step_inside_its_levels_spread_is_repeated() -> None:
-    two = Spread((40.7, 45.0, 49.0))  # median 45, width 6.64
+    two = RepeatSpread((40.7, 45.0, 49.0))  # median 45, width 6.64
     # clean: 23 -> 45 is a step of 22 tok/s, wider than either spread (1.6, 6.64)
-    clean = Step(1, 2, Spread((22.0, 23.0, 24.0)), two)
+    clean = Step(1, 2, RepeatSpread((22.0, 23.0, 24.0)), two)
     assert clean.change == pytest.approx(22.0)
     assert clean.growth == pytest.approx(45 / 23 - 1)  # +96%: possible, barely
     assert not clean.high_noisy and not clean.inside_noise and not clean.impossible
     assert not needs_repeat(clean)
     # noisy: 45 -> 47 is a step of 2; the 4-stream runs spread 6.4 (44.6 to 51)
-    noisy = Step(2, 4, two, Spread((44.0, 47.0, 52.0)))
+    noisy = Step(2, 4, two, RepeatSpread((44.0, 47.0, 52.0)))
     assert noisy.change == pytest.approx(2.0)
     assert noisy.high_spread.width == pytest.approx(6.4)
     assert noisy.high_noisy and noisy.inside_noise and needs_repeat(noisy)
     # the low level's spread makes the step unreadable, but repeating the high one
     # cannot narrow it: not repeated, and not believed
-    low_wide = Step(1, 2, Spread((10.0, 30.0, 50.0)), Spread((31.0, 32.0, 33.0)))
+    low_wide = Step(1, 2, RepeatSpread((10.0, 30.0, 50.0)), RepeatSpread((31.0, 32.0, 33.0)))
     assert low_wide.noise == pytest.approx(32.0) and low_wide.change == pytest.approx(2.0)
     assert low_wide.inside_noise and not low_wide.high_noisy and not needs_repeat(low_wide)
     # a level that fell: the step's size counts, not its sign
-    fell = Step(4, 8, Spread((100.0,)), Spread((80.0, 81.0, 82.0)))
+    fell = Step(4, 8, RepeatSpread((100.0,)), RepeatSpread((80.0, 81.0, 82.0)))
     assert fell.change == pytest.approx(-19.0) and not fell.inside_noise
 
 
 def test_growth_above_one_doubling_is_flagged_impossible() -> None:
     # the reading: one run at 2 streams (40.7) and one at 4: "+110% per doubling"
-    one_each = Step(2, 4, Spread((40.7,)), Spread((40.7 * 2.1,)))
+    one_each = Step(2, 4, RepeatSpread((40.7,)), RepeatSpread((40.7 * 2.1,)))
     assert one_each.growth == pytest.approx(1.1)
     assert one_each.impossible and needs_repeat(one_each)  # no spread, still repeated
     # the medians of three runs each read the same levels as +38%, with the 85.5 run an
     # outlier whose spread (20.4) is wider than the step (17): repeated ...
-    three = Step(2, 4, Spread((40.7, 45.0, 49.0)), Spread((85.47, 60.0, 62.0)))
+    three = Step(2, 4, RepeatSpread((40.7, 45.0, 49.0)), RepeatSpread((85.47, 60.0, 62.0)))
     assert three.growth == pytest.approx(62 / 45 - 1) and not three.impossible
     assert three.high_spread.width == pytest.approx(62 + 0.8 * 23.47 - 60.4)
     assert three.high_noisy and needs_repeat(three)
     # ... and two more runs settle it: spread 16.1 (60.4 to 76.5), step still 17
-    five = Step(2, 4, three.low_spread, Spread((85.47, 60.0, 62.0, 61.0, 63.0)))
+    five = Step(2, 4, three.low_spread, RepeatSpread((85.47, 60.0, 62.0, 61.0, 63.0)))
     assert five.high_spread.width == pytest.approx(63 + 0.6 * 22.47 - 60.4)
     assert not five.high_noisy and not needs_repeat(five)
     # exactly doubled per doubling is a perfect server, not an impossible one; two
     # doublings (1 -> 4) may at most quadruple
-    assert not Step(1, 2, Spread((10.0,)), Spread((20.0,))).impossible
-    assert not Step(1, 4, Spread((100.0,)), Spread((400.0,))).impossible
-    assert Step(1, 4, Spread((100.0,)), Spread((500.0,))).growth == pytest.approx(5**0.5 - 1)
-    assert Step(1, 4, Spread((100.0,)), Spread((500.0,))).impossible
+    assert not Step(1, 2, RepeatSpread((10.0,)), RepeatSpread((20.0,))).impossible
+    assert not Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((400.0,))).impossible
+    assert Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).growth == pytest.approx(
+        5**0.5 - 1
+    )
+    assert Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).impossible
 
 
 def test_the_knee_is_not_claimed_from_a_step_inside_the_noise() -> None:
-    one, two = Spread((22.0, 23.0, 24.0)), Spread((44.0, 45.0, 46.0))
-    clean = [(1, one), (2, two), (4, Spread((47.5, 48.0, 48.5)))]
+    one, two = RepeatSpread((22.0, 23.0, 24.0)), RepeatSpread((44.0, 45.0, 46.0))
+    clean = [(1, one), (2, two), (4, RepeatSpread((47.5, 48.0, 48.5)))]
     # 45 -> 48 is +6.7% per doubling, a step of 3 wider than both spreads (1.6, 0.8)
     reading = read_knee(steps(clean))
     assert reading.concurrency == 2 and reading.unclear is None
     # the same median at 4 (47), from runs spread 44.6 to 51: a step of 2 inside 6.4
-    noisy = [(1, one), (2, two), (4, Spread((44.0, 47.0, 52.0))), (8, Spread((47.0,)))]
+    noisy = [(1, one), (2, two), (4, RepeatSpread((44.0, 47.0, 52.0))), (8, RepeatSpread((47.0,)))]
     reading = read_knee(steps(noisy))
     assert reading.concurrency is None
     assert reading.unclear is not None and (reading.unclear.low, reading.unclear.high) == (2, 4)
     # the first level's own spread counts too: 30 -> 32 inside its 32 tok/s
-    wide_first = [(1, Spread((10.0, 30.0, 50.0))), (2, Spread((31.0, 32.0, 33.0)))]
+    wide_first = [(1, RepeatSpread((10.0, 30.0, 50.0))), (2, RepeatSpread((31.0, 32.0, 33.0)))]
     assert read_knee(steps(wide_first)).unclear is not None
     # single runs have no spread: the knee as before
     assert knee([at(1, 100), at(2, 180), at(4, 195)]) == 2
@@ -490,13 +492,102 @@ def test_growth_needs_a_higher_level_and_accepts_a_low_rate_under_one() -> None:
 
 def test_a_step_as_wide_as_its_noise_is_believed_and_a_fall_is_measured_by_its_size() -> None:
     # low: median 100, p10-p90 96-104 (width 8); high 108: the step (8) equals the noise
-    step = Step(1, 2, Spread((95.0, 105.0)), Spread((108.0,)))
+    step = Step(1, 2, RepeatSpread((95.0, 105.0)), RepeatSpread((108.0,)))
     assert step.noise == 8.0 and step.change == 8.0 and not step.inside_noise
     # a fall of 10 with a high spread of width 8 (86-94): the high level is measured well
-    fall = Step(1, 2, Spread((100.0,)), Spread((85.0, 95.0)))
+    fall = Step(1, 2, RepeatSpread((100.0,)), RepeatSpread((85.0, 95.0)))
     assert fall.change == -10.0 and not fall.high_noisy
 
 
 def test_a_growth_exactly_at_the_threshold_is_not_yet_the_knee() -> None:
-    points = [(1, Spread((100.0,))), (2, Spread((150.0,))), (4, Spread((150.0,)))]
+    points = [(1, RepeatSpread((100.0,))), (2, RepeatSpread((150.0,))), (4, RepeatSpread((150.0,)))]
     assert read_knee(steps(points), threshold=0.5).concurrency == 2
+
+
+def test_every_field_of_a_level_whose_requests_arrive_out_of_order() -> None:
+    # the per-user rates arrive 95, 10, 35, 20: their median is 27.5 (sorted: 10 20 35
+    # 95); taken in arrival order it would be 22.5, their mean 40
+    samples = [
+        sample(100, 1100, 11, prompt=20, rate=95.0, itl=(90.0, 110.0)),  # tpot 100
+        sample(300, 1300, 21, prompt=30, rate=10.0, itl=(40.0,)),  # tpot 50, ttft over
+        sample(200, 700, 6, prompt=50, rate=35.0),  # tpot 100
+        sample(150, 650, 2, prompt=40, rate=20.0),  # tpot 500, over
+        sample(50, 60, 0, prompt=99, rate=70.0, error="reset", itl=(5000.0,)),
+    ]
+    lv = level(2, samples, 4.0, Slo(ttft_ms=250.0, tpot_ms=200.0))
+    assert lv.record() == {
+        "max_concurrency": 2,
+        "duration": 4.0,
+        "completed": 4,
+        "failed": 1,
+        "total_input_tokens": 140,
+        "total_output_tokens": 40,
+        "request_throughput": 1.0,
+        "request_goodput": 0.5,  # the first and the third met both
+        "output_throughput": 10.0,
+        "total_token_throughput": 45.0,
+        "per_user_decode_tok_s": 27.5,
+        # TTFT 100 300 200 150
+        "mean_ttft_ms": 187.5,
+        "median_ttft_ms": 175.0,
+        "std_ttft_ms": pytest.approx(math.sqrt(21875 / 4)),
+        "p99_ttft_ms": pytest.approx(200 + 100 * 0.97),
+        # TPOT 100 50 100 500
+        "mean_tpot_ms": 187.5,
+        "median_tpot_ms": 100.0,
+        "std_tpot_ms": pytest.approx(math.sqrt(131875 / 4)),
+        "p99_tpot_ms": pytest.approx(100 + 400 * 0.97),
+        # the gaps of the requests that completed: 90 110 40
+        "mean_itl_ms": 80.0,
+        "median_itl_ms": 90.0,
+        "std_itl_ms": pytest.approx(math.sqrt(2600 / 3)),
+        "p99_itl_ms": pytest.approx(90 + 20 * 0.98),
+        # e2e 1100 1300 700 650
+        "mean_e2el_ms": 937.5,
+        "median_e2el_ms": 900.0,
+        "std_e2el_ms": pytest.approx(math.sqrt(296875 / 4)),
+        "p99_e2el_ms": pytest.approx(1100 + 200 * 0.97),
+    }
+
+
+def test_a_spread_of_repeats_in_any_order_and_a_step_of_their_medians() -> None:
+    # repeats arrive 30, 10, 20, 40: p10 13, median 25, p90 37 (in arrival order: p10
+    # 22, median 15, p90 37)
+    low = RepeatSpread((30.0, 10.0, 20.0, 40.0))
+    assert (low.median, low.p10, low.p90) == (25.0, pytest.approx(13.0), pytest.approx(37.0))
+    assert low.width == pytest.approx(24.0)
+    high = RepeatSpread((60.0, 40.0))  # median 50, p10 42, p90 58: width 16
+    step = Step(2, 8, low, high)  # two doublings
+    assert step.change == 25.0
+    assert step.growth == pytest.approx(2**0.5 - 1)  # 25 -> 50 over two doublings
+    assert (step.noise, step.high_noisy, step.inside_noise) == (pytest.approx(24.0), False, False)
+    assert not step.impossible and not needs_repeat(step)
+    wide = Step(2, 8, low, RepeatSpread((20.0, 80.0)))  # median 50, width 48 > the step (25)
+    assert wide.high_noisy and wide.inside_noise and needs_repeat(wide)
+
+
+def test_a_level_where_every_request_failed_has_no_figures_but_its_counts() -> None:
+    failed = [sample(10, 20, 0, error="reset"), sample(10, 20, 3, error="timeout")]
+    lv = level(2, failed, 2.0, Slo(ttft_ms=100.0))
+    assert (lv.completed, lv.failed, lv.total_input_tokens, lv.total_output_tokens) == (0, 2, 0, 0)
+    assert (lv.request_throughput, lv.request_goodput, lv.output_throughput) == (0.0, 0.0, 0.0)
+    assert lv.per_user_decode_tok_s is None
+    none = {"mean": None, "median": None, "std": None, "p99": None}
+    assert (lv.ttft, lv.tpot, lv.itl, lv.e2el) == (none, none, none, none)
+    assert summarize([7.0]) == {"mean": 7.0, "median": 7.0, "std": 0.0, "p99": 7.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--sweep levels must be 1 or more"),
+        ("0,2", "--sweep levels must be 1 or more"),
+        ("2,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,1", "--sweep levels must increase, each once (e.g. 1,2,4,8)"),
+        ("1,two", "--sweep expects integers like 1,2,4,8, not '1,two'"),
+    ],
+)
+def test_bad_levels_are_refused_with_their_reason(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match="--sweep") as info:
+        parse_levels(text)
+    assert str(info.value) == message

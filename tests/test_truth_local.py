@@ -41,19 +41,29 @@ async def test_a_long_local_prefill_reports_progress_batch_by_batch() -> None:
     try:
         session = TurnController(backend, Settings(max_tokens=2, temperature=0))
         events = [e async for e in session.send("Count: " + "one two three four " * 40)]
+        # the next turn finds the first in the cache: its progress counts from there
+        again = [e async for e in session.send("And: " + "five six seven eight " * 30)]
     finally:
         await backend.aclose()
-    (prompt,) = [e for e in events if isinstance(e, PromptEvaluated)]
-    progress = [e for e in events if isinstance(e, PrefillProgress)]
-    batches = -(-prompt.evaluated_tokens // 64)
-    assert len(progress) == batches >= 3
-    assert [p.processed for p in progress] == sorted(p.processed for p in progress)
-    assert progress[-1].processed == progress[-1].total == prompt.prompt_tokens
-    assert all(p.cached == prompt.cached_tokens for p in progress)
-    assert progress[0].time_ms < progress[-1].time_ms
-    # every progress event comes before the first token
-    first_text = next(i for i, e in enumerate(events) if isinstance(e, TextDelta))
-    assert max(events.index(p) for p in progress) < first_text
+    for stream in (events, again):
+        (prompt,) = [e for e in stream if isinstance(e, PromptEvaluated)]
+        progress = [e for e in stream if isinstance(e, PrefillProgress)]
+        batches = -(-prompt.evaluated_tokens // 64)
+        assert len(progress) == batches >= 3
+        # tokens done, the cached prefix included (llama-server's shape): batch i has
+        # read min(64 (i + 1), evaluated) after the cached ones
+        assert [p.processed for p in progress] == [
+            prompt.cached_tokens + min(64 * (i + 1), prompt.evaluated_tokens)
+            for i in range(batches)
+        ]
+        assert progress[-1].processed == progress[-1].total == prompt.prompt_tokens
+        assert all(p.cached == prompt.cached_tokens for p in progress)
+        assert progress[0].time_ms < progress[-1].time_ms
+        # every progress event comes before the first token
+        first_text = next(i for i, e in enumerate(stream) if isinstance(e, TextDelta))
+        assert max(stream.index(p) for p in progress) < first_text
+    (second,) = [e for e in again if isinstance(e, PromptEvaluated)]
+    assert second.cached_tokens > 150  # the whole first turn, at least its question
 
 
 def test_an_answer_cut_inside_a_character_drops_its_bytes(local_backend: LocalBackend) -> None:

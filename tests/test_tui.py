@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
 
+from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.host import BUSY
 from phasechat.tui.markdown_view import MarkdownBody
 from phasechat.tui.widgets import MessageView, PromptInput
 from tests.helpers import wait_for
+from tests.scripted import ScriptedBackend
 
 pytestmark = pytest.mark.model
 
@@ -64,3 +70,38 @@ async def test_empty_prompt_is_refused_and_nothing_sent(local_backend: LocalBack
         await pilot.pause(0.1)
         assert app.turns.exchanges == []
         assert any("empty prompt" in str(n.message) for n in app._notifications)
+
+
+class HeldOpen(ScriptedBackend):
+    """Streams one word, then waits for `gate` before it ends."""
+
+    def __init__(self) -> None:
+        super().__init__(text="first")
+        self.gate = asyncio.Event()
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield TextDelta("first ")
+        await self.gate.wait()
+        yield Finished("stop")
+
+
+async def test_every_action_that_changes_the_chat_is_refused_while_it_answers() -> None:
+    backend = HeldOpen()
+    app = PhasechatApp(backend=backend)
+    async with app.run_test() as pilot:
+        app.send("one")
+        await wait_for(pilot, lambda: bool(app.turns.exchanges) and app.generating)
+        app.clear_notifications()
+        assert app.send("two") is False
+        app.action_retry()
+        app.action_ablate()
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert said == [BUSY] * 3  # one line each, the same line, nothing sent
+        assert len(app.turns.exchanges) == 1
+        backend.gate.set()
+        await wait_for(pilot, lambda: not app.generating)
+        assert not app.refused_while_answering() and app.send("two") is True
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)

@@ -356,12 +356,12 @@ async def test_password_in_base_url_is_not_on_the_switch_screen(server: FaultSer
 
 async def test_status_bar_leaves_streaming_when_the_answer_ends(server: FaultServer) -> None:
     app = PhasechatApp(remote(server, "faults", "ok-3"), Settings(max_tokens=8))
-    async with app.run_test(size=(110, 40)) as pilot:
+    async with app.run_test(size=(110, 40)):
         await wait_for(lambda: app.backend.state == "ready")
         app.send("hi")
         await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
-        await pilot.pause(0.3)
-        assert "streaming" not in str(app.query_one("#status").render())
+        status = app.query_one("#status")
+        await wait_for(lambda: "streaming" not in str(status.render()))
 
 
 # -- 7. model output is data --------------------------------------------------------------

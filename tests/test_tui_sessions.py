@@ -41,9 +41,9 @@ async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
         await pilot.pause()
         # search finds the first chat only
         screen.query_one("#search", Input).value = "lighthouse"
-        await pilot.pause(0.2)
         options = screen.query_one(OptionList)
-        assert options.option_count == 1
+        # the search narrows the list when it has run: waited for, not timed
+        await wait_for(pilot, lambda: options.option_count == 1)
         options.highlighted = 0
         options.action_select()
         await wait_for(pilot, lambda: not isinstance(app.screen, ChatsScreen))
@@ -125,7 +125,7 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
                 break
         await wait_for(pilot, lambda: not app.turns.trimmer.pending, limit_s=180)
         assert app.turns.trimmer.summaries, "the budget was exceeded: a summary was written"
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: any(v.summarized for v in app.query(MessageView)))
         marked = [v for v in app.query(MessageView) if v.summarized]
         assert marked and all(app.turns.trimmer.is_summarized(v.message) for v in marked)
         # the originals stay on screen and in the conversation

@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from phasechat.backends.events import Event, Finished, GenerationRequest, Message, TextDelta
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    StreamError,
+    TextDelta,
+)
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.types import Summary
@@ -327,3 +334,100 @@ def test_a_chat_rewound_before_its_root_shows_and_sends_nothing() -> None:
     c = Conversation("sys", [ChatMessage("user", "q"), ChatMessage("assistant", "a")])
     c.rewind(None)  # a new system prompt is about to start a new root
     assert (c.messages, c.prompt_messages(), c.path()) == ([], (), [])
+
+
+async def test_the_last_request_is_what_the_branchs_last_answer_answered() -> None:
+    turns, _ = await three_turns()
+    assert turns.last_request() == (
+        (
+            Message("system", "Be brief."),
+            Message("user", "q1"),
+            Message("assistant", "answer 1"),
+            Message("user", "q2"),
+            Message("assistant", "answer 2"),
+            Message("user", "q3"),
+        ),
+        "answer 3",
+    )
+
+
+def test_no_last_request_before_an_answer_with_text() -> None:
+    turns = TurnController(Numbered(), Settings(system="s"))
+    assert turns.last_request() is None
+    turns.conversation.add(ChatMessage("user", "q1"))
+    assert turns.last_request() is None  # a question, no answer yet
+    turns.conversation.add(ChatMessage("assistant", ""))
+    assert turns.last_request() is None  # an answer with no text
+
+
+async def test_the_request_and_its_trace_carry_every_setting_and_our_count() -> None:
+    backend = Numbered()
+    settings = Settings(system="S", max_tokens=33, temperature=0.25, stop=("##",), seed=7)
+    turns = TurnController(backend, settings)
+    await ask(turns, "a question")
+    e = turns.exchanges[0]
+    assert e.request == GenerationRequest(
+        (Message("system", "S"), Message("user", "a question")), 33, 0.25, ("##",), 7
+    )
+    # the scripted count: len // 4 + 3 a message: 3 + 5 = 8, estimated
+    t = e.trace
+    assert (t.backend, t.model, t.max_tokens) == ("scripted", "scripted-model", 33)
+    assert (t.prompt_estimate, t.prompt_estimate_exact) == (8, False)
+    assert (t.window, t.window_source) == (None, None)
+    assert e.token_times_ms() == [t.times[0] / 1e6]
+    assert e.metrics is not None and e.metrics.finish == "stop"
+    assert (e.answer.status, e.answer.content, e.answer.backend) == (
+        "complete",
+        "answer 1",
+        "scripted",
+    )
+
+
+async def test_show_sibling_steps_within_the_siblings_only() -> None:
+    turns, _ = await three_turns()
+    q3 = turns.conversation.questions()[2]
+    for text in ("q3b", "q3c"):
+        await answer(turns, turns.edit(turns.conversation.questions()[2].id, text))
+    first, middle, last = turns.conversation.siblings(q3)
+    assert turns.show_sibling(first.id, -1) is None  # none before the first
+    assert turns.show_sibling(last.id, 1) is None  # none after the last
+    assert turns.show_sibling(middle.id, 1) is last
+    assert texts(turns)[-2:] == ["q3c", "answer 5"]
+    assert turns.show_sibling(last.id, -2) is first
+    assert texts(turns)[-2:] == ["q3", "answer 3"]
+
+
+class Failing(ScriptedBackend):
+    """Sends `text` (maybe nothing), then fails with an error of `kind`."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__()
+        self.kind, self.partial = kind, text
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.partial:
+            yield TextDelta(self.partial)
+        yield StreamError(self.kind, "it failed")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "question"),
+    [
+        ("connection", "half an ans", "complete"),  # some text: the question is sent again
+        ("connection", "", "error"),  # nothing: it would stand twice in a row
+        ("context_overflow", "x", "error"),  # too long: it would overflow again
+    ],
+)
+async def test_a_failed_answer_keeps_its_text_and_its_question_only_when_it_can_be_sent(
+    kind: str, text: str, question: str
+) -> None:
+    turns = TurnController(Failing(kind, text), Settings(system="s"))
+    turns.trimmer.enabled = False
+    await ask(turns, "q")
+    e = turns.exchanges[0]
+    assert (e.answer.status, e.answer.error, e.answer.content) == ("error", "it failed", text)
+    assert e.user.status == question
+    assert e.user.error == ("it failed" if question == "error" else None)
+    assert e.metrics is not None and e.metrics.finish == "error" and not turns.busy

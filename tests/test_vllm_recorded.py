@@ -66,11 +66,16 @@ def text_chunks(sse: str) -> int:
 
 
 def server(
-    folder: Path, stream: str, pages: list[str], status: int = 200, paths: list[str] | None = None
+    folder: Path,
+    stream: str,
+    pages: list[str],
+    status: int = 200,
+    paths: list[str] | None = None,
+    pace_s: float = 0.0,
 ) -> RemoteBackend:
     """A backend whose server answers /models with the recording, each /metrics read
-    with the next of `pages` (then the last again), and the chat with `stream`; each
-    request's path goes into `paths`."""
+    with the next of `pages` (then the last again), and the chat with `stream` (its first
+    event after `pace_s`); each request's path goes into `paths`."""
     reads: Iterator[str] = iter(pages)
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -85,6 +90,7 @@ def server(
         return httpx.Response(status, headers={"content-type": ctype}, content=body())
 
     async def body() -> AsyncIterator[bytes]:  # an event per read, as a server sends it
+        await asyncio.sleep(pace_s)
         for event in read(folder, stream).split("\n\n"):
             yield (event + "\n\n").encode()
             await asyncio.sleep(0.001)  # a server's pace: another stream may run meanwhile
@@ -184,7 +190,10 @@ async def test_without_prompt_token_details_the_cache_comes_from_metrics(
     sse = read(vllm_dir, "07-no-details.sse")
     assert "prompt_tokens_details" not in sse  # vLLM's default: usage says nothing
     pages = ["07-metrics-before.txt", "07-metrics-after.txt"]
-    events, trace = await run(server(vllm_dir, "07-no-details.sse", pages))
+    # replayed as slowly as vLLM answered it: its account must fit in the request's time
+    took = "vllm:e2e_request_latency_seconds_sum"
+    pace = value(read(vllm_dir, pages[1]), took) - value(read(vllm_dir, pages[0]), took)
+    events, trace = await run(server(vllm_dir, "07-no-details.sse", pages, pace_s=pace))
     (acct,) = [e for e in events if isinstance(e, ServerAccount)]
     assert acct.unknown is None
     m = compute(trace)

@@ -7,9 +7,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
-from phasechat.backends.windows import context_refusal, from_models, root_of
+from phasechat.backends.windows import (
+    Window,
+    context_refusal,
+    from_models,
+    llama_server_props,
+    root_of,
+)
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window
@@ -143,3 +150,94 @@ def test_the_listing_gives_the_window_of_the_model_asked_for_else_the_first() ->
 )
 def test_the_server_s_root_drops_only_a_final_v1(url: str, root: str) -> None:
     assert root_of(url) == root
+
+
+async def test_llama_servers_props_come_before_the_listings_meta() -> None:
+    # the listing's meta.n_ctx (8,192) disagrees with /props (4,096 a slot): /props,
+    # the running server's own settings, wins, with its slot count
+    models = [{"id": "smollm2", "owned_by": "llamacpp", "meta": {"n_ctx": 8192}}]
+    props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2}
+    assert await window_of(models, "smollm2", {"/props": props}) == (
+        4096,
+        "llama-server /props",
+        2,
+    )
+    # without /props the listing's meta is the window
+    assert await window_of(models, "smollm2") == (8192, "llama-server /v1/models meta.n_ctx", None)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        'stop "<|im_start|>"\nstop "<|im_end|>"\nnum_ctx 8192\ntemperature 0.7',
+        "num_ctx 8192",
+        "temperature 0.7\nnum_ctx                        8192",
+    ],
+)
+async def test_ollamas_num_ctx_is_found_on_any_parameter_line(parameters: str) -> None:
+    models = [{"id": "qwen3:8b", "object": "model", "owned_by": "library"}]
+    show = {"parameters": parameters, "model_info": {"qwen3.context_length": 40960}}
+    # not loaded: /api/ps lists no model; the Modelfile's num_ctx, not the trained 40,960
+    routes = {"/api/ps": {"models": []}, "/api/show": show}
+    assert await window_of(models, "qwen3:8b", routes) == (8192, "Ollama /api/show num_ctx", None)
+
+
+async def test_props_say_the_window_the_slots_and_whether_metrics_are_served() -> None:
+    props = {
+        "default_generation_settings": {"n_ctx": 4096},
+        "total_slots": 3,
+        "endpoint_metrics": True,
+    }
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return (
+            httpx.Response(200, json=props) if request.url.path == "/props" else httpx.Response(404)
+        )
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        got = await llama_server_props(client, "http://h", {})
+        assert got == Window(4096, "llama-server /props", 3, True)
+        props["endpoint_metrics"] = "yes"  # not a JSON true
+        props["total_slots"] = 0
+        assert await llama_server_props(client, "http://h", {}) == Window(
+            4096, "llama-server /props", None, False
+        )
+        props["default_generation_settings"] = {"n_ctx": 0}
+        assert await llama_server_props(client, "http://h", {}) is None
+
+
+async def test_ollamas_running_window_is_the_one_of_the_model_asked_for_only() -> None:
+    models = [{"id": "qwen3:8b", "object": "model", "owned_by": "library"}]
+    # another model is loaded (its 2,048 is not ours): the Modelfile's num_ctx
+    ps = {"models": [{"name": "llama3.2:1b", "model": "llama3.2:1b", "context_length": 2048}]}
+    show = {"parameters": "num_ctx 8192"}
+    assert await window_of(models, "qwen3:8b", {"/api/ps": ps, "/api/show": show}) == (
+        8192,
+        "Ollama /api/show num_ctx",
+        None,
+    )
+    # a number of 13 digits is no window
+    huge = {"parameters": "num_ctx 1234567890123"}
+    server = Shaped(models, lambda req: b"", {"/api/ps": {"models": []}, "/api/show": huge})
+    backend = server.backend(model="qwen3:8b")
+    await backend.start()
+    assert backend.window is None
+    await backend.aclose()
+
+
+async def test_a_server_that_is_not_ollama_is_not_asked_ollamas_endpoints() -> None:
+    models = [{"id": "gpt-x", "object": "model", "owned_by": "someone"}]  # no window said
+    server = Shaped(models, lambda req: b"", {"/api/ps": {"models": []}})
+    backend = server.backend(model="gpt-x")
+    await backend.start()
+    await backend.aclose()
+    assert backend.window is None
+    assert not any(r.url.path.startswith("/api/") for r in server.requests)
+    # an Ollama listing that names a window itself: that window, no further question
+    listed = [{"id": "q", "object": "model", "owned_by": "ollama", "max_model_len": 4096}]
+    server = Shaped(listed, lambda req: b"", {"/api/ps": {"models": []}})
+    backend = server.backend(model="q")
+    await backend.start()
+    await backend.aclose()
+    assert backend.window is not None and backend.window.tokens == 4096
+    assert not any(r.url.path.startswith("/api/") for r in server.requests)

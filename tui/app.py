@@ -140,7 +140,7 @@ class PhasechatApp(ChatHost):
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
         dialogs.watch_saves(self)
-        self._start_summarizer(self.workspace.configure_trimmer(self.turns.trimmer))
+        self._start_summarizer(self.workspace.configure_trimmer(self.turns))
         self.query_one(ChatLog).anchor()
         self.query_one(PromptInput).focus()
         self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))
@@ -208,8 +208,7 @@ class PhasechatApp(ChatHost):
     def send(self, text: str) -> bool:
         """Send `text`: the next question, or (while editing one) its replacement on a
         new branch; False (with a message) when it can't be."""
-        if self.generating:
-            self.notify("still answering: press Esc to stop it first", severity="warning")
+        if self.refused_while_answering():
             return False
         editing = self._editing
         if not text.strip() and (editing is None or editing.role != "system"):
@@ -391,8 +390,7 @@ class PhasechatApp(ChatHost):
 
     def action_retry(self) -> None:
         """Answer the last question again; the previous answer stays, as a sibling."""
-        if self.generating:
-            self.notify("still answering: press Esc to stop it first", severity="warning")
+        if self.refused_while_answering():
             return
         error = self.workspace.ensure_chat()
         if error:
@@ -438,8 +436,7 @@ class PhasechatApp(ChatHost):
     @on(MessageView.CompareRequested)
     def compare_branches(self, event: MessageView.CompareRequested) -> None:
         """A message's branch and its next sibling's, side by side (chat/trips/branches.py)."""
-        if self.generating:
-            self.notify("still answering: press Esc to stop it first", severity="warning")
+        if self.refused_while_answering():
             return
         try:
             comparison = branch_comparison(self.turns, event.message)
@@ -470,8 +467,7 @@ class PhasechatApp(ChatHost):
     @on(MessageView.SiblingRequested)
     async def show_sibling(self, event: MessageView.SiblingRequested) -> None:
         """Show the previous or next sibling's branch (‹2/3›); the chat goes on there."""
-        if self.generating:
-            self.notify("still answering: press Esc to stop it first", severity="warning")
+        if self.refused_while_answering():
             return
         shown = self.turns.show_sibling(event.message.id, event.step)
         if shown is None:
@@ -537,8 +533,7 @@ class PhasechatApp(ChatHost):
 
     def action_ablate(self) -> None:
         """The chat's last turn again without each part of its prompt (cold, side trip)."""
-        if self.generating:
-            self.notify("still answering: press Esc to stop it first", severity="warning")
+        if self.refused_while_answering():
             return
         last = self.turns.last_request()
         if last is None:

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, OptionList
 from textual.widgets.option_list import Option
 
 from phasechat.chat.store.database import ChatNotFound, ChatStore, ChatSummary
-from phasechat.chat.store.export_files import export_chat
+from phasechat.chat.store.export_files import write_chat_files
 from phasechat.chat.text import one_line
 from phasechat.tui.confirm import ConfirmScreen
 
@@ -57,9 +57,10 @@ class ChatsScreen(ModalScreen[int | None]):
         options = self.query_one(OptionList)
         options.clear_options()
         for c in chats:
+            when = c.updated if c.updated is not None else "updated: unknown"
             label = Content.assemble(
                 (one_line(c.title or "(untitled)"), "bold"),
-                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {c.updated}", "dim"),
+                (f"  {one_line(c.backend or '-')} · {c.messages} messages · {when}", "dim"),
             )
             options.add_option(Option(label, id=str(c.id)))
         if not chats:
@@ -133,7 +134,7 @@ class ChatsScreen(ModalScreen[int | None]):
             return
         try:
             summary, saved = self.store.get(chat_id), self.store.open_chat(chat_id)
-            md = export_chat(summary, saved.conversation, f"chat-{chat_id}", saved.rows)
+            md = write_chat_files(summary, saved.conversation, f"chat-{chat_id}", saved.rows)
         except (OSError, sqlite3.Error, ChatNotFound) as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

@@ -21,20 +21,20 @@ TITLE = ("Replay the last prompt on ...", "  (side by side with the active backe
 def targets(ws: Workspace) -> list[tuple[Target, str]]:
     """Every other profile, then the active one with other settings; each with the
     cost line the switcher shows."""
-    session, active = ws.turns, ws.backend
+    turns, active = ws.turns, ws.backend
     out = []
     for name, spec in ws.profiles.items():
         if name != active.name:
-            cost = switch_line(switch_cost(session, name, ws.built(name)))
-            out.append((Target(name, spec, session.settings, name), cost))
+            cost = switch_line(switch_cost(turns, name, ws.built(name)))
+            out.append((Target(name, spec, turns.settings, name), cost))
     spec = ws.profiles[active.name]
-    for overrides in variants(spec, session.settings):
-        target = derive(active.name, spec, session.settings, overrides)
+    for overrides in variants(spec, turns.settings):
+        target = derive(active.name, spec, turns.settings, overrides)
         if target.own_backend:
-            cost = switch_line(switch_cost(session, target.name, None))
+            cost = switch_line(switch_cost(turns, target.name, None))
             cost += " · loads a second copy of the model"
         else:
-            size = switch_cost(session, active.name, active)
+            size = switch_cost(turns, active.name, active)
             approx = "~" if size.estimated else ""
             cost = f"history {approx}{size.tokens:,} tokens · same backend and cache"
         out.append((target, cost))
@@ -51,8 +51,7 @@ def _shown(target: Target) -> BackendSpec:
 
 def replay_last(app: ChatHost) -> None:
     """Pick where to replay the last prompt, then compare the two answers."""
-    if app.generating:
-        app.notify("still answering: press Esc to stop it first", severity="warning")
+    if app.refused_while_answering():
         return
     sent = [e for e in app.turns.exchanges if e.request is not None and e.metrics is not None]
     if not sent:

@@ -4,6 +4,7 @@ app stays about layout, streaming and bindings."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable
 
 from textual.app import App, SystemCommand
@@ -12,8 +13,8 @@ from textual.theme import Theme
 from phasechat.chat.config.paths import themes_dir
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.costs import switch_cost
-from phasechat.chat.store.export_files import export_chat as export_chat_files
-from phasechat.chat.store.export_files import memory_stem, unsaved_summary
+from phasechat.chat.store.database import ChatNotFound
+from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.confirm import ConfirmScreen
@@ -105,10 +106,18 @@ def chats(app: ChatHost) -> None:
         return
 
     async def chosen(chat_id: int | None) -> None:
-        if chat_id is not None:
-            await app.stop_and_wait()
-            app.workspace.open_chat(chat_id)
-            await app.show_conversation(app.turns.conversation)
+        if chat_id is None:
+            return
+        await app.stop_and_wait()
+        try:
+            saved = app.workspace.open_chat(chat_id)
+        except (sqlite3.Error, ChatNotFound) as exc:  # a locked or damaged file: say so
+            app.notify(one_line(f"chat {chat_id} not opened: {exc}"), severity="error")
+            return
+        await app.show_conversation(app.turns.conversation)
+        if saved.unreadable:  # the rest of the chat is shown and goes on
+            more = f" (and {len(saved.unreadable) - 1} more)" if len(saved.unreadable) > 1 else ""
+            app.notify(one_line(saved.unreadable[0]) + more, severity="warning", timeout=15)
 
     from phasechat.tui.chats_screen import ChatsScreen  # loaded when first opened
 
@@ -162,7 +171,7 @@ def export_chat(app: ChatHost) -> None:
         return
     chat_id = app.workspace.chat_id()
     try:
-        md = export_chat_files(
+        md = write_chat_files(
             unsaved_summary(conversation, chat_id),
             conversation,
             memory_stem(chat_id),

@@ -10,6 +10,9 @@ from phasechat.chat.turns import TurnController
 from phasechat.chat.workspace import Workspace
 from phasechat.tui.plain import PlainTextApp
 
+#: what an action that would change the chat says while an answer is under way
+BUSY = "still answering: press Esc to stop it first"
+
 
 class ChatHost(PlainTextApp):
     """The app as its dialogs see it (implemented by `tui.app.PhasechatApp`)."""
@@ -29,6 +32,14 @@ class ChatHost(PlainTextApp):
     def generating(self) -> bool:
         """An answer is being sent, streamed or drawn."""
         raise NotImplementedError
+
+    def refused_while_answering(self) -> bool:
+        """True, and says so once, while an answer is being sent, streamed or drawn: the
+        one place an action that changes the chat is refused for it."""
+        if self.generating:
+            self.notify(BUSY, severity="warning")
+            return True
+        return False
 
     async def switch_to(self, name: str) -> None:
         """Answer with backend profile `name` from now on (the chat carries over)."""

@@ -41,7 +41,7 @@ from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.paths import config_path
 from phasechat.chat.config.profiles import resolve_model_path
-from phasechat.chat.config.settings import Settings, TrimConfig
+from phasechat.chat.config.settings import Settings, TrimConfig, load_problems
 
 __all__ = ["Config", "ConfigError", "config_path", "load_config"]
 
@@ -225,7 +225,8 @@ def _endpoint(r: _Reader, raw: object, where: str) -> EndpointProfile:
         f"expected an http:// or https:// URL, got {p.base_url!r}",
     )
     r.check(bool(p.api_key_env.strip()), f"{where}.api_key_env", "must not be empty")
-    r.check(p.context is None or p.context >= 16, f"{where}.context", "expected at least 16")
+    for key, problem in load_problems(context=p.context):
+        raise r.fail(f"{where}.{key}", problem)
     if p.api_key:
         r.warnings.append(
             f"{r.path}: {where}.api_key: a key written in the config file; prefer "
@@ -244,9 +245,8 @@ def _local(r: _Reader, raw: object, where: str) -> LocalProfile:
         threads=r.get(t, "threads", where, int, None),
         chat_format=r.get(t, "chat_format", where, str, None),
     )
-    r.check(p.n_ctx >= 16, f"{where}.n_ctx", "expected at least 16")
-    r.check(p.gpu_layers is None or p.gpu_layers >= -1, f"{where}.gpu_layers", "expected >= -1")
-    r.check(p.threads is None or p.threads >= 1, f"{where}.threads", "expected at least 1")
+    for key, problem in load_problems(p.n_ctx, p.gpu_layers, p.threads):
+        raise r.fail(f"{where}.{key}", problem)
     return p
 
 

@@ -1,17 +1,55 @@
 """The settings a user controls, and their bounds, in one place.
 
 `Settings` is the engine section (`[engine]` in config.toml, the F4 form, the command
-line); `TrimConfig` is the trimmer's (`[trim]`). The config reader and the settings form
-both check values here, so a bound is written once.
+line); `TrimConfig` is the trimmer's (`[trim]`); `load_problems` bounds how a model is
+loaded (`[[local]]`, an endpoint's `context`, `--n-ctx`, `--threads`, a compare side's
+`local:threads=`). The config reader, the settings form, the command line and compare
+all check values here, so a bound is written once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
+
+from phasechat.backends.wire_numbers import MAX_TOKENS
 
 TEMPERATURE_MAX = 5.0
 TRIM_BUDGET_MIN = 64
+#: the smallest context a model is loaded with, or a server's window believed
+N_CTX_MIN = 16
+#: more layers than any model has (llama.cpp takes "all" as any count past the last)
+GPU_LAYERS_MAX = 10_000
+#: ggml's GGML_MAX_N_THREADS: llama.cpp does not run with more
+GGML_MAX_THREADS = 512
+
+
+def threads_max() -> int:
+    """The most decode threads allowed: this machine's logical cores (more only wait for
+    one another: 1,000 threads on 2 cores gave no token in a minute, and 100,000 crashed
+    llama.cpp), and never past ggml's own limit."""
+    return max(1, min(os.cpu_count() or 1, GGML_MAX_THREADS))
+
+
+def load_problems(
+    n_ctx: int | None = None,
+    gpu_layers: int | None = None,
+    threads: int | None = None,
+    context: int | None = None,
+) -> list[tuple[str, str]]:
+    """(field, problem) for each way of loading a model that is out of bounds (None:
+    not given); empty when all are fine."""
+    out = []
+    for key, value in (("n_ctx", n_ctx), ("context", context)):
+        if value is not None and not N_CTX_MIN <= value <= MAX_TOKENS:
+            out.append((key, f"expected {N_CTX_MIN} to {MAX_TOKENS:,} tokens"))
+    if gpu_layers is not None and not -1 <= gpu_layers <= GPU_LAYERS_MAX:
+        out.append(("gpu_layers", f"expected -1 (all) to {GPU_LAYERS_MAX:,}"))
+    most = threads_max()
+    if threads is not None and not 1 <= threads <= most:
+        out.append(("threads", f"expected 1 to {most} (this machine's logical cores)"))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +65,11 @@ class Settings:
     def problems(self) -> list[tuple[str, str]]:
         """(field, problem) for each value out of bounds; empty when all are fine."""
         out = []
+        # NaN fails every comparison, so `not 0 <= nan <= 5` refuses it too
         if not 0 <= self.temperature <= TEMPERATURE_MAX:
             out.append(("temperature", f"expected 0 to {TEMPERATURE_MAX:g}"))
-        if self.max_tokens < 1:
-            out.append(("max_tokens", "expected 1 or more"))
+        if not 1 <= self.max_tokens <= MAX_TOKENS:
+            out.append(("max_tokens", f"expected 1 to {MAX_TOKENS:,}"))
         if not all(self.stop):
             out.append(("stop", "expected non-empty strings"))
         return out

@@ -22,17 +22,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
+from phasechat.backends.measured import text_in
 from phasechat.chat.config.paths import db_path
-from phasechat.chat.conversation import ChatMessage, Conversation, Status
+from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.store import rows as cells
 from phasechat.chat.store.opening import open_readonly, open_writable
+from phasechat.chat.store.rows import INTERRUPTED
 from phasechat.chat.store.schema import ChatNotFound, ChatSummary, SearchHit, StoreError
 from phasechat.chat.text import is_text
-from phasechat.telemetry.anatomy import Anatomy, anatomy_from_dict
-from phasechat.telemetry.metrics import metrics_from_dict
 
 __all__ = [
     "INTERRUPTED",
@@ -46,9 +46,6 @@ __all__ = [
     "default_path",
     "default_title",
 ]
-
-#: The error shown on an answer that was still streaming when phasechat stopped.
-INTERRUPTED = "interrupted: phasechat stopped before this answer finished"
 
 #: The longest default title (from the first user message).
 TITLE_CHARS = 60
@@ -91,10 +88,6 @@ def failure(path: Path, exc: sqlite3.Error | OSError, *, writing: bool) -> str:
     if writing or written:
         return f"cannot write {path}: {exc}"
     return f"{path}: cannot read the chat database ({exc})"
-
-
-def _when(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
 
 
 class ChatStore:
@@ -197,11 +190,7 @@ class ChatStore:
             f" FROM chats c {where} ORDER BY c.updated DESC, c.id DESC",
             params,
         ).fetchall()
-        return [
-            ChatSummary(r["id"], r["title"] or "(untitled)", r["system"], r["backend"],
-                        r["model"], r["n"], _when(r["created"]), _when(r["updated"]))
-            for r in rows
-        ]  # fmt: skip
+        return [cells.summary(r, []) for r in rows]
 
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, most recently updated first."""
@@ -231,15 +220,17 @@ class ChatStore:
             if chat is None:
                 raise ChatNotFound(chat_id)
             rows = self._db.execute(
-                "SELECT * FROM messages WHERE chat_id = ? ORDER BY position", (chat_id,)
+                "SELECT * FROM messages WHERE chat_id = ? ORDER BY position, id", (chat_id,)
             ).fetchall()
+        notes: list[str] = []
         ids: dict[int, int] = {}  # row -> message id
         messages: list[ChatMessage] = []
         if rows and "parent_id" not in rows[0].keys():  # noqa: SIM118 (a Row: `in` looks at values)
             # a database from before branches, read-only: one branch under its system prompt
-            messages.append(ChatMessage("system", chat["system"]))
+            system = cells.Cells(f"chat {chat_id}", notes).text(chat["system"], "system prompt")
+            messages.append(ChatMessage("system", system or ""))
         for r in rows:
-            message = _message(r)
+            message = cells.message(r, chat_id, notes)
             if "parent_id" in r.keys():  # noqa: SIM118
                 message.parent = ids.get(r["parent_id"])
             elif messages:
@@ -248,7 +239,7 @@ class ChatStore:
             messages.append(message)
         leaf = chat["leaf_id"] if "leaf_id" in chat.keys() else None  # noqa: SIM118
         conversation = Conversation.from_tree(messages, ids.get(leaf) if leaf else None)
-        return SavedChat(chat_id, conversation, {m: r for r, m in ids.items()})
+        return SavedChat(chat_id, conversation, {m: r for r, m in ids.items()}, tuple(notes))
 
     def rename(self, chat_id: int, title: str) -> None:
         """Give a chat a new title (raises ChatNotFound, or ValueError when blank)."""
@@ -302,11 +293,7 @@ class ChatStore:
                 rows = self._db.execute(
                     f"{select} WHERE m.content LIKE ? ESCAPE '\\'{order}", (pattern + "%", limit)
                 ).fetchall()
-        return [
-            SearchHit(r["chat_id"], r["title"] or "(untitled)", r["id"], r["role"],
-                      _snippet(r["content"], words))
-            for r in rows
-        ]  # fmt: skip
+        return [_hit(r, words) for r in rows]
 
     # -- writing a chat as it happens (chat/store/writer.py) ----------------------------
 
@@ -402,36 +389,19 @@ class SavedChat:
     chat_id: int
     conversation: Conversation
     rows: dict[int, int]
+    #: each cell that could not be read, one line naming the chat and the message
+    unreadable: tuple[str, ...] = ()
 
 
-def _message(r: sqlite3.Row) -> ChatMessage:
-    status, error = cast(Status, r["status"]), r["error"]
-    if status == "streaming":
-        status, error = "cancelled", INTERRUPTED
-    metrics = metrics_from_dict(json.loads(r["metrics"])) if r["metrics"] else None
-    return ChatMessage(
-        r["role"],
-        r["content"],
-        r["backend"],
-        r["model"],
-        status,
-        error,
-        metrics,
-        # a database from before thinking models, read-only: no such column
-        reasoning=r["reasoning"] if "reasoning" in r.keys() else "",  # noqa: SIM118 (a Row: `in` looks at values)
-        anatomy=_anatomy(r),
-    )
-
-
-def _anatomy(r: sqlite3.Row) -> Anatomy | None:
-    raw = r["anatomy"] if "anatomy" in r.keys() else None  # noqa: SIM118
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return anatomy_from_dict(data) if isinstance(data, dict) else None
+def _hit(r: sqlite3.Row, words: list[str]) -> SearchHit:
+    """A search result row as a hit; a title or content that cannot be read is named."""
+    chat_id = int(r["chat_id"])
+    title, role = r["title"], r["role"]
+    if title is not None and text_in(title) is None:
+        title = "(unreadable title)"
+    role = text_in(role) or "unknown"
+    content = cells.snippet_source(r["content"], chat_id, r["id"])
+    return SearchHit(chat_id, title or "(untitled)", r["id"], role, _snippet(content, words))
 
 
 def _anatomy_json(m: ChatMessage) -> str | None:

@@ -9,6 +9,7 @@ and the C1 block and DEL are escaped here too, so printing it is just as safe.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -51,11 +52,32 @@ def to_json(
     return dumps(doc, indent=2)
 
 
+#: DEL, the C1 block (some terminals act on them) and the bidi controls (they reorder
+#: the line a terminal shows: "Trojan Source"); JSON allows all of them raw.
+_ESCAPED = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def dumps(obj: object, indent: int | None = None) -> str:
-    """JSON that is safe to print to a terminal yet keeps non-ASCII text readable."""
-    text = json.dumps(obj, ensure_ascii=False, indent=indent)
+    """JSON that is safe to print to a terminal yet keeps non-ASCII text readable: every
+    JSON phasechat prints or writes goes through here. Strictly JSON: a number that is
+    not finite (NaN, infinity) is `null`, never the bare `NaN` other parsers refuse."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
     # Outside strings JSON is ASCII, so these can only be string content: escape them.
-    return re.sub("[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _finite(obj: object) -> object:
+    """`obj` with every float that is not finite made None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _message_dict(m: ChatMessage) -> dict[str, Any]:
@@ -75,12 +97,15 @@ def to_markdown(chat: ChatSummary, conversation: Conversation) -> str:
     how they ended and a one-line metrics summary."""
     v = visible_controls
     out = [f"# {v(chat.title)}", ""]
-    out.append(f"*chat {chat.id} · started {chat.created:%Y-%m-%d %H:%M} UTC*")
+    started = f"{chat.created:%Y-%m-%d %H:%M} UTC" if chat.created else "unknown"
+    out.append(f"*chat {chat.id} · started {started}*")
     if conversation.system:
         out += ["", "> **System:** " + v(conversation.system).replace("\n", "\n> ")]
     for m in conversation.messages:
         if m.role == "user":
             out += ["", "## User", ""]
+        elif m.role == "system":  # a stray one inside the branch, kept where it was
+            out += ["", "## System", ""]
         else:
             source = " · ".join(v(x) for x in (m.backend, _short_model(m.model)) if x)
             out += ["", f"## Assistant ({source})" if source else "## Assistant", ""]
@@ -124,16 +149,23 @@ def _ending(m: ChatMessage) -> str:
 
 
 def metrics_line(m: Metrics | None) -> str:
-    """A one-line summary of an answer's metrics ('' when there are none)."""
+    """A one-line summary of an answer's metrics ('' when there are none); a figure
+    whose stored value was not believed (`Metrics.ignored`) reads "unknown"."""
     if m is None:
         return ""
-    figures = [
-        (m.ttft_ms, "TTFT {:.0f} ms"),
-        (m.reasoning_ms, "thinking {:.0f} ms"),
-        (m.reasoning_tokens, "{} thinking tokens"),
-        (m.prefill_tok_s, "prefill {:.0f} tok/s"),
-        (m.decode_tok_s, "decode {:.1f} tok/s"),
-        (m.output_tokens, "{} tokens"),
-        (m.e2e_ms, "total {:.0f} ms"),
+    figures = [  # (field, value, as shown, as shown when the value was not believed)
+        ("ttft_ms", m.ttft_ms, "TTFT {:.0f} ms", "TTFT unknown"),
+        ("reasoning_ms", m.reasoning_ms, "thinking {:.0f} ms", "thinking unknown"),
+        ("reasoning_tokens", m.reasoning_tokens, "{} thinking tokens", "thinking tokens unknown"),
+        ("prefill_tok_s", m.prefill_tok_s, "prefill {:.0f} tok/s", "prefill unknown"),
+        ("decode_tok_s", m.decode_tok_s, "decode {:.1f} tok/s", "decode unknown"),
+        ("output_tokens", m.output_tokens, "{} tokens", "tokens unknown"),
+        ("e2e_ms", m.e2e_ms, "total {:.0f} ms", "total unknown"),
     ]
-    return " · ".join(fmt.format(value) for value, fmt in figures if value is not None)
+    ignored = {line.split(" ", 1)[0] for line in m.ignored}
+    shown = [
+        fmt.format(value) if value is not None else unknown
+        for name, value, fmt, unknown in figures
+        if value is not None or name in ignored
+    ]
+    return " · ".join(shown)

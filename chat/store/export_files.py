@@ -57,7 +57,7 @@ def write_export(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def export_chat(
+def write_chat_files(
     chat: ChatSummary,
     conversation: Conversation,
     stem: str,

@@ -2,7 +2,13 @@
 newer phasechat's schema) or read-only (never written, so a newer database is read as
 it is, and a read-only folder still lists and exports).
 
-Both return the connection and whether the full-text index is there.
+Both return the connection and whether the full-text index is there, and both read
+TEXT with `rows.text_factory` (a cell that is not UTF-8 is checked where it is read,
+not a failed query).
+
+Opening for writing brings an older database up to this schema in one transaction:
+all of it or none of it. A migration that fails half way leaves the file as it was, at
+its old `user_version`, still readable by this phasechat (read-only) and the old one.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from phasechat.chat.config.paths import private_dir, private_file
+from phasechat.chat.store.rows import text_factory
 from phasechat.chat.store.schema import (
     ADDED_COLUMNS,
     FTS,
@@ -26,13 +33,11 @@ from phasechat.chat.store.schema import (
 def open_readonly(path: Path) -> tuple[sqlite3.Connection, bool]:
     """`path` opened read-only; an empty in-memory store when nothing was saved yet."""
     if not path.is_file():
-        db = sqlite3.connect(":memory:", check_same_thread=False)
-        db.row_factory = sqlite3.Row
+        db = _connect(":memory:")
         db.executescript(SCHEMA)
         return db, False
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    db = sqlite3.connect(uri, uri=True, timeout=10, check_same_thread=False)
-    db.row_factory = sqlite3.Row
+    db = _connect(uri, uri=True, timeout=10)
     try:
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     except sqlite3.OperationalError:
@@ -42,8 +47,7 @@ def open_readonly(path: Path) -> tuple[sqlite3.Connection, bool]:
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size:
             raise
-        db = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
-        db.row_factory = sqlite3.Row
+        db = _connect(uri + "&immutable=1", uri=True)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     if "chats" not in names:
         db.close()
@@ -61,8 +65,7 @@ def open_writable(path: Path, ours: bool, notices: list[str]) -> tuple[sqlite3.C
     if not path.exists():
         # Created private: SQLite gives its -wal and -shm files the database's mode.
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    # check_same_thread=False: the TUI may read from a worker thread; the store serialises.
-    db = sqlite3.connect(path, timeout=10, check_same_thread=False)
+    db = _connect(str(path), timeout=10)
     try:
         fts = _prepare(db, path)
     except BaseException:
@@ -75,13 +78,20 @@ def open_writable(path: Path, ours: bool, notices: list[str]) -> tuple[sqlite3.C
     return db, fts
 
 
+def _connect(target: str, *, uri: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
+    # check_same_thread=False: the TUI may read from a worker thread; the store serialises.
+    db = sqlite3.connect(target, uri=uri, timeout=timeout, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    db.text_factory = text_factory
+    return db
+
+
 def _notice(notices: list[str], line: str | None) -> None:
     if line:
         notices.append(line)
 
 
 def _prepare(db: sqlite3.Connection, path: Path) -> bool:
-    db.row_factory = sqlite3.Row
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if version > SCHEMA_VERSION:
         # Writing our older schema over it would silently downgrade the user's chats.
@@ -95,48 +105,89 @@ def _prepare(db: sqlite3.Connection, path: Path) -> bool:
     db.execute("PRAGMA foreign_keys=ON")
     # Delete means gone: freed pages are zeroed, not left holding deleted words.
     db.execute("PRAGMA secure_delete=ON")
-    fts = False
-    with db:
-        db.executescript(SCHEMA)
-        for table, columns in ADDED_COLUMNS.items():
-            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-            for name, definition in columns.items():
-                if name not in have:  # a database from an older version
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
-        db.executescript(INDEXES)
-        if version < 3:
-            _into_trees(db)
+    # The transaction is ours: the sqlite3 module's own would commit before each
+    # `executescript` and leave every ALTER TABLE committed as it ran.
+    legacy = db.isolation_level
+    db.isolation_level = None
+    try:
+        db.execute("BEGIN IMMEDIATE")
         try:
-            db.executescript(FTS)
-            fts = True
-        except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
-            fts = False
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            fts = _upgrade(db, version)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:  # (SQLite has rolled back already after some errors)
+                db.execute("ROLLBACK")
+            raise
+    finally:
+        db.isolation_level = legacy
     return fts
+
+
+def _upgrade(db: sqlite3.Connection, version: int) -> bool:
+    """The schema made current, in the caller's transaction; whether FTS5 is there."""
+    for statement in _statements(SCHEMA):
+        db.execute(statement)
+    for table, columns in ADDED_COLUMNS.items():
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        for name, definition in columns.items():
+            if name not in have:  # a database from an older version
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+    for statement in _statements(INDEXES):
+        db.execute(statement)
+    if version < 3:
+        _into_trees(db)
+    for statement in _statements(FTS):
+        try:
+            db.execute(statement)
+        except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
+            return False
+    return True
+
+
+def _statements(script: str) -> list[str]:
+    """`script`'s statements one by one (a trigger's body keeps its own semicolons)."""
+    out, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    return out
 
 
 def _into_trees(db: sqlite3.Connection) -> None:
     """Schema 2 -> 3, in the caller's transaction: each chat's messages, a list in
     `position` order, become one branch under a root holding the chat's system prompt,
-    and the chat shows its last message. Nothing is rewritten twice: only chats with
-    no root yet (no message has a parent and none is a system prompt) are converted."""
-    chats = db.execute("SELECT id, system, created FROM chats").fetchall()
-    for chat_id, system, created in chats:
-        rows = db.execute(
-            "SELECT id, role, parent_id FROM messages WHERE chat_id = ? ORDER BY position",
+    and the chat shows its last message. Every row joins the branch, whatever its role
+    (a stray `system` row stays where it was) or its position: positions are renumbered
+    1..n in their old order (ties by id) under the root's 0, as one of -2**63 leaves no
+    room below it. A chat that is a tree already (a parent set) is left as it is."""
+    chats = [r[0] for r in db.execute("SELECT id FROM chats")]
+    for chat_id in chats:
+        if db.execute(
+            "SELECT 1 FROM messages WHERE chat_id = ? AND parent_id IS NOT NULL LIMIT 1",
             (chat_id,),
-        ).fetchall()
-        if any(r[1] == "system" or r[2] is not None for r in rows):
+        ).fetchone():
             continue
-        (first,) = db.execute(
-            "SELECT COALESCE(MIN(position), 0) FROM messages WHERE chat_id = ?", (chat_id,)
-        ).fetchone()
+        rows = [
+            r[0]
+            for r in db.execute(
+                "SELECT id FROM messages WHERE chat_id = ? ORDER BY position, id", (chat_id,)
+            )
+        ]
+        # Through n + 0.5 first: no new position may meet an old one still there (UNIQUE).
+        for step in (0.5, 0):
+            for n, row in enumerate(rows, 1):
+                db.execute("UPDATE messages SET position = ? WHERE id = ?", (n + step, row))
+        # The system prompt copied by SQLite as it is stored (checked when read).
         parent = db.execute(
             "INSERT INTO messages (chat_id, position, role, content, status, created)"
-            " VALUES (?, ?, 'system', ?, 'complete', ?)",
-            (chat_id, first - 1, system or "", created),
+            " SELECT id, 0, 'system', COALESCE(system, ''), 'complete', created"
+            " FROM chats WHERE id = ?",
+            (chat_id,),
         ).lastrowid
-        for row_id, _role, _parent in rows:
-            db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (parent, row_id))
-            parent = row_id
+        for row in rows:
+            db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (parent, row))
+            parent = row
         db.execute("UPDATE chats SET leaf_id = ? WHERE id = ?", (parent, chat_id))

@@ -87,7 +87,8 @@ class ChatNotFound(LookupError):
 
 @dataclass(frozen=True, slots=True)
 class ChatSummary:
-    """One line of the chat list. `backend`/`model` are those of the latest answer."""
+    """One line of the chat list. `backend`/`model` are those of the latest answer;
+    a time is None when what was stored is not one (`unreadable` says so)."""
 
     id: int
     title: str
@@ -95,8 +96,10 @@ class ChatSummary:
     backend: str | None
     model: str | None
     messages: int
-    created: datetime
-    updated: datetime
+    created: datetime | None
+    updated: datetime | None
+    #: the chat's own cells that could not be read, one line each naming the chat
+    unreadable: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601, UTC)."""
@@ -106,8 +109,8 @@ class ChatSummary:
             "backend": self.backend,
             "model": self.model,
             "messages": self.messages,
-            "created": self.created.isoformat(),
-            "updated": self.updated.isoformat(),
+            "created": self.created.isoformat() if self.created else None,
+            "updated": self.updated.isoformat() if self.updated else None,
         }
 
 

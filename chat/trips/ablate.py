@@ -17,6 +17,7 @@ the template) add up to the prompt.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import statistics
 from collections import Counter
@@ -32,6 +33,7 @@ from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.anatomy import Anatomy
+from phasechat.telemetry.forecast import Rates, forecast
 from phasechat.telemetry.metrics import Metrics
 
 
@@ -160,13 +162,43 @@ class Ablation:
         self.variants = [self.full] + [Variant(c, c.messages) for c in cuts_of(messages)]
         self.anatomy: Anatomy | None = None  # the full prompt's sections (its first run)
 
+    def runs(self, repeat: int) -> int:
+        """How many answers `run(repeat)` asks for: every variant, `repeat` times."""
+        return len(self.variants) * repeat
+
+    def estimate_ms(self, repeat: int, rates: Rates) -> float | None:
+        """How long `run(repeat)` should take at `rates`: each run cold (a prefill of its
+        whole prompt) and up to max_tokens of answer; None while the backend's speeds are
+        not measured. The full prompt is counted by the backend (an estimate before a
+        model is loaded), each variant as the full prompt less the messages it cuts (and
+        plus a system message it keeps a part of): a 5,000-turn chat's 5,001 prompts are
+        not each counted whole."""
+        count = self.backend.count_tokens(self.full.messages)
+        one = functools.cache(lambda m: self.backend.count_tokens((m,)).tokens)
+        total = 0.0
+        for variant in self.variants:
+            tokens = count.tokens
+            cut = variant.cut
+            if cut is not None:
+                tokens -= sum(one(self.full.messages[i]) for i in cut.message_indices)
+                first = variant.messages[0] if variant.messages else None
+                if 0 in cut.message_indices and first is not None and first.role == "system":
+                    tokens += one(first)  # the summary without the prompt, or the reverse
+            limit = self.settings.max_tokens
+            predicted = forecast(rates, max(1, tokens), 0, limit, count.estimated).total_ms
+            if predicted is None:
+                return None
+            total += predicted
+        return total * repeat
+
     async def run(
         self, repeat: int, on_run: Callable[[Variant, Metrics], None] | None = None
     ) -> None:
         for _ in range(repeat):
             for variant in self.variants:
-                turns = TurnController(self.backend, self.settings, name=self.backend.name)
-                turns.trimmer.enabled = False  # the messages as given
+                # the messages as given
+                name = self.backend.name
+                turns = TurnController(self.backend, self.settings, name=name, trim=False)
                 exchange = turns.ask_over(cold_messages(variant.messages, secrets.token_hex(4)))
                 async for _event in turns.run(exchange):
                     pass

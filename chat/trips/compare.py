@@ -156,8 +156,8 @@ class Comparison:
         a controller of its own (the chat's is never touched). Raises InputError (the
         template refused them)."""
         s = self.sides[side]
-        turns = TurnController(s.backend, s.settings, name=s.name)
-        turns.trimmer.enabled = False  # the messages as given, whatever their length
+        # the messages as given, whatever their length
+        turns = TurnController(s.backend, s.settings, name=s.name, trim=False)
         exchange = turns.ask_over(messages)
         assert exchange.request is not None
         return Answer(side, round_, exchange.trace, exchange.request, turn=(turns, exchange))

@@ -4,10 +4,11 @@ another prompt (`system=TEXT`, `system=@FILE`, `prompt=TEXT`, `prompt=@FILE`: pr
 variants on one backend).
 
 On the command line a derived profile is written `NAME:key=value,key=value`
-(`local:threads=1`, `local:flash_attn=off`, `server:temperature=0`); the replay picker
-in the UI offers a few of them for the active backend. Engine keys (temperature,
+(`local:threads=1`, `local:flash_attn=off`, `local:kv=q4_0`, `server:temperature=0`); the
+replay picker in the UI offers a few of them for the active backend. Engine keys (temperature,
 max_tokens, seed) apply to any backend and keep the same backend instance; load keys
-(threads, n_ctx, flash_attn, gpu_layers) apply to a local model and load another copy.
+(threads, n_ctx, flash_attn, gpu_layers, kv: the KV cache's type) apply to a local model
+and load another copy.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from phasechat.backends.gguf import KV_TYPE_NAMES
 from phasechat.chat.config.profiles import BackendSpec
-from phasechat.chat.config.settings import Settings
+from phasechat.chat.config.settings import Settings, load_problems
+from phasechat.chat.user_file import read_user_file
 
 #: keys that change a request, on any backend
 ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}
 #: keys that change how a local model is loaded (another instance of it)
-LOCAL_KEYS = {"threads": int, "n_ctx": int, "gpu_layers": int, "flash_attn": bool}
+LOCAL_KEYS = {"threads": int, "n_ctx": int, "gpu_layers": int, "flash_attn": bool, "kv": str}
 #: keys that change the prompt: the system prompt, or the message being compared; TEXT
 #: or @FILE (UTF-8; a text with a comma needs a file: commas separate the keys)
 PROMPT_KEYS = ("system", "prompt")
@@ -61,6 +64,10 @@ def split_name(text: str) -> tuple[str, dict[str, str]]:
 
 def _value(key: str, text: str) -> object:
     kind = ENGINE_KEYS.get(key) or LOCAL_KEYS[key]
+    if key == "kv":
+        if text not in KV_TYPE_NAMES:
+            raise ValueError(f"kv={text!r}: expected one of {', '.join(KV_TYPE_NAMES)}")
+        return text
     if kind is bool:
         low = text.lower()
         if low not in _TRUE | _FALSE:
@@ -79,10 +86,9 @@ def prompt_text(key: str, text: str) -> str:
         return text
     path = Path(text[1:]).expanduser()
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_PROMPT_CHARS * 4 + 1)
+        raw = read_user_file(path, MAX_PROMPT_CHARS * 4)  # 4 bytes: the widest character
     except OSError as exc:
-        raise ValueError(f"{key}={text}: {exc.strerror or exc}") from None
+        raise ValueError(f"{key}={text}: {exc}") from None
     try:
         value = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -133,9 +139,11 @@ def derive(
     name = f"{profile}({','.join(f'{k}={v}' for k, v in shown.items())})"
     if local:
         renamed = {"n_gpu_layers": local.pop("gpu_layers")} if "gpu_layers" in local else {}
+        if "kv" in local:
+            renamed["kv_type"] = local.pop("kv")
         config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
-        if config.n_ctx < 64 or (config.threads is not None and config.threads < 1):
-            raise ValueError(f"{name}: n_ctx must be at least 64 and threads at least 1")
+        for key, problem in load_problems(config.n_ctx, config.n_gpu_layers, config.threads):
+            raise ValueError(f"{name}: {key}: {problem}")
         return Target(
             name, replace(spec, local=config, local_name=name), settings, profile, True, prompt
         )

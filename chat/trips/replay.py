@@ -24,9 +24,12 @@ from typing import Any
 
 from phasechat.backends.base import Backend
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import Summary
 from phasechat.chat.turns import TurnController
+from phasechat.chat.user_file import read_user_file
+
+#: the largest script read (a long chat of long turns is a few MB)
+MAX_SCRIPT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +44,13 @@ class Script:
 def load_script(path: Path) -> Script:
     """Read and check a script; ValueError with one line on anything wrong."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_user_file(path, MAX_SCRIPT_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # a JSONDecodeError, or an integer of 5,000 digits
         raise ValueError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:  # the json module recurses once per level of nesting
+        raise ValueError(f"{path} is not a script: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected an object with 'system' and 'turns'")
     turns = data.get("turns")
@@ -57,8 +62,11 @@ def load_script(path: Path) -> Script:
     if not isinstance(system, str):
         raise ValueError(f"{path}: 'system' must be a string")
     max_tokens = data.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"{path}: 'max_tokens' must be a positive integer")
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise ValueError(f"{path}: 'max_tokens' must be a whole number")
+        for _, problem in Settings(max_tokens=max_tokens).problems():
+            raise ValueError(f"{path}: 'max_tokens' {max_tokens}: {problem}")
     return Script(system, tuple(turns), max_tokens)
 
 
@@ -161,22 +169,24 @@ async def replay(
     *,
     trim: bool = True,
     concurrency: int = 1,
-    configure: Callable[[Trimmer], Backend | None] | None = None,
+    configure: Callable[[TurnController], Backend | None] | None = None,
     on_row: Callable[[TurnRow], None] | None = None,
     think_time_s: float = 0.0,
 ) -> BenchResult:
-    """Send every turn of `script` through `concurrency` sessions on a started backend.
+    """Send every turn of `script` through `concurrency` users (a turn controller each)
+    on a started backend.
 
-    `configure` sets each session's trimmer as the app would (`Workspace.
+    `configure` sets each user's trimmer as the app would (`Workspace.
     configure_trimmer`) and returns a summarizer backend still to be started; `trim=False`
     then turns trimming off whatever it said."""
-    sessions = [TurnController(backend, replace(settings, system=script.system))]
-    sessions += [TurnController(backend, sessions[0].settings) for _ in range(concurrency - 1)]
-    for s in sessions:
-        summarizer = configure(s.trimmer) if configure is not None else None
+    users = [TurnController(backend, replace(settings, system=script.system))]
+    users += [TurnController(backend, users[0].settings) for _ in range(concurrency - 1)]
+    for s in users:
+        summarizer = configure(s) if configure is not None else None
         if summarizer is not None:
             await summarizer.start()
-        s.trimmer.enabled = trim and s.trimmer.enabled
+        if not trim:
+            s.set_trim(False)
     result = BenchResult()
     t0 = time.perf_counter()
     try:
@@ -185,9 +195,7 @@ async def replay(
                 # The user reads the answer and types: background work (a summary, the
                 # pre-fill of the trimmed prompt) runs meanwhile, as in the app.
                 await asyncio.sleep(think_time_s)
-            rows = await asyncio.gather(
-                *(_turn(s, prompt, turn, i) for i, s in enumerate(sessions))
-            )
+            rows = await asyncio.gather(*(_turn(s, prompt, turn, i) for i, s in enumerate(users)))
             for row in rows:
                 result.rows.append(row)
                 if on_row is not None:
@@ -195,16 +203,16 @@ async def replay(
     finally:
         # the user's think time is not the server's: left out of the aggregate rate
         result.wall_s = time.perf_counter() - t0 - think_time_s * (len(script.turns) - 1)
-        for s in sessions:
+        for s in users:
             await s.aclose()
             result.summaries.extend(s.trimmer.summaries)
     return result
 
 
-async def _turn(session: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
-    async for _ in session.send(prompt):
+async def _turn(turns: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
+    async for _ in turns.send(prompt):
         pass
-    e = session.exchanges[-1]
+    e = turns.exchanges[-1]
     m = e.metrics
     assert m is not None
     # A request refused before prefill (context overflow) evaluated nothing; the metrics'

@@ -39,9 +39,9 @@ from phasechat.telemetry.metrics import Metrics, itl_ms
 from phasechat.telemetry.sweep_stats import (
     KneeReading,
     Level,
+    RepeatSpread,
     Sample,
     Slo,
-    Spread,
     Step,
     level,
     needs_repeat,
@@ -94,9 +94,9 @@ class LevelRun:
         return self.level.concurrency
 
     @property
-    def spread(self) -> Spread:
+    def spread(self) -> RepeatSpread:
         """Aggregate output tok/s over the repeats: the figure the knee is read from."""
-        return Spread(tuple(r.output_throughput for r in self.repeats or [self.level]))
+        return RepeatSpread(tuple(r.output_throughput for r in self.repeats or [self.level]))
 
     def step_from(self, before: LevelRun | None) -> Step | None:
         """The step up to this level from `before` (None: this is the first level)."""
@@ -215,14 +215,13 @@ def sample_of(metrics: Metrics, gaps: Sequence[float], error: str | None) -> Sam
 
 
 async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[Sample, Metrics]:
-    session = TurnController(backend, settings)
-    session.trimmer.enabled = False  # one turn: nothing to trim
+    turns = TurnController(backend, settings, trim=False)  # one turn: nothing to trim
     try:
-        async for _ in session.send(prompt):
+        async for _ in turns.send(prompt):
             pass
     finally:
-        await session.aclose()
-    exchange = session.exchanges[-1]
+        await turns.aclose()
+    exchange = turns.exchanges[-1]
     assert exchange.metrics is not None
     error = exchange.answer.error if exchange.answer.status == "error" else None
     return sample_of(exchange.metrics, itl_ms(exchange.trace), error), exchange.metrics

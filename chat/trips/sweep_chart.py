@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
-from phasechat.telemetry.sweep_stats import KNEE_GROWTH, MAX_GROWTH, Level, Spread, Step
+from phasechat.telemetry.sweep_stats import KNEE_GROWTH, MAX_GROWTH, Level, RepeatSpread, Step
 
 AGGREGATE = "aggregate output tok/s (left)"
 PER_USER = "per-user decode tok/s (right)"
@@ -31,7 +31,7 @@ def sweep_chart(
     height: int = 18,
     color: bool = False,
     title: str = "",
-    spreads: Mapping[int, Spread] | None = None,
+    spreads: Mapping[int, RepeatSpread] | None = None,
     noisy: Collection[int] = (),
 ) -> str:
     """The chart as text, `width` x `height` characters; ANSI colours only if `color`.

@@ -1,5 +1,12 @@
 """`phasechat ablate --chat ID`: what each part of a saved chat's last prompt is worth
-(chat/trips/ablate.py). Nothing is saved; the chat is opened read-only."""
+(chat/trips/ablate.py). Nothing is saved; the chat is opened read-only.
+
+A long chat is many cold runs (a 200-turn chat at --repeat 3: 603), so the count and an
+estimate are said first, on stderr; past `ASK_ABOVE_RUNS` runs (or `ASK_ABOVE_MS`) a
+terminal is asked, and without one the job is refused unless `--yes` or `--max-runs N`
+says how many runs are welcome. Each run is reported on stderr as it ends, with --json
+too (stdout stays the one JSON object).
+"""
 
 from __future__ import annotations
 
@@ -7,22 +14,32 @@ import argparse
 import asyncio
 import sqlite3
 import sys
+import time
 from typing import Any
 
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
+from phasechat.chat.costs import history_metrics
 from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.store.export import dumps
 from phasechat.chat.trips.ablate import (
     CACHE_AFTER,
     FIGURES,
     Ablation,
+    Variant,
     ablation_title,
     report_lines,
 )
 from phasechat.chat.turns import InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
+from phasechat.telemetry.forecast import measured_rates
+
+#: more runs than this are asked about first (on a terminal), else refused without
+#: --yes or --max-runs: the default 4-turn chat at --repeat 3 is 15
+ASK_ABOVE_RUNS = 30
+#: an estimate longer than this is asked about too, however few the runs
+ASK_ABOVE_MS = 10 * 60 * 1000.0
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +55,18 @@ def add_parser(sub: Any) -> None:
         "--repeat", type=int, default=3, help="cold runs of each variant (default 3; medians)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"start however many runs it takes, without asking (past {ASK_ABOVE_RUNS} runs a "
+        "terminal is asked; without one, they are refused unless --yes or --max-runs)",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        metavar="N",
+        help="start at most N runs without asking: more are refused, nothing run",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +80,8 @@ async def _run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     if args.repeat < 1:
         return fail("--repeat must be 1 or more")
+    if args.max_runs is not None and args.max_runs < 1:
+        return fail("--max-runs must be 1 or more")
     try:
         workspace = build_workspace(args, all_backends=False)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
@@ -80,29 +111,101 @@ async def _ablate(workspace: Workspace, chat_id: int, args: argparse.Namespace) 
         raise InputError(f"chat {chat_id} has no answered question to ablate")
     messages = last[0]
     backend = workspace.backend
-    await backend.start()
-    if backend.state == "failed":
-        fail(backend.state_detail)
-        return None
     ablation = Ablation(backend, workspace.turns.settings, messages)
     if len(ablation.variants) == 1:
         raise InputError(
             f"chat {chat_id}'s last prompt has nothing to remove: "
             "no system prompt, no earlier exchange"
         )
-    total = len(ablation.variants) * args.repeat
-    done = 0
-
-    def progress(_variant: object, _metrics: object) -> None:
-        nonlocal done
-        done += 1
-        if not args.json:
-            print(f"\rrun {done}/{total}", end="", file=sys.stderr, flush=True)
-
-    await ablation.run(args.repeat, progress)
-    if not args.json:
-        print(file=sys.stderr)
+    # before the model loads: the count, the estimate and the question come first
+    total = ablation.runs(args.repeat)
+    rates = measured_rates(history_metrics(workspace.turns), backend.name)
+    estimate = ablation.estimate_ms(args.repeat, rates)
+    print(plan_line(ablation, args.repeat, estimate), file=sys.stderr, flush=True)
+    _consent(args, total, estimate)
+    await backend.start()
+    if backend.state == "failed":
+        fail(backend.state_detail)
+        return None
+    progress = Progress(total)
+    await ablation.run(args.repeat, progress.ran)
+    progress.end()
     return ablation
+
+
+def plan_line(ablation: Ablation, repeat: int, estimate_ms: float | None) -> str:
+    """What is about to run: `ablate: 603 cold runs (201 prompts x --repeat 3), about 2 h
+    at this backend's speeds in this chat (answers of up to 512 tokens)`."""
+    head = (
+        f"ablate: {ablation.runs(repeat):,} cold runs "
+        f"({len(ablation.variants):,} prompts x --repeat {repeat})"
+    )
+    if estimate_ms is None:
+        return f"{head}, time unknown: this backend's speeds are not measured in this chat"
+    limit = ablation.settings.max_tokens
+    return (
+        f"{head}, about {duration(estimate_ms)} at this backend's speeds in this chat "
+        f"(answers of up to {limit:,} tokens)"
+    )
+
+
+def _consent(args: argparse.Namespace, runs: int, estimate_ms: float | None) -> None:
+    """Go on, or raise InputError (one line, nothing run): more than --max-runs, or a
+    long job declined on a terminal, or one without a terminal to ask on and no --yes."""
+    if args.max_runs is not None:
+        if runs > args.max_runs:
+            raise InputError(
+                f"{runs:,} runs exceed --max-runs {args.max_runs:,}: nothing run "
+                "(fewer: --repeat 1, or a chat with fewer turns)"
+            )
+        return
+    long = runs > ASK_ABOVE_RUNS or (estimate_ms is not None and estimate_ms > ASK_ABOVE_MS)
+    if args.yes or not long:
+        return
+    if not sys.stdin.isatty():
+        raise InputError(
+            f"{runs:,} cold runs is a long job and there is no terminal to ask: "
+            f"pass --yes or --max-runs {runs} to start them"
+        )
+    print(f"start {runs:,} runs? [y/N] ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise InputError("nothing run")
+
+
+def duration(ms: float) -> str:
+    """`ms` as a person says it: "40 s", "12 min", "2 h 5 min"."""
+    s = round(ms / 1000)
+    if s < 60:
+        return f"{s} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+class Progress:
+    """Each run as it ends, on stderr: one line rewritten on a terminal, else a line a
+    run (a log), with the time left at the pace so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def ran(self, variant: Variant, _metrics: object) -> None:
+        self.done += 1
+        name = variant.cut.name if variant.cut is not None else "the full prompt"
+        left = (time.monotonic() - self.start) / self.done * (self.total - self.done)
+        line = f"run {self.done:,}/{self.total:,} ({name}), about {duration(left * 1000)} left"
+        if self.tty:
+            print(f"\r{line:<72}", end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
 
 
 def _record(ablation: Ablation, chat_id: int, repeat: int) -> dict[str, object]:

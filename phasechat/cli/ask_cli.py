@@ -138,7 +138,9 @@ def _open(workspace: Workspace, chat_id: int, args: argparse.Namespace) -> None:
             print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
     if workspace.store is None:
         raise StoreError("the chat database cannot be opened (see above)")
-    workspace.open_chat(chat_id, save=not (args.no_save or args.dry_run))
+    saved = workspace.open_chat(chat_id, save=not (args.no_save or args.dry_run))
+    for line in saved.unreadable:  # the rest of the chat goes on
+        print(f"phasechat: warning: {one_line(line)}", file=sys.stderr)
     if getattr(args, "system", None) is not None:
         workspace.turns.update_settings(system=args.system)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -35,6 +36,9 @@ from phasechat.chat.trips.sweep_chart import (
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import build_workspace, fail
 from phasechat.telemetry.sweep_stats import Slo, parse_levels
+
+#: the longest pause between turns: an hour (a user reading; longer is a mistake)
+MAX_THINK_S = 3600.0
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -92,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("bench needs a script (or --sweep LEVELS)")
     if args.concurrency < 1:
         return fail("--concurrency must be 1 or more")
+    if not 0 <= args.think_time <= MAX_THINK_S:  # NaN fails too
+        return fail(f"--think-time must be 0 to {MAX_THINK_S:g} seconds")
     try:
         script = load_script(Path(args.script).expanduser())
         workspace = build_workspace(args, all_backends=False)
@@ -151,8 +157,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         return fail("--repeats must be 1 or more")
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         value = getattr(args, name)
-        if value is not None and value <= 0:
-            return fail(f"--{name.replace('_', '-')} must be positive")
+        if value is not None and not (math.isfinite(value) and value > 0):  # NaN: every
+            return fail(f"--{name.replace('_', '-')} must be positive")  # answer "met" it
     try:
         workspace = build_workspace(args, all_backends=False)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:

@@ -6,12 +6,13 @@ import argparse
 import os
 import sqlite3
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
 
 from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
 from phasechat.chat.store.export import FORMATS, dumps, to_json, to_markdown
-from phasechat.chat.text import visible_controls
+from phasechat.chat.text import one_line, visible_controls
 from phasechat.cli.options import parse_chat_id
 
 
@@ -37,8 +38,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
 
 
-def _when(t: datetime) -> str:
-    return t.astimezone().strftime("%Y-%m-%d %H:%M")
+def _when(t: datetime | None) -> str:
+    return t.astimezone().strftime("%Y-%m-%d %H:%M") if t is not None else "unknown"
+
+
+def _warn(lines: Iterable[str]) -> None:
+    """Each cell that could not be read, one warning line each on stderr."""
+    for line in lines:
+        print(f"phasechat: warning: {one_line(line)}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +75,7 @@ def _run(store: ChatStore, args: argparse.Namespace) -> int:
     command = args.chats_command
     if command is None:
         chats = store.list_chats()
+        _warn(line for c in chats for line in c.unreadable)
         if args.json:
             print(dumps([c.as_dict() for c in chats]))
             return 0
@@ -83,6 +91,7 @@ def _run(store: ChatStore, args: argparse.Namespace) -> int:
     if command == "export":
         chat_id = parse_chat_id(args.id)
         summary, saved = store.get(chat_id), store.open_chat(chat_id)
+        _warn((*summary.unreadable, *saved.unreadable))
         if args.format == "json":  # every branch, with the ids the database gives them
             out.write(to_json(summary, saved.conversation, saved.rows) + "\n")
         else:  # the branch the chat shows

@@ -38,10 +38,13 @@ from phasechat.chat.trips.compare import (
 )
 from phasechat.chat.trips.compare_targets import Target, derive, split_name
 from phasechat.chat.turns import InputError
+from phasechat.cli.diverge_cli import run_chat
 from phasechat.cli.options import (
     add_backend_options,
     backend_spec,
+    check_flags,
     fail,
+    parse_chat_id,
     read_config,
     settings_from,
 )
@@ -78,7 +81,14 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="remote backends: stream A and B of a round at once (default: one after the other)",
     )
-    p.add_argument("prompt", help="the prompt ('-' reads stdin)")
+    p.add_argument(
+        "--chat",
+        metavar="ID",
+        help="instead of a prompt: every turn of saved chat ID, A then B, with B's "
+        "divergence from A over A's answers (two settings of one local model: "
+        "local --backend local:kv=q4_0)",
+    )
+    p.add_argument("prompt", nargs="?", help="the prompt ('-' reads stdin)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
         return fail("compare needs --backend twice: --backend A --backend B")
     if args.repeat < 1:
         return fail("--repeat must be 1 or more")
+    if args.chat is not None:
+        return _run_chat(args)
+    if args.prompt is None:
+        return fail("compare needs a prompt, or --chat ID")
     try:
         prompt = sys.stdin.buffer.read().decode() if args.prompt == "-" else args.prompt
     except UnicodeDecodeError:
@@ -100,7 +114,20 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_compare(args, prompt, targets))
 
 
+def _run_chat(args: argparse.Namespace) -> int:
+    """`compare --chat ID`: phasechat/cli/diverge_cli.py."""
+    if args.prompt is not None:
+        return fail("compare takes a prompt or --chat ID, not both")
+    try:
+        chat_id = parse_chat_id(args.chat)
+        targets = _targets(args)
+    except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
+        return fail(str(exc))
+    return asyncio.run(run_chat(chat_id, targets, args.json))
+
+
 def _targets(args: argparse.Namespace) -> tuple[Target, Target]:
+    check_flags(args)
     config = read_config(args)
     settings = settings_from(args, config)
     out = []

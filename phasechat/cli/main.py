@@ -63,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `phasechat doctor | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        # Ctrl+C: asyncio.run cancelled the verb, whose `finally` saved what it had (an
+        # answer cut short is kept, marked cancelled); then it raises this. One line.
+        if sys.stdout.isatty():  # the answer cut mid-line: the note goes on a line of its own
+            print(flush=True)
+        return fail("interrupted", 130)
     except Exception as exc:  # a defect: one line and a failure, never a traceback
         # (each verb saves as it goes and closes its store in `finally`)
         return fail(one_line(f"internal error: {type(exc).__name__}: {exc}")[:400], 1)

@@ -18,7 +18,7 @@ from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config, load_config
 from phasechat.chat.config.profiles import BackendSpec, resolve_model_path
-from phasechat.chat.config.settings import Settings
+from phasechat.chat.config.settings import Settings, load_problems
 from phasechat.chat.text import visible_controls
 from phasechat.chat.workspace import Workspace
 
@@ -194,6 +194,25 @@ def settings_from(args: argparse.Namespace, config: Config | None = None) -> Set
     return replace(base, **given)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag out of the bounds the config file and the F4 form apply (one source:
+    chat/config/settings.py), before anything is loaded, sent or saved: ValueError, one
+    line naming the flag, e.g. `--threads 100000: expected 1 to 16 (…)`."""
+    given = {
+        key: getattr(args, key)
+        for key in ("max_tokens", "temperature", "n_ctx", "gpu_layers", "threads", "context")
+        if getattr(args, key, None) is not None
+    }
+    engine = {k: v for k, v in given.items() if k in ("max_tokens", "temperature")}
+    problems = replace(Settings(), **engine).problems() + load_problems(
+        given.get("n_ctx"), given.get("gpu_layers"), given.get("threads"), given.get("context")
+    )
+    for key, problem in problems:
+        value = given[key]
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        raise ValueError(f"--{key.replace('_', '-')} {shown}: {problem}")
+
+
 def build_workspace(
     args: argparse.Namespace, *, all_backends: bool = True, own_process: bool = False
 ) -> Workspace:
@@ -203,6 +222,7 @@ def build_workspace(
     backends/engine_process.py).
 
     Raises ConfigError, ModelNotFound, OSError or ValueError with a one-line message."""
+    check_flags(args)
     config = read_config(args)
     spec = backend_spec(args, config)
     profiles = all_profiles(spec, args, config) if all_backends else [spec]

@@ -1,0 +1,81 @@
+"""Teacher-forced logits from the local engine under one engine setting: the same token
+sequence read in one evaluation, and the next-token logits at each position of its
+answer (telemetry/divergence.py compares two settings' logits).
+
+Each setting gets a context of its own on the model file (llama.cpp maps the weights;
+loading the bundled model twice costs a fraction of a second), sized to the sequence,
+with `logits_all` so that every position's logits are kept. A quantized V cache needs
+flash attention in llama.cpp: `kv=q8_0` and `kv=q4_0` turn it on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES
+from phasechat.backends.llama_logs import quiet_llama, verbose
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSetting:
+    """What one side of a comparison changes: the KV cache type, flash attention (None:
+    on for a quantized cache, llama.cpp's choice otherwise), threads."""
+
+    kv: str = "f16"
+    flash_attn: bool | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv not in KV_TYPE_NAMES:
+            raise ValueError(f"kv={self.kv!r}: one of {', '.join(KV_TYPE_NAMES)}")
+        if self.kv != "f16" and self.flash_attn is False:
+            raise ValueError(f"kv={self.kv} needs flash attention (llama.cpp's quantized V cache)")
+
+    @property
+    def bytes_per_value(self) -> float:
+        return KV_TYPE_BYTES[KV_TYPE_NAMES[self.kv]]
+
+    @property
+    def label(self) -> str:
+        flash = (
+            "" if self.flash_attn is None else f" flash_attn={'on' if self.flash_attn else 'off'}"
+        )
+        return f"kv={self.kv}{flash}"
+
+
+def forced_logits(
+    model: Path, setting: EngineSetting, tokens: Sequence[int], start: int
+) -> npt.NDArray[np.float32]:
+    """The logits predicting `tokens[start:]`, each from the tokens before it, read in one
+    evaluation under `setting`: shape (len(tokens) - start, vocabulary)."""
+    if not 0 < start < len(tokens):
+        raise ValueError(f"the answer starts at {start} of {len(tokens)} tokens")
+    quiet_llama()
+    import llama_cpp
+
+    ggml_type = KV_TYPE_NAMES[setting.kv]
+    flash = setting.flash_attn if setting.flash_attn is not None else setting.kv != "f16"
+    llm = llama_cpp.Llama(
+        model_path=str(model),
+        n_ctx=-(-len(tokens) // 256) * 256,
+        n_batch=512,
+        n_gpu_layers=0,
+        n_threads=setting.threads,
+        n_threads_batch=setting.threads,
+        flash_attn=flash,
+        type_k=ggml_type,
+        type_v=ggml_type,
+        logits_all=True,
+        verbose=verbose(),
+    )
+    try:
+        # the last token predicts nothing that is compared: it is not read
+        llm.eval(list(tokens[:-1]))
+        return np.array(llm.scores[start - 1 : len(tokens) - 1], dtype=np.float32)
+    finally:
+        llm.close()

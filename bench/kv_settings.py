@@ -1,0 +1,115 @@
+"""The KV cache's type on a real chat (issue 39): a 10-turn chat written by the bundled
+model and saved (in a temporary data directory, never the user's), then
+`phasechat compare --chat ID --backend local --backend local:kv=X` for f16 (the check:
+KL 0), q8_0 and q4_0.
+
+Run alone (llama.cpp's threads spin-wait: a busy neighbour slows the speed columns; the
+divergence columns do not depend on the machine):
+    .venv/bin/python -m bench.kv_settings [--max-tokens 48] [--threads 2]
+
+Printed: per setting B, the KV cache it held at the end of the chat (MiB), its prefill
+and decode rates (medians over the turns, beside A's), and B's divergence from A over A's
+answers: KL mean and max, top-1 agreement, the first divergence (turn and token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from bench.anatomy import QUESTIONS, SYSTEM
+from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.models import default_model_path
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.store.database import ChatStore
+from phasechat.chat.store.writer import follow
+from phasechat.chat.turns import TurnController
+
+SETTINGS = ("f16", "q8_0", "q4_0")
+
+
+async def write_chat(max_tokens: int, threads: int) -> int:
+    """The 10-turn chat, answered by the bundled model (greedy) and saved; its id."""
+    backend = LocalBackend(LocalConfig(model_path=default_model_path(), threads=threads))
+    await backend.start()
+    settings = Settings(system=SYSTEM, max_tokens=max_tokens, temperature=0.0, seed=1)
+    turns = TurnController(backend, settings)
+    try:
+        with ChatStore() as store:
+            chat = store.create_chat()
+            follow(turns, store, chat)
+            for question in QUESTIONS:
+                async for _ in turns.run(turns.begin(question)):
+                    pass
+    finally:
+        await backend.aclose()
+    return chat
+
+
+def compare(chat: int, kv: str, max_tokens: int, threads: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "phasechat", "compare", "--chat", str(chat), "--json"]
+    cmd += ["--backend", "local", "--backend", f"local:kv={kv}", "--temperature", "0"]
+    cmd += ["--max-tokens", str(max_tokens), "--threads", str(threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"compare failed: {r.stderr.strip()}")
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def rates(out: dict[str, Any], side: str, key: str) -> float:
+    return median([t[side][key] for t in out["turns"] if t[side][key] is not None])
+
+
+def first_divergence(out: dict[str, Any]) -> str:
+    for t in out["turns"]:
+        d = t["divergence"]
+        if d is not None and d["first_divergence"] is not None:
+            return f"turn {t['turn']}, token {d['first_divergence'] + 1}"
+    return "none"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
+    with tempfile.TemporaryDirectory() as data:
+        os.environ["XDG_DATA_HOME"] = data  # the chat is saved here, and read by compare
+        chat = asyncio.run(write_chat(args.max_tokens, args.threads))
+        print(f"chat {chat}: {len(QUESTIONS)} turns written by the bundled model, greedy\n")
+        print(
+            "| B | KV MiB (A / B) | prefill tok/s (A / B) | decode tok/s (A / B) | KL mean"
+            " | KL max | top-1 | first divergence |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        for kv in SETTINGS:
+            out = compare(chat, kv, args.max_tokens, args.threads)
+            d = out["divergence"]
+            kv_a, kv_b = out["kv_mib"]
+            print(
+                f"| kv={kv} | {kv_a:.2f} / {kv_b:.2f} | {rates(out, 'a', 'prefill_tok_s'):.0f} / "
+                f"{rates(out, 'b', 'prefill_tok_s'):.0f} | {rates(out, 'a', 'decode_tok_s'):.1f} / "
+                f"{rates(out, 'b', 'decode_tok_s'):.1f} | {d['kl_mean']:.5f} | {d['kl_max']:.4f} | "
+                f"{d['top1_agreement']:.1%} | {first_divergence(out)} |",
+                flush=True,
+            )
+    print(f"\nload after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""A saved chat, every turn, on two engine settings of one local model: what each side
+costs (its answer's phases) and how far B's next-token distributions move from A's over
+A's answer (telemetry/divergence.py), teacher-forced.
+
+Each turn is the chat's branch up to one of its questions, the earlier answers as the
+chat saved them (both sides read the same history), sent to A then B as a compare round
+(chat/trips/compare.py). A's answer tokens are then read by both settings in one
+evaluation each (backends/teacher.py), so the divergence has no sampling in it: at
+temperature 0 two identical settings give KL 0 and agreement 1 over the whole chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from phasechat.backends.events import Message
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.chat.conversation import Conversation
+from phasechat.chat.trips.compare import Answer, Comparison, Side
+from phasechat.telemetry.divergence import Divergence, combine, compare_logits
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of the comparison: its number (1 = the chat's first question), both
+    sides' answers, and the divergence over A's answer (None: `why`)."""
+
+    number: int
+    a: Answer
+    b: Answer
+    divergence: Divergence | None
+    why: str | None = None
+
+
+def chat_turns(conversation: Conversation) -> list[tuple[Message, ...]]:
+    """Each question of the branch shown, with the system prompt and the messages before
+    it as the chat saved them (answers that were cut off or failed are left out, as a
+    turn leaves them out of its history)."""
+    system = conversation.system
+    head = (Message("system", system),) if system else ()
+    out: list[tuple[Message, ...]] = []
+    history: list[Message] = []
+    for m in conversation.messages:
+        if m.role == "user":
+            out.append((*head, *history, Message("user", m.content)))
+        if m.in_prompt:
+            history.append(Message(m.role, m.content))
+    return out
+
+
+def setting_of(backend: LocalBackend) -> EngineSetting:
+    """What the teacher-forced evaluation of `backend`'s side uses: its KV type, the flash
+    attention it loaded with, and its threads."""
+    return EngineSetting(
+        kv=backend.config.kv_type, flash_attn=backend.flash_attn, threads=backend.threads
+    )
+
+
+async def diverge(
+    a: Side,
+    b: Side,
+    turns: Sequence[tuple[Message, ...]],
+    on_turn: Callable[[Turn], None] | None = None,
+) -> list[Turn]:
+    """Every turn on A then B, and B's divergence from A over A's answer. Both sides must
+    be local backends on the same model file (the same tokens mean the same thing)."""
+    la, lb = a.backend, b.backend
+    if not isinstance(la, LocalBackend) or not isinstance(lb, LocalBackend):
+        raise ValueError("a divergence needs two local sides (their logits)")
+    model = la.model_path
+    if model is None or model != lb.model_path:
+        raise ValueError("a divergence needs one model file on both sides")
+    out: list[Turn] = []
+    for n, messages in enumerate(turns):
+        comparison = Comparison(a, b, messages, together=False)
+        ra, rb = await comparison.run_round(n)
+        turn = await _turn(n + 1, ra, rb, la, lb, model, messages)
+        out.append(turn)
+        if on_turn is not None:
+            on_turn(turn)
+    return out
+
+
+async def _turn(
+    number: int,
+    ra: Answer,
+    rb: Answer,
+    la: LocalBackend,
+    lb: LocalBackend,
+    model: Path,
+    messages: tuple[Message, ...],
+) -> Turn:
+    ids = ra.trace.answer_tokens
+    if not ra.complete or ids is None or not ids.ids:
+        return Turn(number, ra, rb, None, "A gave no complete answer")
+    prompt, _ = la.format_prompt(messages)
+    sequence, start = [*prompt, *ids.ids], len(prompt)
+    # each answer token's distribution, the first from the prompt's last position
+    ref = await asyncio.to_thread(forced_logits, model, setting_of(la), sequence, start)
+    other = await asyncio.to_thread(forced_logits, model, setting_of(lb), sequence, start)
+    return Turn(number, ra, rb, compare_logits(ref, other))
+
+
+def overall(turns: Sequence[Turn]) -> Divergence | None:
+    """The divergence over every compared position of every turn, in order."""
+    parts = [t.divergence for t in turns if t.divergence is not None]
+    return combine(parts) if parts else None

@@ -1,0 +1,176 @@
+"""A metric set or a prompt anatomy read back from disk (the chat database), checked
+before it is believed.
+
+What was written is a claim by the time it is read: another program, a damaged disk or
+an older phasechat may have left anything in the cell. A record that is not an object,
+or whose required counts are not counts, is unreadable as a whole (`Unreadable`, one
+line saying why). Within a readable metric set each figure is checked as the wire's
+figures are (backends/wire_numbers.py): a count is a count, a time a week at most, a
+rate below belief's limit, a share in 0-1; a figure that fails is unknown (None) and
+named in `Metrics.ignored`, so a view shows "unknown" and a JSON export `null`, never
+NaN, infinity or a negative time. An anatomy with one implausible figure is unreadable
+whole: its sections are sums of one another, and a part cannot be trusted alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, cast, get_args
+
+from phasechat.backends.measured import number_in, shown, text_in
+from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+from phasechat.telemetry.anatomy import (
+    Anatomy,
+    BreakKind,
+    CacheBreak,
+    Section,
+    SectionKind,
+)
+from phasechat.telemetry.metrics import Metrics, metrics_from_dict
+
+#: The most bytes a decode step (or a KV cache) is believed to read: a petabyte.
+MAX_BYTES = 2**50
+#: The highest bandwidth believed, in GB/s (HBM3e is ~5,000), and characters per token.
+MAX_GB_S = 1e6
+MAX_CHARS_PER_TOKEN = 1e4
+#: Fields without which a metric set means nothing: not a count, and it is unreadable.
+_REQUIRED_COUNTS = ("output_tokens", "chars")
+
+#: What was not plausible: checked values come back as themselves or as this.
+_BAD = object()
+
+
+class Unreadable(ValueError):
+    """A record read back that cannot be believed at all; the message says why."""
+
+
+def metrics_read_back(data: object) -> Metrics:
+    """The metric set a stored `Metrics.as_dict()` claims, every figure checked: an
+    implausible one is None and named in `ignored`. Raises `Unreadable` when `data` is
+    not an object or `output_tokens`/`chars` is not a count."""
+    if not isinstance(data, dict):
+        raise Unreadable(f"its metrics are {shown(data)}, not an object")
+    clean: dict[str, Any] = {}
+    ignored: list[str] = []
+    for f in fields(Metrics):
+        if f.name not in data or f.name == "ignored":
+            continue
+        value = data[f.name]
+        checked = _check(f.name, str(f.type), value)
+        if checked is not _BAD:
+            clean[f.name] = checked
+        elif f.name in _REQUIRED_COUNTS:
+            raise Unreadable(f"its metrics' {f.name} is {shown(value)}, not a count")
+        else:
+            ignored.append(f"{f.name} ({shown(value)})")
+    return metrics_from_dict({**clean, "ignored": ignored})
+
+
+def _check(name: str, kind: str, value: object) -> object:
+    """`value` if field `name` of type `kind` may hold it (None for an optional one's
+    null), else `_BAD`."""
+    optional = kind.endswith("| None")
+    if value is None:
+        return None if optional else _BAD
+    base = kind.removesuffix(" | None")
+    checked: object
+    if base == "int":
+        checked = as_count(value, MAX_BYTES if "bytes" in name else MAX_TOKENS)
+    elif base == "float":
+        checked = _float_check(name)(value)
+    elif base == "bool":
+        checked = value if isinstance(value, bool) else None
+    elif base == "str":
+        checked = value if _is_text(value) else None
+    else:  # the warnings: a list of lines
+        ok = isinstance(value, list) and all(_is_text(w) for w in value)
+        checked = tuple(value) if ok and isinstance(value, list) else None
+    return _BAD if checked is None else checked
+
+
+def _float_check(name: str) -> Callable[[object], float | None]:
+    """How field `name` (a float) is checked, by what it measures."""
+    if name.endswith("_share") or name == "draft_acceptance":
+        return lambda v: number_in(v, 0.0, 1.0)
+    if name.endswith("_tok_s") or name == "chars_per_s":
+        return lambda v: as_rate(number_in(v, 0.0, float("inf")))
+    if "_ms" in name:
+        return as_ms
+    limit = MAX_GB_S if name.endswith("_gb_s") else MAX_CHARS_PER_TOKEN
+    return lambda v: number_in(v, 0.0, limit)
+
+
+def anatomy_read_back(data: object) -> Anatomy:
+    """The anatomy a stored `Anatomy.as_dict()` claims; raises `Unreadable` when a
+    section or the cache break holds anything but plausible figures and text."""
+    if not isinstance(data, dict):
+        raise Unreadable(f"its prompt anatomy is {shown(data)}, not an object")
+    raw = data.get("prompt_sections")
+    if not isinstance(raw, list):
+        raise Unreadable(f"its prompt sections are {shown(raw)}, not a list")
+    sections = tuple(_section(s) for s in raw)
+    source = data.get("sections_source")
+    if not _is_text(source):
+        raise Unreadable(f"its prompt anatomy's source is {shown(source)}")
+    brk = data.get("cache_break")
+    return Anatomy(sections, str(source), _cache_break(brk) if brk is not None else None)
+
+
+def _section(s: object) -> Section:
+    if not isinstance(s, dict):
+        raise Unreadable(f"a prompt section is {shown(s)}, not an object")
+    tokens = _need(s, "tokens")
+    cached, evaluated = _count(s, "cached_tokens", True), _count(s, "evaluated_tokens", True)
+    for part, value in (("cached_tokens", cached), ("evaluated_tokens", evaluated)):
+        if value is not None and value > tokens:
+            raise Unreadable(f"a prompt section's {part} ({value:,}) exceed its tokens")
+    kind = s.get("kind")
+    if kind not in get_args(SectionKind):
+        raise Unreadable(f"a prompt section's kind is {shown(kind)}")
+    ms = s.get("prefill_ms")
+    if ms is not None and as_ms(ms) is None:
+        raise Unreadable(f"a prompt section's prefill_ms is {shown(ms)}")
+    index = _count(s, "message_index", True)
+    return Section(cast(SectionKind, kind), index, tokens, cached, evaluated, as_ms(ms))
+
+
+def _cache_break(b: object) -> CacheBreak:
+    if not isinstance(b, dict):
+        raise Unreadable(f"its cache break is {shown(b)}, not an object")
+    held, sent, kind = b.get("held"), b.get("sent"), b.get("kind", "edit")
+    flags = (b.get("estimated"), b.get("in_answer", False))
+    if not (_is_text(held) and _is_text(sent)) or kind not in get_args(BreakKind):
+        raise Unreadable("its cache break's text or kind is not plausible")
+    if not all(isinstance(f, bool) for f in flags):
+        raise Unreadable("its cache break's flags are not true or false")
+    return CacheBreak(
+        _count(b, "message_index", True),
+        _need(b, "char_offset", limit=2**40),
+        str(held),
+        str(sent),
+        _count(b, "tokens_read_again", True),
+        bool(flags[0]),
+        cast(BreakKind, kind),
+        bool(flags[1]),
+    )
+
+
+def _count(obj: dict[str, object], key: str, optional: bool) -> int | None:
+    """`obj[key]` as a count, or None when it is null and `optional`; raises `Unreadable`."""
+    if obj.get(key) is None and optional:
+        return None
+    return _need(obj, key)
+
+
+def _need(obj: dict[str, object], key: str, limit: int = MAX_TOKENS) -> int:
+    """`obj[key]` as a count in 0..`limit`; raises `Unreadable`."""
+    value = obj.get(key)
+    checked = as_count(value, limit)
+    if checked is None:
+        raise Unreadable(f"its prompt anatomy's {key} is {shown(value)}, not a count")
+    return checked
+
+
+def _is_text(value: object) -> bool:
+    return text_in(value) is not None

@@ -1,0 +1,214 @@
+"""Replaying a scripted chat (chat/trips/replay.py) on a scripted server: each turn's row
+from the server's usage, the totals of a replay worked out by hand, and the wall time
+without the user's think time between turns (a clock stepped by the test)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import phasechat.chat.trips.replay as replay_module
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    StreamError,
+    TextDelta,
+    Usage,
+)
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
+from tests.scripted import ScriptedBackend
+
+
+class Growing(ScriptedBackend):
+    """Turn n: a prompt of 100 n tokens, 100 (n - 1) of them cached, and 10 n out."""
+
+    def __init__(self) -> None:
+        super().__init__("server")
+        self.turn = 0
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        self.turn += 1
+        n = self.turn
+        yield TextDelta(f"answer {n}")
+        yield Usage(100 * n, 10 * n, 100 * (n - 1))
+        yield Finished("stop")
+
+
+async def test_the_wall_time_leaves_out_the_think_time_between_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the replay reads the clock at its start (100 s) and its end (105 s); three turns
+    # have two think times between them (10 ms each): 5 - 0.02 = 4.98 s
+    reads = iter([100.0, 105.0])
+    monkeypatch.setattr(replay_module, "time", SimpleNamespace(perf_counter=lambda: next(reads)))
+    script = Script("Be brief.", ("q1", "q2", "q3"))
+    result = await replay(Growing(), script, Settings(), think_time_s=0.01, trim=False)
+    assert result.wall_s == pytest.approx(4.98, abs=1e-9)
+    totals = result.totals()
+    assert totals["output_tokens"] == 60
+    assert totals["output_tok_s"] == pytest.approx(60 / 4.98)
+    rows = [(r.turn, r.copy, r.prompt_tokens, r.cached_tokens, r.evaluated_prompt_tokens)
+            for r in result.rows]  # fmt: skip
+    assert rows == [(1, 0, 100, 0, 100), (2, 0, 200, 100, 100), (3, 0, 300, 200, 100)]
+    assert [(r.output_tokens, r.finish, r.error, r.trimmed) for r in result.rows] == [
+        (10, "stop", None, False),
+        (20, "stop", None, False),
+        (30, "stop", None, False),
+    ]
+    assert result.rows[1].metrics["prompt_tokens"] == 200
+
+
+def row(turn: int, prompt: int, cached: int, ttft: float | None, out: int, **kw: object) -> TurnRow:
+    fields: dict[str, object] = {
+        "turn": turn,
+        "copy": 0,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "evaluated_prompt_tokens": prompt - cached,
+        "ttft_ms": ttft,
+        "e2e_ms": None,
+        "decode_tok_s": None,
+        "output_tokens": out,
+        "trimmed": False,
+        "tokens_cut": 0,
+        "trim_wait_ms": None,
+        "trim_note": None,
+        "finish": "stop",
+        "error": None,
+    }
+    return TurnRow(**(fields | kw))  # type: ignore[arg-type]
+
+
+def test_the_totals_count_the_turns_that_did_not_fail() -> None:
+    result = BenchResult(
+        rows=[
+            row(1, 100, 0, 300.0, 10),
+            row(2, 200, 150, 100.0, 20, trimmed=True, trim_wait_ms=40.0),
+            row(3, 300, 250, 200.0, 30, trim_wait_ms=10.0),
+            row(4, 999, 0, 5000.0, 99, error="connection lost", trimmed=True),
+        ],
+        wall_s=4.0,
+    )
+    assert result.totals() == {
+        "type": "summary",
+        "turns": 4,
+        "errors": 1,
+        "prompt_tokens": 600,
+        "cached_tokens": 400,
+        "cached_share": pytest.approx(400 / 600),
+        "evaluated_prompt_tokens": 200,
+        "ttft_ms_mean": 200.0,  # of 300, 100 and 200 (not the failed turn's 5,000)
+        "ttft_ms_max": 300.0,
+        "trims": 2,  # a failed turn's trim is still a trim
+        "trim_wait_ms": 50.0,
+        "summaries": 0,
+        "summary_ms": 0,
+        "summary_output_tokens": 0,
+        "output_tokens": 60,
+        "wall_s": 4.0,
+        "output_tok_s": 15.0,
+    }
+    assert result.summary_line() == (
+        "total: 4 turns, 1 errors · prompt 600 · cached 400 (67%) · evaluated 200 · "
+        "ttft mean 200 ms, max 300 ms · 2 trims, 0 summaries (0.0 s, waited 0.1 s) · "
+        "output 60 tokens in 4.0 s = 15.0 tok/s aggregate"
+    )
+    assert result.rows[0].line() == (
+        "turn   1  prompt    100  cached      0  evaluated    100  ttft     300 ms  "
+        "decode      - tok/s  trimmed no"
+    )
+
+
+def test_a_script_is_checked_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"system": "s", "turns": ["a", "b"], "max_tokens": 5}))
+    assert load_script(path) == Script("s", ("a", "b"), 5)
+    for bad, why in (
+        ({"turns": []}, "'turns' must be a non-empty list"),
+        ({"turns": ["a", " "]}, "a turn is empty"),
+        ({"turns": ["a"], "max_tokens": 0}, "'max_tokens' 0: expected 1 to 16,777,216"),
+        ({"turns": ["a"], "system": 3}, "'system' must be a string"),
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=why):
+            load_script(path)
+
+
+class Refusing(Growing):
+    """Refuses its second request before reading it (too long for its window)."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if self.turn == 1:
+            self.turn += 1
+            yield StreamError("context_overflow", "the prompt is longer than the window")
+            return
+        async for event in super().stream(request, every_s=every_s):
+            yield event
+
+
+async def test_a_refused_turn_read_nothing_and_is_left_out_of_the_totals() -> None:
+    result = await replay(Refusing(), Script("", ("q1", "q2", "q3")), Settings(), trim=False)
+    refused = result.rows[1]
+    # our own count of its prompt stands (the scripted count: 3 a message + len // 4),
+    # but nothing was cached or evaluated
+    assert (refused.prompt_tokens, refused.cached_tokens, refused.evaluated_prompt_tokens) == (
+        refused.metrics["prompt_tokens"],
+        None,
+        None,
+    )
+    assert (refused.ttft_ms, refused.error, refused.finish) == (
+        None,
+        "the prompt is longer than the window",
+        "error",
+    )
+    totals = result.totals()
+    assert (totals["turns"], totals["errors"]) == (3, 1)
+    # the first and third turns: prompts 100 and 300 (the third with 200 cached), 10 +
+    # 30 tokens out
+    assert (totals["prompt_tokens"], totals["cached_tokens"], totals["output_tokens"]) == (
+        400,
+        200,
+        40,
+    )
+    assert totals["evaluated_prompt_tokens"] == 200
+    assert refused.line().endswith("· the prompt is longer than the window")
+
+
+async def test_copies_of_the_chat_run_in_lockstep_each_row_numbered() -> None:
+    seen: list[str] = []
+
+    def row_seen(r: TurnRow) -> None:
+        seen.append(f"{r.turn}/{r.copy}")
+
+    result = await replay(Growing(), Script("s", ("q1", "q2")), Settings(), concurrency=3,
+                          trim=False, on_row=row_seen)  # fmt: skip
+    assert [(r.turn, r.copy) for r in result.rows] == [
+        (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)
+    ]  # fmt: skip
+    assert seen == ["1/0", "1/1", "1/2", "2/0", "2/1", "2/2"]
+    assert result.totals()["turns"] == 6
+    assert result.rows[4].line().startswith("turn   2/1  prompt")
+
+
+def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
+    metrics = {"cached_tokens": 999, "server_source": "timings", "turn": 7}
+    r = replace(row(2, 200, 150, 90.0, 20), metrics=metrics)
+    record = r.record()
+    assert record["type"] == "turn" and record["server_source"] == "timings"
+    assert (record["turn"], record["cached_tokens"], record["evaluated_prompt_tokens"]) == (
+        2,
+        150,
+        50,
+    )
+    assert "metrics" not in record
