@@ -10,12 +10,14 @@ follow from the engine's own count once it is known.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from phasechat.backends.base import RenderedPrompt
+from phasechat.backends.base import Backend, RenderedPrompt
 from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.tokens import estimate_once
+from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
     BREAK_MIN_TOKENS,
@@ -238,3 +240,84 @@ def name_of(kind: str, message_index: int | None) -> str:
     if kind in ("history", "new"):
         return f"{'new message' if kind == 'new' else 'message'} {message_index}"
     return {"system": "system prompt", "summary": "summary"}.get(kind, "template")
+
+
+#: How long a finished answer waits for its prompt's rendering (then: estimated).
+RENDER_WAIT_S = 5.0
+#: A rendering asked of a backend still loading: ask again once the answer is done.
+RENDER_AGAIN = RenderedPrompt("", (), "again")
+
+
+class EngineHeld:
+    """What each backend's engine holds after one turn controller's last request on it,
+    and each answer's prompt anatomy against it (chat/turns.py keeps one)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Held] = {}
+        #: a saved chat's last exchange (its prompt and answer) as it was opened: what
+        #: the engine that wrote it may hold still, for a process that did not send it
+        self.opened: tuple[tuple[Message, ...], ChatMessage] | None = None
+
+    def held(self, backend: str) -> Held | None:
+        """What the last request on `backend` left in its engine."""
+        return self._held.get(backend)
+
+    def forget(self, backend: str) -> None:
+        """A request on `backend` was stopped: what its engine holds now is not known."""
+        self._held.pop(backend, None)
+
+    async def anatomize(
+        self,
+        backend: Backend,
+        messages: tuple[Message, ...],
+        metrics: Metrics,
+        answer: ChatMessage,
+        rendering: asyncio.Future[RenderedPrompt | None],
+    ) -> tuple[RenderedPrompt | None, Anatomy | None]:
+        """The answer's prompt rendering and its sections and cache break; what the
+        engine holds after it is kept for the next request on `backend`."""
+        rendered = await _rendered(backend, rendering, messages)
+        name = backend.name
+        held = self._held.get(name)
+        opened, self.opened = self.opened, None  # the engine holds this request next
+        if held is None and opened is not None:
+            held = await _opened_held(backend, opened)
+        anatomy = anatomy_of(messages, rendered, metrics, held)
+        after = held_after(anatomy, answer.content, metrics, rendered, answer.tokens)
+        if after is None:
+            self._held.pop(name, None)
+        else:
+            self._held[name] = after
+        return rendered, anatomy
+
+
+async def _rendered(
+    backend: Backend,
+    rendering: asyncio.Future[RenderedPrompt | None],
+    messages: tuple[Message, ...],
+) -> RenderedPrompt | None:
+    """The prompt's rendering (None: the backend cannot say, or not in time)."""
+    try:
+        rendered = await asyncio.wait_for(rendering, RENDER_WAIT_S)
+        if rendered is RENDER_AGAIN and backend.state == "ready":
+            rendered = await asyncio.wait_for(backend.render(messages), RENDER_WAIT_S)
+    except (TimeoutError, asyncio.CancelledError):
+        rendered = None
+    return None if rendered is RENDER_AGAIN else rendered
+
+
+async def _opened_held(
+    backend: Backend, opened: tuple[tuple[Message, ...], ChatMessage]
+) -> Held | None:
+    """What `backend`'s engine holds if it served the opened chat's last exchange
+    (`opened`: its messages and answer), to be confirmed by its cached count."""
+    messages, answer = opened
+    if answer.backend != backend.name:
+        return None
+    try:
+        rendered = await asyncio.wait_for(backend.render(messages), RENDER_WAIT_S)
+    except TimeoutError:
+        return None
+    if rendered is None:
+        return None
+    return inferred_held(rendered, answer.content, answer.metrics)

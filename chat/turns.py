@@ -32,7 +32,7 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.chat.anatomy import Held, anatomy_of, held_after, inferred_held, section_at
+from phasechat.chat.anatomy import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.text import is_text
@@ -127,10 +127,6 @@ class TurnListener(Protocol):
 
 #: How often streamed text is handed to listeners: a crash loses at most this much.
 FLUSH_S = 0.5
-#: How long a finished answer waits for its prompt's rendering (then: estimated).
-RENDER_WAIT_S = 5.0
-#: A rendering asked of a backend still loading: ask again once the answer is done.
-RENDER_AGAIN = RenderedPrompt("", (), "again")
 
 
 class TurnController:
@@ -159,11 +155,9 @@ class TurnController:
         #: read it; its settings are written only by `set_trim` (and the constructor)
         self.trimmer = Trimmer(enabled=trim)
         self._every_s: float | None = None
-        #: what each backend's engine held after this controller's last request on it
-        self._held: dict[str, Held] = {}
-        #: a saved chat's last exchange (its prompt and answer) as it was opened: what
-        #: the engine that wrote it may hold still, for a process that did not send it
-        self._opened: tuple[tuple[Message, ...], ChatMessage] | None = None
+        #: what each backend's engine held after this controller's last request on it,
+        #: and each answer's prompt anatomy against it
+        self._engines = EngineHeld()
 
     def set_trim(
         self,
@@ -274,7 +268,7 @@ class TurnController:
         self._settings = replace(self._settings, system=conversation.system)
         self.trimmer.follow(conversation)
         last = self.last_request()
-        self._opened = (last[0], conversation.messages[-1]) if last is not None else None
+        self._engines.opened = (last[0], conversation.messages[-1]) if last else None
 
     def _refuse_busy(self) -> None:
         if self._current is not None:
@@ -384,7 +378,7 @@ class TurnController:
 
     def held(self, backend: str) -> Held | None:
         """What this controller's last request on `backend` left in its engine."""
-        return self._held.get(backend)
+        return self._engines.held(backend)
 
     def _check(self, prompt: str) -> None:
         self._refuse_busy()
@@ -501,7 +495,7 @@ class TurnController:
             self._task = None
             self._finish(exchange)
             if not finished:  # stopped: what the engine holds now is not known here
-                self._held.pop(self._backend.name, None)
+                self._engines.forget(self._backend.name)
                 if rendering is not None:
                     rendering.cancel()
         if rendering is not None:
@@ -534,51 +528,13 @@ class TurnController:
         metrics, request = exchange.metrics, exchange.request
         if metrics is None or request is None:
             return
-        rendered = await self._rendered(rendering, request.messages)
-        exchange.rendered = rendered
-        name = self._backend.name
-        held = self._held.get(name)
-        opened, self._opened = self._opened, None  # the engine holds this request next
-        if held is None and opened is not None:
-            held = await self._opened_held(opened, name)
-        anatomy = anatomy_of(request.messages, rendered, metrics, held)
-        exchange.anatomy = exchange.answer.anatomy = anatomy
         answer = exchange.answer
-        after = held_after(anatomy, answer.content, metrics, rendered, answer.tokens)
-        if after is None:
-            self._held.pop(name, None)
-        else:
-            self._held[name] = after
+        exchange.rendered, anatomy = await self._engines.anatomize(
+            self._backend, request.messages, metrics, answer, rendering
+        )
+        exchange.anatomy = answer.anatomy = anatomy
         if anatomy is not None:
-            self._updated(exchange.answer, final=True)
-
-    async def _rendered(
-        self, rendering: asyncio.Future[RenderedPrompt | None], messages: tuple[Message, ...]
-    ) -> RenderedPrompt | None:
-        """The prompt's rendering (None: the backend cannot say, or not in time)."""
-        try:
-            rendered = await asyncio.wait_for(rendering, RENDER_WAIT_S)
-            if rendered is RENDER_AGAIN and self._backend.state == "ready":
-                rendered = await asyncio.wait_for(self._backend.render(messages), RENDER_WAIT_S)
-        except (TimeoutError, asyncio.CancelledError):
-            rendered = None
-        return None if rendered is RENDER_AGAIN else rendered
-
-    async def _opened_held(
-        self, opened: tuple[tuple[Message, ...], ChatMessage], name: str
-    ) -> Held | None:
-        """What the engine `name` holds if it served the opened chat's last exchange
-        (`opened`: its messages and answer), to be confirmed by its cached count."""
-        messages, answer = opened
-        if answer.backend != name:
-            return None
-        try:
-            rendered = await asyncio.wait_for(self._backend.render(messages), RENDER_WAIT_S)
-        except TimeoutError:
-            return None
-        if rendered is None:
-            return None
-        return inferred_held(rendered, answer.content, answer.metrics)
+            self._updated(answer, final=True)
 
     async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
         """One request of `exchange` through the recorder, its text saved as it streams."""
