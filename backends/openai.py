@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -118,9 +118,13 @@ class RemoteBackend:
         self,
         config: RemoteConfig | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        request_headers: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
+        """`request_headers`: more headers for each chat request, asked for as it is
+        built (a trace's `traceparent`); ours (the key among them) win over them."""
         self.config = config or RemoteConfig()
         self._transport = transport  # tests replay recorded streams through this
+        self._request_headers = request_headers
         self.models: list[str] = []
         self.is_llama_server = False
         self._model = self.config.model or ""
@@ -364,12 +368,13 @@ class RemoteBackend:
         client = self._http()
         connect = ConnectTimer()
         sent = time.perf_counter_ns()  # the server's account of the request fits after it
+        extra = self._request_headers() if self._request_headers is not None else {}
         try:
             req = client.build_request(
                 "POST",
                 f"{self.base_url}/chat/completions",
                 json=self.request_body(request),
-                headers=self._headers(),
+                headers={**extra, **self._headers()},
                 extensions={"trace": connect.trace},
             )
             try:

@@ -125,6 +125,18 @@ class TurnListener(Protocol):
         """The conversation shows another branch (no message was added)."""
 
 
+class RequestWatcher(Protocol):
+    """Told when each request is sent and when it ends, with its telemetry (tracing
+    watches here: telemetry/otel.py). A turn refused as too long and sent again trimmed
+    is two requests."""
+
+    def request_sent(self, trace: Trace, request: GenerationRequest, backend: Backend) -> None:
+        """`request` is about to go to `backend`; `trace` will record it."""
+
+    def request_ended(self, trace: Trace, metrics: Metrics) -> None:
+        """The request recorded in `trace` is over (answered, failed or stopped)."""
+
+
 #: How often streamed text is handed to listeners: a crash loses at most this much.
 FLUSH_S = 0.5
 
@@ -152,6 +164,7 @@ class TurnController:
         self._current: Exchange | None = None
         self._task: asyncio.Task[Any] | None = None  # the task streaming `_current`
         self._listeners: list[TurnListener] = []
+        self._watchers: list[RequestWatcher] = []
         #: read it; its settings are written only by `set_trim` (and the constructor)
         self.trimmer = Trimmer(enabled=trim)
         self._every_s: float | None = None
@@ -223,6 +236,14 @@ class TurnController:
     @property
     def listeners(self) -> tuple[TurnListener, ...]:
         return tuple(self._listeners)
+
+    def watch(self, watcher: RequestWatcher) -> None:
+        """Tell `watcher` about every request from now on."""
+        self._watchers.append(watcher)
+
+    def _ended(self, trace: Trace, metrics: Metrics) -> None:
+        for watcher in self._watchers:
+            watcher.request_ended(trace, metrics)
 
     def _added(self, message: ChatMessage) -> ChatMessage:
         self._conversation.add(message)
@@ -542,6 +563,8 @@ class TurnController:
         assert exchange.request is not None
         flush_ns = int(FLUSH_S * 1e9)
         next_flush = time.perf_counter_ns() + flush_ns
+        for watcher in self._watchers:
+            watcher.request_sent(trace, exchange.request, self._backend)
         stream = self._backend.stream(exchange.request, every_s=self._every_s)
         async for event in record(stream, trace):
             if (
@@ -572,6 +595,8 @@ class TurnController:
         if plan is None:
             return False
         request = self.request()
+        if self._watchers:
+            self._ended(exchange.trace, compute(exchange.trace))
         exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
         exchange.trace.notices.append(
             f"the server refused the prompt as longer than its window: {error.message}; "
@@ -629,6 +654,7 @@ class TurnController:
             answer.status = "complete"
         exchange.metrics = compute(trace)
         answer.metrics = exchange.metrics
+        self._ended(trace, exchange.metrics)
         answer.tokens = trace.answer_tokens
         if self._current is exchange:
             self._current = None

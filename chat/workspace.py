@@ -9,6 +9,7 @@ every method here returns what went wrong as one line instead of raising.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -22,6 +23,7 @@ from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore, SavedChat, StoreError
 from phasechat.chat.store.writer import ChatWriter, follow
 from phasechat.chat.turns import TurnController
+from phasechat.telemetry import otel
 
 
 class Workspace:
@@ -36,10 +38,15 @@ class Workspace:
         backend: Backend | None = None,
     ) -> None:
         """`backend`, when given, is the active profile's backend already built (and
-        closed by its owner, not by us); otherwise backends are built on first use."""
+        closed by its owner, not by us); otherwise backends are built on first use.
+
+        With `OTEL_EXPORTER_OTLP_ENDPOINT` set, every request of the chat is traced
+        (telemetry/otel.py), and the remote backends built here send its `traceparent`."""
         self.config = config
         self.profiles = {p.name: p for p in [active, *profiles]}
-        first = backend or make_backend(active)
+        #: the chat's requests as OpenTelemetry spans and metrics (None: not asked for)
+        self.tracing = otel.from_env()
+        first = backend or self._make(active)
         self._backends: dict[str, Backend] = {active.name: first}
         self._owned: set[str] = set() if backend is not None else {active.name}
         #: the chat's turns: the one owner of the conversation and its branches
@@ -47,6 +54,8 @@ class Workspace:
         self._writer: ChatWriter | None = None
         self.store: ChatStore | None = None
         self.configure_trimmer(self.turns)
+        if self.tracing is not None:
+            self.turns.watch(self.tracing)
 
     # -- backends --------------------------------------------------------------------
     @property
@@ -62,9 +71,13 @@ class Workspace:
         """Profile `name`'s backend, built (not started) on first use."""
         backend = self._backends.get(name)
         if backend is None:
-            backend = self._backends[name] = make_backend(self.profiles[name])
+            backend = self._backends[name] = self._make(self.profiles[name])
             self._owned.add(name)
         return backend
+
+    def _make(self, spec: BackendSpec) -> Backend:
+        headers = self.tracing.headers if self.tracing is not None else None
+        return make_backend(spec, request_headers=headers)
 
     def switch(self, name: str) -> Backend | None:
         """Answer with profile `name` from the next send on (the conversation carries
@@ -196,3 +209,5 @@ class Workspace:
             await self._backends[name].aclose()
         if self.store is not None:
             self.store.close()
+        if self.tracing is not None:  # what is pending goes now, off the event loop
+            await asyncio.to_thread(self.tracing.close)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,12 +48,15 @@ class BackendSpec:
         return f"{redact_url(self.remote.base_url)} · {self.remote.model or 'server default'}"
 
 
-def make_backend(spec: BackendSpec) -> Backend:
-    """A new, not yet started backend for `spec`."""
+def make_backend(
+    spec: BackendSpec, request_headers: Callable[[], Mapping[str, str]] | None = None
+) -> Backend:
+    """A new, not yet started backend for `spec`; a remote one adds `request_headers()`
+    to each chat request (a trace's `traceparent`)."""
     if spec.kind == "local":
         if spec.local.own_process:
             return EngineProcess(spec.local, name=spec.local_name)
         return LocalBackend(spec.local, name=spec.local_name)
     if spec.kind == "openai":
-        return RemoteBackend(spec.remote)
+        return RemoteBackend(spec.remote, request_headers=request_headers)
     raise ValueError(f"unknown backend {spec.kind!r} (expected local or openai)")

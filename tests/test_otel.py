@@ -1,0 +1,359 @@
+"""Each request as OpenTelemetry spans and metrics (telemetry/otel.py), received over
+OTLP/HTTP by a receiver the test starts and decoded with opentelemetry-proto.
+
+A turn on the bundled model and turns against a scripted server (and llama.cpp's own
+llama-server, where it is built): the span tree, its times against the recorder's own
+stamps, the attributes against the turn's own figures, the `traceparent` the server
+received, the metrics with the conventions' names, units and buckets; and, without
+`OTEL_EXPORTER_OTLP_ENDPOINT`, nothing at all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from phasechat.backends.events import TextDelta
+from phasechat.backends.local import LocalBackend
+from phasechat.backends.openai import RemoteConfig
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.profiles import BackendSpec
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.turns import Exchange
+from phasechat.chat.workspace import Workspace
+from phasechat.telemetry.otel import phases
+from phasechat.telemetry.recorder import Trace
+from tests.fault_server import FaultServer
+from tests.otlp_receiver import Receiver, attributes, otlp_receiver
+
+# The conventions' ExplicitBucketBoundaries, copied from their text (gen-ai-metrics.md),
+# not from the code under test.
+SECONDS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216]
+TOKENS.append(67108864)
+CLIENT, INTERNAL = 3, 1  # opentelemetry.proto.trace.v1.Span.SpanKind
+UNSET, ERROR = 0, 2  # Status.StatusCode
+KEY = "sk-test-0123456789abcdef-never-sent"
+
+
+@pytest.fixture
+def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """A receiver, and the environment pointing the SDK at it (any OTEL_* the machine
+    has set removed first, so the test sees only its own settings)."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        yield receiver
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FaultServer]:
+    async with FaultServer() as s:
+        yield s
+
+
+def remote(base_url: str, model: str) -> BackendSpec:
+    return BackendSpec("openai", remote=RemoteConfig(base_url=base_url, model=model))
+
+
+async def one_turn(ws: Workspace, prompt: str) -> Exchange:
+    async for _ in ws.turns.send(prompt):
+        pass
+    return ws.turns.exchanges[-1]
+
+
+def tree(receiver: Receiver) -> tuple[Any, dict[str, Any]]:
+    """The one request span and its children by name."""
+    spans = receiver.spans()
+    roots = [s for s in spans if not s.parent_span_id]
+    assert len(roots) == 1, [s.name for s in spans]
+    root = roots[0]
+    children = {s.name: s for s in spans if s.parent_span_id}
+    assert len(children) == len(spans) - 1, "two phases of one name"
+    for child in children.values():
+        assert child.parent_span_id == root.span_id and child.trace_id == root.trace_id
+        assert child.kind == INTERNAL
+    return root, children
+
+
+def point(receiver: Receiver, name: str, **wanted: Any) -> Any:
+    """The histogram point of metric `name` whose attributes include `wanted`."""
+    found = [
+        p
+        for p in receiver.metrics()[name].histogram.data_points
+        if wanted.items() <= attributes(p.attributes).items()
+    ]
+    assert len(found) == 1, (name, wanted)
+    return found[0]
+
+
+def in_its_bucket(p: Any, value: float) -> None:
+    """One value recorded: its count sits in the bucket (lower, upper] that holds it."""
+    assert list(p.explicit_bounds) == SECONDS
+    assert p.count == 1 and sum(p.bucket_counts) == 1
+    assert p.bucket_counts[bisect.bisect_left(SECONDS, value)] == 1
+
+
+def checked_metrics(receiver: Receiver, trace: Trace, m: Any) -> None:
+    """The four client metrics: names, units, bucket boundaries and the turn's values."""
+    metrics = receiver.metrics()
+    units = {name: metric.unit for name, metric in metrics.items()}
+    assert units == {
+        "gen_ai.client.operation.duration": "s",
+        "gen_ai.client.token.usage": "{token}",
+        "gen_ai.client.operation.time_to_first_chunk": "s",
+        "gen_ai.client.operation.time_per_output_chunk": "s",
+    }
+    duration = point(
+        receiver, "gen_ai.client.operation.duration", **{"gen_ai.operation.name": "chat"}
+    )
+    assert duration.sum == pytest.approx(m.e2e_ms / 1000, rel=1e-9)
+    in_its_bucket(duration, m.e2e_ms / 1000)
+    first = point(receiver, "gen_ai.client.operation.time_to_first_chunk")
+    assert first.sum == pytest.approx(m.ttft_ms / 1000, rel=1e-9)
+    in_its_bucket(first, m.ttft_ms / 1000)
+    # one point per chunk after the first, each the gap since the one before
+    gaps = [(b - a) / 1e9 for a, b in zip(trace.times, trace.times[1:], strict=False)]
+    per_chunk = point(receiver, "gen_ai.client.operation.time_per_output_chunk")
+    assert per_chunk.count == len(trace.times) - 1 == len(gaps) > 0
+    assert per_chunk.sum == pytest.approx(sum(gaps), rel=1e-9)
+    assert list(per_chunk.explicit_bounds) == SECONDS
+    for kind, count in (("input", m.prompt_tokens), ("output", m.output_tokens)):
+        tokens = point(receiver, "gen_ai.client.token.usage", **{"gen_ai.token.type": kind})
+        assert list(tokens.explicit_bounds) == TOKENS
+        assert (tokens.count, tokens.sum) == (1, count)
+        assert tokens.bucket_counts[bisect.bisect_left(TOKENS, count)] == 1
+
+
+def times_match(root: Any, children: dict[str, Any], trace: Trace) -> None:
+    """The phases' times are the recorder's stamps (one offset to the wall clock for the
+    whole request), never the moment the span was built."""
+    prefill, decode = children["prefill"], children["decode"]
+    assert prefill.start_time_unix_nano - root.start_time_unix_nano >= 0
+    assert trace.t_first_token is not None and trace.t_last_token is not None
+    assert trace.t_done is not None
+    assert prefill.end_time_unix_nano - prefill.start_time_unix_nano == (
+        trace.t_first_token - trace.t_sent
+    )
+    assert decode.start_time_unix_nano == prefill.end_time_unix_nano
+    assert decode.end_time_unix_nano - decode.start_time_unix_nano == (
+        trace.t_last_token - trace.t_first_token
+    )
+    assert root.end_time_unix_nano - prefill.start_time_unix_nano == trace.t_done - trace.t_sent
+
+
+@pytest.mark.model
+async def test_a_local_turn_is_a_genai_span_with_its_phases_and_the_client_metrics(
+    local_backend: LocalBackend, otlp: Receiver
+) -> None:
+    settings = Settings(max_tokens=8, temperature=0.0, seed=7)
+    ws = Workspace(Config(), BackendSpec(), settings=settings, backend=local_backend)
+    assert ws.tracing is not None
+    exchange = await one_turn(ws, "Name a colour.")
+    await ws.aclose()  # flushes: nothing to wait for after it
+    trace, m = exchange.trace, exchange.metrics
+    assert m is not None and trace.finish in ("stop", "length") and m.output_tokens > 1
+
+    root, children = tree(otlp)
+    assert root.name == f"chat {local_backend.model}" and root.kind == CLIENT
+    assert set(children) == {"prefill", "decode"}  # the model was loaded: no load phase
+    assert root.status.code == UNSET
+    a = attributes(root.attributes)
+    assert a == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "llama.cpp",
+        "gen_ai.request.model": local_backend.model,
+        "gen_ai.response.model": local_backend.model,
+        "gen_ai.request.max_tokens": 8,
+        "gen_ai.request.temperature": 0.0,
+        "gen_ai.request.seed": 7,
+        "gen_ai.response.finish_reasons": [trace.finish],
+        "gen_ai.usage.input_tokens": m.prompt_tokens,
+        "gen_ai.usage.output_tokens": m.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": m.cached_tokens,
+    }  # no reasoning tokens: SmolLM2 does not think (None is never sent as a value)
+    assert m.reasoning_tokens is None and m.cached_tokens is not None
+    # the local engine counts with its tokenizer: the prompt is the templated chat
+    assert m.prompt_tokens_source == "tokenizer" and m.prompt_tokens > 5
+    times_match(root, children, trace)
+    checked_metrics(otlp, trace, m)
+    assert otlp.resources()[0]["service.name"] == "phasechat"
+    everything = b"".join(otlp.bodies)
+    assert b"Name a colour" not in everything and trace.text.encode() not in everything
+
+
+async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
+    otlp: Receiver, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    ws = Workspace(Config(), remote(server.base_url, "ok-5"), settings=Settings(max_tokens=9))
+    await ws.backend.start()
+    exchange = await one_turn(ws, "a private question")
+    await ws.aclose()
+    trace, m = exchange.trace, exchange.metrics
+    assert m is not None and trace.error is None
+
+    root, children = tree(otlp)
+    assert root.name == "chat ok-5"
+    a = attributes(root.attributes)
+    assert a["server.address"] == "127.0.0.1" and a["server.port"] == server.port
+    assert a["gen_ai.provider.name"] == "openai"
+    # the scripted server's usage: 5 prompt tokens, 5 completion tokens (ok-5)
+    assert a["gen_ai.usage.input_tokens"] == 5 and a["gen_ai.usage.output_tokens"] == 5
+    assert "gen_ai.usage.cache_read.input_tokens" not in a  # the server did not say
+    assert a["gen_ai.request.max_tokens"] == 9
+    times_match(root, children, trace)
+    checked_metrics(otlp, trace, m)
+
+    # The chat request carried the span's W3C context (the model listing did not).
+    chat = [h for h in server.headers if "traceparent" in h]
+    assert len(chat) == 1 and len(server.headers) == 2
+    version, trace_id, parent_id, flags = chat[0]["traceparent"].split("-")
+    assert (version, trace_id, parent_id) == ("00", root.trace_id.hex(), root.span_id.hex())
+    assert int(flags, 16) & 1  # sampled (the SDK also sets W3C level 2's "random" bit)
+    assert chat[0]["authorization"] == f"Bearer {KEY}"
+    everything = b"".join(otlp.bodies)
+    assert KEY.encode() not in everything and KEY[:12].encode() not in everything
+    assert b"a private question" not in everything
+
+
+async def test_a_failed_turn_ends_its_span_in_error_without_the_servers_words(
+    otlp: Receiver, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server refuses with a 401 whose body quotes the key it was sent.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    ws = Workspace(Config(), remote(server.base_url, "echokey"))
+    await ws.backend.start()
+    failed = await one_turn(ws, "first")
+    await ws.aclose()
+    error = failed.trace.error
+    assert error is not None and error.status == 401
+
+    root, children = tree(otlp)
+    assert root.status.code == ERROR and root.status.message == error.kind
+    a = attributes(root.attributes)
+    assert a["error.type"] == error.kind and a["http.response.status_code"] == 401
+    assert set(children) == {"prefill"}  # no token: the whole wait
+    assert "gen_ai.usage.output_tokens" not in a  # nothing was counted
+    (duration,) = otlp.metrics()["gen_ai.client.operation.duration"].histogram.data_points
+    assert attributes(duration.attributes)["error.type"] == error.kind
+    assert "gen_ai.client.token.usage" not in otlp.metrics()  # no answer, no usage
+    everything = b"".join(otlp.bodies)
+    assert KEY.encode() not in everything and KEY[:12].encode() not in everything
+    assert b"invalid credentials" not in everything
+
+
+async def test_a_stopped_turn_ends_its_span_cancelled(otlp: Receiver, server: FaultServer) -> None:
+    ws = Workspace(Config(), remote(server.base_url, "ok-400"), settings=Settings(max_tokens=500))
+    await ws.backend.start()
+    stream = ws.turns.send("a long one")
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            break
+    await stream.aclose()
+    await ws.aclose()
+    stopped = ws.turns.exchanges[-1]
+    assert stopped.trace.finish == "cancelled" and stopped.trace.t_done is not None
+
+    root, children = tree(otlp)
+    assert root.status.code == ERROR and root.status.message == "cancelled"
+    assert attributes(root.attributes)["error.type"] == "cancelled"
+    assert set(children) == {"prefill", "decode"}
+    assert root.end_time_unix_nano - children["prefill"].start_time_unix_nano == (
+        stopped.trace.t_done - stopped.trace.t_sent
+    )
+
+
+async def test_the_messages_are_in_the_span_only_when_asked_for(
+    otlp: Receiver, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    settings = Settings(system="Be brief.", max_tokens=9)
+    ws = Workspace(Config(), remote(server.base_url, "ok-3"), settings=settings)
+    await ws.backend.start()
+    exchange = await one_turn(ws, "what is asked")
+    await ws.aclose()
+    root, _ = tree(otlp)
+    a = attributes(root.attributes)
+    assert json.loads(a["gen_ai.input.messages"]) == [
+        {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "what is asked"}]},
+    ]
+    assert json.loads(a["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "tok tok tok "}],
+            "finish_reason": "stop",
+        }
+    ]
+    assert exchange.trace.text == "tok tok tok "
+
+
+async def test_without_the_endpoint_nothing_is_set_up_and_no_traceparent_is_sent(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    ws = Workspace(Config(), remote(server.base_url, "ok-3"))
+    assert ws.tracing is None
+    await ws.backend.start()
+    await one_turn(ws, "hello")
+    await ws.aclose()
+    assert len(server.headers) == 2 and not any("traceparent" in h for h in server.headers)
+
+
+def test_without_the_endpoint_the_sdk_is_not_even_imported() -> None:
+    code = (
+        "import sys\n"
+        "from phasechat.chat.config.file import Config\n"
+        "from phasechat.chat.config.profiles import BackendSpec\n"
+        "from phasechat.backends.openai import RemoteConfig\n"
+        "from phasechat.chat.workspace import Workspace\n"
+        "ws = Workspace(Config(), BackendSpec('openai', remote=RemoteConfig()))\n"
+        "assert ws.tracing is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+    # and with it set, the same lines set the SDK up (the check above can fail)
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    env["OTEL_SDK_DISABLED"] = "false"
+    out = subprocess.run(
+        [sys.executable, "-c", code.replace("is None", "is not None")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "opentelemetry.sdk.trace" in out.stdout
+
+
+def test_the_phases_are_the_recorders_stamps() -> None:
+    # Waited 100 ns for a summary, sent at 100, the model loaded from 150 to 400, first
+    # token at 1000, last at 1900, done at 2000.
+    t = Trace("b", "m", t_queued=0, t_sent=100, t_loading=150, t_loaded=400)
+    t.t_first_token, t.t_last_token, t.t_done = 1000, 1900, 2000
+    assert phases(t) == [
+        ("queue", 0, 100),
+        ("load", 150, 400),
+        ("prefill", 400, 1000),
+        ("decode", 1000, 1900),
+    ]
+    # No token (a refusal): the whole wait from the send is prefill; no load phase.
+    t = Trace("b", "m", t_sent=100)
+    t.t_done = 700
+    assert phases(t) == [("prefill", 100, 700)]
