@@ -10,11 +10,13 @@ received, the metrics with the conventions' names, units and buckets; and, witho
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -62,7 +64,7 @@ async def server() -> AsyncIterator[FaultServer]:
         yield s
 
 
-def remote(base_url: str, model: str) -> BackendSpec:
+def remote(base_url: str, model: str | None) -> BackendSpec:
     return BackendSpec("openai", remote=RemoteConfig(base_url=base_url, model=model))
 
 
@@ -340,6 +342,55 @@ def test_without_the_endpoint_the_sdk_is_not_even_imported() -> None:
         check=True,
     )
     assert "opentelemetry.sdk.trace" in out.stdout
+
+
+@pytest.mark.server
+async def test_a_turn_on_llama_server_carries_the_servers_own_counts(
+    otlp: Receiver, real_llama_server: str
+) -> None:
+    ws = Workspace(Config(), remote(real_llama_server, None), settings=Settings(max_tokens=8))
+    await ws.backend.start()
+    await one_turn(ws, "Name a colour.")
+    exchange = await one_turn(ws, "And another one.")  # its history is in the cache
+    await ws.aclose()
+    trace, m = exchange.trace, exchange.metrics
+    assert m is not None and m.prompt_tokens_source == "server" and m.cached_tokens
+    spans = otlp.spans()
+    roots = [s for s in spans if not s.parent_span_id]
+    assert len(roots) == 2
+    root = roots[-1]
+    children = {s.name: s for s in spans if s.parent_span_id == root.span_id}
+    a = attributes(root.attributes)
+    assert a["gen_ai.usage.input_tokens"] == m.prompt_tokens
+    assert a["gen_ai.usage.cache_read.input_tokens"] == m.cached_tokens
+    assert a["gen_ai.usage.output_tokens"] == m.output_tokens
+    assert a["server.port"] == int(real_llama_server.rsplit(":", 1)[1].split("/")[0])
+    times_match(root, children, trace)
+
+
+@pytest.mark.server
+async def test_vllm_nests_its_own_span_under_the_turns_span(
+    otlp: Receiver, start_vllm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM exports its request span to the same receiver, over OTLP/HTTP as well.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    vllm = start_vllm("--otlp-traces-endpoint", f"{otlp.url}/v1/traces")
+    ws = Workspace(Config(), remote(vllm.base_url, None), settings=Settings(max_tokens=6))
+    await ws.backend.start()
+    await one_turn(ws, "Name a colour.")
+    await ws.aclose()
+    ours = next(s for s in otlp.spans() if s.name.startswith("chat "))
+    # vLLM's batch processor sends when it likes: wait for its span (not a timing test)
+    deadline = time.monotonic() + 60
+    while not (
+        theirs := [
+            s for s in otlp.spans() if s.parent_span_id == ours.span_id and s.kind != INTERNAL
+        ]
+    ):
+        assert time.monotonic() < deadline, [s.name for s in otlp.spans()]
+        await asyncio.sleep(0.2)
+    assert theirs[0].trace_id == ours.trace_id
+    assert attributes(theirs[0].attributes).get("gen_ai.request.max_tokens") == 6
 
 
 def test_the_phases_are_the_recorders_stamps() -> None:
