@@ -79,7 +79,12 @@ def from_env(environ: Mapping[str, str] | None = None) -> TurnExporter | None:
     env = os.environ if environ is None else environ
     if not enabled(env):
         return None
-    return TurnExporter(capture_content=env.get(CONTENT_ENV, "").strip().lower() in CONTENT_ON)
+    return TurnExporter(capture_content=captures_content(env))
+
+
+def captures_content(environ: Mapping[str, str]) -> bool:
+    """Whether the conventions' switch asks for the messages in the span."""
+    return environ.get(CONTENT_ENV, "").strip().lower() in CONTENT_ON
 
 
 @dataclass(frozen=True, slots=True)

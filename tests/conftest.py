@@ -118,6 +118,15 @@ def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_home:
 
 
 @pytest.fixture(autouse=True)
+def _no_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test sends spans to the developer's own OpenTelemetry collector: every OTEL_*
+    variable is removed (tests/test_otel.py points them at a receiver of its own)."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
 def _thawed() -> Iterator[None]:
     """An app that finished an answer froze the heap (chat_log.settle_heap): thaw it
     after each test, so finished tests' apps can be freed."""

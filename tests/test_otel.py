@@ -30,7 +30,7 @@ from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange
 from phasechat.chat.workspace import Workspace
-from phasechat.telemetry.otel import phases
+from phasechat.telemetry.otel import captures_content, enabled, phases
 from phasechat.telemetry.recorder import Trace
 from tests.fault_server import FaultServer
 from tests.otlp_receiver import Receiver, attributes, otlp_receiver
@@ -47,11 +47,8 @@ KEY = "sk-test-0123456789abcdef-never-sent"
 
 @pytest.fixture
 def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    """A receiver, and the environment pointing the SDK at it (any OTEL_* the machine
-    has set removed first, so the test sees only its own settings)."""
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
+    """A receiver, and the environment pointing the SDK at it (conftest removed any
+    OTEL_* the machine has set, so the test sees only its own settings)."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with otlp_receiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
@@ -224,6 +221,7 @@ async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
     assert (version, trace_id, parent_id) == ("00", root.trace_id.hex(), root.span_id.hex())
     assert int(flags, 16) & 1  # sampled (the SDK also sets W3C level 2's "random" bit)
     assert chat[0]["authorization"] == f"Bearer {KEY}"
+    assert ws.tracing is not None and ws.tracing.headers() == {}  # no request under way
     everything = b"".join(otlp.bodies)
     assert KEY.encode() not in everything and KEY[:12].encode() not in everything
     assert b"a private question" not in everything
@@ -302,11 +300,8 @@ async def test_the_messages_are_in_the_span_only_when_asked_for(
 
 
 async def test_without_the_endpoint_nothing_is_set_up_and_no_traceparent_is_sent(
-    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+    server: FaultServer,
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
     ws = Workspace(Config(), remote(server.base_url, "ok-3"))
     assert ws.tracing is None
     await ws.backend.start()
@@ -408,3 +403,16 @@ def test_the_phases_are_the_recorders_stamps() -> None:
     t = Trace("b", "m", t_sent=100)
     t.t_done = 700
     assert phases(t) == [("prefill", 100, 700)]
+
+
+def test_the_switches_read_as_the_sdk_and_the_conventions_read_them() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert enabled(endpoint) and not enabled({})
+    assert not enabled({**endpoint, "OTEL_SDK_DISABLED": "TRUE"})
+    assert enabled({**endpoint, "OTEL_SDK_DISABLED": "false"})
+    assert not enabled({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "})
+    key = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    for value in ("true", "True", "SPAN_ONLY", "span_and_event"):
+        assert captures_content({key: value}), value
+    for value in ("", "false", "NO_CONTENT", "EVENT_ONLY", "yes please"):
+        assert not captures_content({key: value}), value
