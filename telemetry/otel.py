@@ -127,8 +127,9 @@ class TurnExporter:
     """Turns each request's `Trace` into a span tree and metric points, and sends them.
 
     `request_sent` opens the request's span (so its `traceparent` can go with the HTTP
-    request: `headers`); `request_ended` closes it with the phases and the figures, and
-    flushes in a background thread, so the UI never waits on the collector."""
+    request: `headers`); `request_ended` closes it with the phases and the figures. The
+    metric points and the sending are a background thread's: the UI never waits on the
+    collector."""
 
     def __init__(self, *, capture_content: bool = False) -> None:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -164,8 +165,9 @@ class TurnExporter:
             meter, TIME_PER_OUTPUT_CHUNK, "s", "Time per output chunk after the first one."
         )
         self._open: dict[int, _Open] = {}
-        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-flush")
-        self._flushing: Future[None] | None = None
+        #: one thread records each request's metric points and sends, in order
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel")
+        self._last: Future[None] | None = None
         self._closed = False
 
     # -- the request's life ------------------------------------------------------------
@@ -213,16 +215,24 @@ class TurnExporter:
 
     def request_ended(self, trace: Trace, metrics: Metrics) -> None:
         """Close `trace`'s span (nothing when it was never sent): its phases as child
-        spans, the usage and the error, then the metric points; flush in the
-        background."""
+        spans, the usage and the error. The metric points (one per chunk: thousands for
+        a long answer) are recorded in the background thread, which then sends
+        everything: the event loop only reads the gaps between chunks."""
         opened = self._open.pop(id(trace), None)
         if opened is None:
             return
         if _sending.get() is opened.span:
             _sending.set(None)
         self._finish_span(opened, metrics)
-        self._record(opened, metrics)
-        self.flush(wait=False)
+        common: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": opened.peer.provider,
+            "gen_ai.request.model": trace.model,
+            "gen_ai.response.model": trace.model,
+            **_server(opened.peer),
+        }
+        error, gaps = _error_type(trace), itl_ms(trace)
+        self._last = self._worker.submit(self._record, common, error, metrics, gaps)
 
     def _finish_span(self, o: _Open, metrics: Metrics) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
@@ -245,47 +255,40 @@ class TurnExporter:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=(trace.t_done or time.perf_counter_ns()) + off)
 
-    def _record(self, o: _Open, metrics: Metrics) -> None:
-        trace = o.trace
-        common: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": o.peer.provider,
-            "gen_ai.request.model": trace.model,
-            "gen_ai.response.model": trace.model,
-            **_server(o.peer),
-        }
-        error = _error_type(trace)
+    def _record(
+        self, common: dict[str, Any], error: str | None, metrics: Metrics, gaps: list[float]
+    ) -> None:
+        """The request's metric points (in the background thread), then send."""
         e2e = _seconds(metrics.e2e_ms)
         if e2e is not None:
             self._duration.record(e2e, {**common, **({"error.type": error} if error else {})})
-        if error is not None:
-            return  # the conventions count tokens and chunks of answers only
-        for kind, count in (("input", _input_tokens(metrics)), ("output", _output_tokens(metrics))):
-            if count is not None:
-                self._tokens.record(count, {**common, "gen_ai.token.type": kind})
-        first = _seconds(metrics.ttft_ms)
-        if first is not None:
-            self._first_chunk.record(first, common)
-        for gap in itl_ms(trace):
-            seconds = _seconds(gap)
-            if seconds is not None:
-                self._per_chunk.record(seconds, common)
+        if error is None:  # the conventions count the tokens and chunks of answers only
+            for kind, count in (
+                ("input", _input_tokens(metrics)),
+                ("output", _output_tokens(metrics)),
+            ):
+                if count is not None:
+                    self._tokens.record(count, {**common, "gen_ai.token.type": kind})
+            first = _seconds(metrics.ttft_ms)
+            if first is not None:
+                self._first_chunk.record(first, common)
+            for gap in gaps:
+                seconds = _seconds(gap)
+                if seconds is not None:
+                    self._per_chunk.record(seconds, common)
+        self._send()
 
     # -- sending -----------------------------------------------------------------------
-    def flush(self, *, wait: bool = True) -> None:
-        """Send what is pending now: in a background thread (`wait=False`, the end of
-        each request), or before returning (tests; the app's exit, see `close`)."""
+    def flush(self) -> None:
+        """Send everything now, once the background thread has recorded what it was
+        given (tests; the app's exit, see `close`)."""
         if self._closed:
             return
-        if not wait:
-            if self._flushing is None or self._flushing.done():
-                self._flushing = self._flusher.submit(self._flush_now)
-            return
-        if self._flushing is not None:
-            self._flushing.result()
-        self._flush_now()
+        if self._last is not None:
+            self._last.result()
+        self._send()
 
-    def _flush_now(self) -> None:
+    def _send(self) -> None:
         self.tracer_provider.force_flush()
         self.meter_provider.force_flush()
 
@@ -297,7 +300,7 @@ class TurnExporter:
         for opened in list(self._open.values()):
             opened.trace.cancel()
             self.request_ended(opened.trace, compute(opened.trace))
-        self._flusher.shutdown(wait=True)
+        self._worker.shutdown(wait=True)
         self._closed = True
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
