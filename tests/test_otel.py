@@ -22,18 +22,19 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.events import TextDelta
+from phasechat.backends.events import Event, GenerationRequest, StreamError, TextDelta
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
-from phasechat.chat.config.settings import Settings
+from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.turns import Exchange
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.otel import captures_content, enabled, phases
 from phasechat.telemetry.recorder import Trace
 from tests.fault_server import FaultServer
 from tests.otlp_receiver import Receiver, attributes, otlp_receiver
+from tests.scripted import ScriptedBackend
 
 # The conventions' ExplicitBucketBoundaries, copied from their text (gen-ai-metrics.md),
 # not from the code under test.
@@ -416,3 +417,40 @@ def test_the_switches_read_as_the_sdk_and_the_conventions_read_them() -> None:
         assert captures_content({key: value}), value
     for value in ("", "false", "NO_CONTENT", "EVENT_ONLY", "yes please"):
         assert not captures_content({key: value}), value
+
+
+class Refusing(ScriptedBackend):
+    """Refuses the third turn's first request (six messages) as longer than its window,
+    once; the trimmer then summarizes the history and the turn is sent again."""
+
+    refused = False
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if len(request.messages) >= 6 and not self.refused:
+            self.refused = True
+            yield StreamError("context_overflow", "too long", detail={"n_ctx": 200})
+            return
+        async for event in super().stream(request, every_s=every_s):
+            yield event
+
+
+async def test_a_turn_refused_as_too_long_and_sent_again_is_two_spans(otlp: Receiver) -> None:
+    backend = Refusing(text="a b c")
+    config = Config(trim=TrimConfig(keep_last=1))
+    ws = Workspace(config, BackendSpec(), settings=Settings(max_tokens=8), backend=backend)
+    for prompt in ("one", "two", "three"):
+        exchange = await one_turn(ws, prompt)
+    assert ws.tracing is not None
+    ws.tracing.flush()  # not closed yet: every request's span ended when it did
+    assert backend.refused and exchange.answer.status == "complete"
+    assert any("refused the prompt" in n for n in exchange.trace.notices)
+
+    roots = sorted(
+        (s for s in otlp.spans() if not s.parent_span_id), key=lambda s: s.start_time_unix_nano
+    )
+    assert [r.status.code for r in roots] == [UNSET, UNSET, ERROR, UNSET]
+    assert attributes(roots[2].attributes)["error.type"] == "context_overflow"
+    assert roots[2].end_time_unix_nano <= roots[3].start_time_unix_nano
+    await ws.aclose()
