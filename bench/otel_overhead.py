@@ -89,14 +89,15 @@ def main() -> None:
             computed.append((t1 - t0) / 1e6)
             traced.append((t2 - t1) / 1e6)
         t3 = time.perf_counter()
-        exporter.close()
+        exporter.flush()
         closed = (time.perf_counter() - t3) * 1000
+        exporter.close()
         c, t = statistics.median(computed), statistics.median(traced)
         print(
             f"a request's end, {args.tokens} tokens: metrics {c:.2f} ms, "
             f"spans + metric points {t:.2f} ms ({t / c:.2f}x the metrics)"
         )
-        print(f"close (the background recording and sending finished): {closed:.0f} ms")
+        print(f"then the background thread's recording and sending: {closed:.0f} ms")
         print(f"received: {len(receiver.spans())} spans")
 
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
+import threading
 import time
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: the values of CONTENT_ENV that put the messages in the span: "true" (the first
 #: instrumentations' boolean) and the modes that include spans (the newer ones)
 CONTENT_ON = frozenset({"true", "1", "span_only", "span_and_event"})
+#: how long closing (the app's exit) waits for the collector to take what is pending
+CLOSE_WAIT_S = 5.0
 
 #: The conventions' ExplicitBucketBoundaries, for every duration histogram (s) and for
 #: token counts (docs/gen-ai/gen-ai-metrics.md of the GenAI semantic conventions).
@@ -146,11 +149,15 @@ class TurnExporter:
         )
         resource = Resource.create({} if named else {"service.name": "phasechat"})
         self.capture_content = capture_content
-        self.tracer_provider: TracerProvider = TracerProvider(resource=resource)
+        # Not shut down by the SDK at the interpreter's exit: `close` does, within
+        # CLOSE_WAIT_S (the SDK's own exit hook waits for a dead collector, 20 s).
+        self.tracer_provider: TracerProvider = TracerProvider(
+            resource=resource, shutdown_on_exit=False
+        )
         self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
         self.meter_provider: MeterProvider = MeterProvider(
-            metric_readers=[reader], resource=resource
+            metric_readers=[reader], resource=resource, shutdown_on_exit=False
         )
         self._tracer = self.tracer_provider.get_tracer("phasechat")
         meter = self.meter_provider.get_meter("phasechat")
@@ -165,9 +172,11 @@ class TurnExporter:
             meter, TIME_PER_OUTPUT_CHUNK, "s", "Time per output chunk after the first one."
         )
         self._open: dict[int, _Open] = {}
-        #: one thread records each request's metric points and sends, in order
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel")
-        self._last: Future[None] | None = None
+        #: what the background thread does, in order: each request's metric points and
+        #: sending; None stops it. A daemon: a collector that does not answer never
+        #: holds the interpreter's exit.
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._work, name="otel", daemon=True).start()
         self._closed = False
 
     # -- the request's life ------------------------------------------------------------
@@ -232,7 +241,7 @@ class TurnExporter:
             **_server(opened.peer),
         }
         error, gaps = _error_type(trace), itl_ms(trace)
-        self._last = self._worker.submit(self._record, common, error, metrics, gaps)
+        self._jobs.put(lambda: self._record(common, error, metrics, gaps))
 
     def _finish_span(self, o: _Open, metrics: Metrics) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
@@ -279,31 +288,52 @@ class TurnExporter:
         self._send()
 
     # -- sending -----------------------------------------------------------------------
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def _after(self, job: Callable[[], None], wait_s: float | None) -> bool:
+        """Run `job` in the background thread after what is queued; wait for it (at
+        most `wait_s`): whether it finished."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                job()
+            finally:
+                done.set()
+
+        self._jobs.put(run)
+        return done.wait(wait_s)
+
     def flush(self) -> None:
         """Send everything now, once the background thread has recorded what it was
-        given (tests; the app's exit, see `close`)."""
-        if self._closed:
-            return
-        if self._last is not None:
-            self._last.result()
-        self._send()
+        given (tests; the app's exit is `close`)."""
+        if not self._closed:
+            self._after(self._send, None)
 
     def _send(self) -> None:
         self.tracer_provider.force_flush()
         self.meter_provider.force_flush()
 
-    def close(self) -> None:
-        """End any span still open (as cancelled), send everything and shut the SDK down
-        (it blocks up to the exporters' timeout when the collector does not answer)."""
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> bool:
+        """End any span still open (as cancelled), send everything and shut the SDK
+        down, waiting at most `wait_s`: False when the collector did not take it all
+        by then (what is left is dropped; the app's exit does not wait on it)."""
         if self._closed:
-            return
+            return True
         for opened in list(self._open.values()):
             opened.trace.cancel()
             self.request_ended(opened.trace, compute(opened.trace))
-        self._worker.shutdown(wait=True)
         self._closed = True
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+
+        def shut() -> None:
+            self.tracer_provider.shutdown()
+            self.meter_provider.shutdown()
+
+        finished = self._after(shut, wait_s)
+        self._jobs.put(None)
+        return finished
 
 
 def phases(trace: Trace) -> list[tuple[str, int, int]]:

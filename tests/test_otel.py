@@ -454,3 +454,17 @@ async def test_a_turn_refused_as_too_long_and_sent_again_is_two_spans(otlp: Rece
     assert attributes(roots[2].attributes)["error.type"] == "context_overflow"
     assert roots[2].end_time_unix_nano <= roots[3].start_time_unix_nano
     await ws.aclose()
+
+
+async def test_closing_gives_up_on_a_collector_that_does_not_answer(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens on the discard port: every export is refused and retried.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    ws = Workspace(Config(), remote(server.base_url, "ok-3"))
+    await ws.backend.start()
+    await one_turn(ws, "hello")
+    assert ws.tracing is not None
+    assert ws.tracing.close(wait_s=0.2) is False  # what was pending is dropped
+    assert ws.tracing.close() is True  # closed already: nothing left to wait for
+    await ws.aclose()
