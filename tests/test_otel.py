@@ -373,7 +373,7 @@ async def test_vllm_nests_its_own_span_under_the_turns_span(
     vllm = start_vllm("--otlp-traces-endpoint", f"{otlp.url}/v1/traces")
     ws = Workspace(Config(), remote(vllm.base_url, None), settings=Settings(max_tokens=6))
     await ws.backend.start()
-    await one_turn(ws, "Name a colour.")
+    exchange = await one_turn(ws, "Name a colour.")
     await ws.aclose()
     ours = next(s for s in otlp.spans() if s.name.startswith("chat "))
     # vLLM's batch processor sends when it likes: wait for its span (not a timing test)
@@ -385,8 +385,13 @@ async def test_vllm_nests_its_own_span_under_the_turns_span(
     ):
         assert time.monotonic() < deadline, [s.name for s in otlp.spans()]
         await asyncio.sleep(0.2)
-    assert theirs[0].trace_id == ours.trace_id
-    assert attributes(theirs[0].attributes).get("gen_ai.request.max_tokens") == 6
+    assert theirs[0].name == "llm_request" and theirs[0].trace_id == ours.trace_id
+    a = attributes(theirs[0].attributes)
+    assert a["gen_ai.request.max_tokens"] == 6
+    # the server's own time to first token lies inside ours (the network, around it)
+    m = exchange.metrics
+    assert m is not None and m.ttft_ms is not None
+    assert 0 < a["gen_ai.latency.time_to_first_token"] <= m.ttft_ms / 1000
 
 
 def test_the_phases_are_the_recorders_stamps() -> None:
