@@ -30,6 +30,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest
 from phasechat.backends.openai import RemoteBackend
@@ -76,13 +78,12 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
     return bool(env.get(ENDPOINT_ENV, "").strip())
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> TurnExporter | None:
+def from_env() -> TurnExporter | None:
     """A `TurnExporter` when the environment turns tracing on, else None (and the SDK is
-    not even imported)."""
-    env = os.environ if environ is None else environ
-    if not enabled(env):
+    not even imported). The SDK reads its own settings from the environment too."""
+    if not enabled():
         return None
-    return TurnExporter(capture_content=captures_content(env))
+    return TurnExporter(capture_content=captures_content(os.environ))
 
 
 def captures_content(environ: Mapping[str, str]) -> bool:
@@ -104,8 +105,6 @@ def peer_of(backend: Backend) -> Peer:
     path or query). A remote backend speaks the OpenAI API, the provider name the
     conventions give that format; the local engine is llama.cpp (a name of our own)."""
     if isinstance(backend, RemoteBackend):
-        import httpx
-
         url = httpx.URL(backend.base_url)
         port = url.port or (443 if url.scheme == "https" else 80)
         return Peer("openai", url.host or None, port)
