@@ -80,7 +80,8 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 def from_env() -> TurnExporter | None:
     """A `TurnExporter` when the environment turns tracing on, else None (and the SDK is
-    not even imported). The SDK reads its own settings from the environment too."""
+    not even imported). The SDK reads its own settings from the environment too; raises
+    ValueError, in one line, for one that would fail every request."""
     if not enabled():
         return None
     return TurnExporter(capture_content=captures_content(os.environ))
@@ -142,6 +143,11 @@ class TurnExporter:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        try:  # reads OTEL_PROPAGATORS: a misspelt one stops the start, not each request
+            from opentelemetry import propagate
+        except ValueError as exc:
+            raise ValueError(f"OTEL_PROPAGATORS: {exc}") from None
+        self._inject = propagate.inject
         # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, when set, name the service.
         named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
             "OTEL_RESOURCE_ATTRIBUTES", ""
@@ -215,10 +221,10 @@ class TurnExporter:
         span = _sending.get()
         if span is None:
             return {}
-        from opentelemetry import propagate, trace
+        from opentelemetry import trace
 
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        self._inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 
     def request_ended(self, trace: Trace, metrics: Metrics) -> None:

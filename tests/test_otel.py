@@ -473,3 +473,18 @@ async def test_closing_gives_up_on_a_collector_that_does_not_answer(
     assert ws.tracing.close(wait_s=0.2) is False  # what was pending is dropped
     assert ws.tracing.close() is True  # closed already: nothing left to wait for
     await ws.aclose()
+
+
+def test_a_misspelt_propagator_stops_the_start_in_one_line() -> None:
+    # The SDK reads OTEL_PROPAGATORS when its propagation module is first imported, and
+    # raises there: `ask` says so at the start, not in the middle of every request.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    env["OTEL_PROPAGATORS"] = "tracecontxt"
+    args = ["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "ask", "hi"]
+    r = subprocess.run(
+        [sys.executable, "-m", "phasechat", *args], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OTEL_PROPAGATORS: Propagator tracecontxt not found" in lines[0]
