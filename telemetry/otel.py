@@ -242,7 +242,7 @@ class TurnExporter:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": opened.peer.provider,
             "gen_ai.request.model": trace.model,
-            "gen_ai.response.model": trace.model,
+            **_answered_by(opened.peer, trace),
             **_server(opened.peer),
         }
         error, gaps = _error_type(trace), itl_ms(trace)
@@ -258,7 +258,7 @@ class TurnExporter:
                 name, context=parent, kind=SpanKind.INTERNAL, start_time=start + off
             )
             child.end(end_time=end + off)
-        span.set_attributes(_usage(trace, metrics))
+        span.set_attributes({**_answered_by(o.peer, trace), **_usage(trace, metrics)})
         if self.capture_content:
             span.set_attributes(_messages(o.request, trace))
         error = _error_type(trace)
@@ -407,8 +407,15 @@ def _output_tokens(metrics: Metrics) -> int | None:
     return None if metrics.output_tokens_estimated else metrics.output_tokens
 
 
+def _answered_by(peer: Peer, trace: Trace) -> dict[str, str]:
+    """`gen_ai.response.model` where it is known: the local model is the one loaded; a
+    server names the model that answered in each chunk, which is not read (yet), and
+    may differ from the one asked for (an alias, a dated version)."""
+    return {"gen_ai.response.model": trace.model} if peer.address is None else {}
+
+
 def _usage(trace: Trace, metrics: Metrics) -> dict[str, Any]:
-    out: dict[str, Any] = {"gen_ai.response.model": trace.model}
+    out: dict[str, Any] = {}
     if trace.finish in ("stop", "length"):
         out["gen_ai.response.finish_reasons"] = [trace.finish]
     counted = {

@@ -212,6 +212,7 @@ async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
     assert a["gen_ai.usage.input_tokens"] == 5 and a["gen_ai.usage.output_tokens"] == 5
     assert "gen_ai.usage.cache_read.input_tokens" not in a  # the server did not say
     assert a["gen_ai.request.max_tokens"] == 9
+    assert "gen_ai.response.model" not in a  # the server's own name for it is not read
     times_match(root, children, trace)
     checked_metrics(otlp, trace, m)
 
