@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import httpx
 import pytest
@@ -29,6 +29,9 @@ from tests.llama_server import (
 )
 from tests.vllm_server import NO_VLLM, VllmServer, skipped_line, vllm_home
 from tests.vllm_server import SKIPPED_ON_REQUEST as VLLM_SKIPPED_ON_REQUEST
+
+if TYPE_CHECKING:  # imported by the fixture: protobuf only for the tests that use it
+    from tests.otlp_receiver import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 # Raw SSE bodies and JSON answers recorded from a real llama-server
@@ -124,6 +127,19 @@ def _no_collector(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("OTEL_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """An OTLP/HTTP receiver on 127.0.0.1 (tests/otlp_receiver.py), and the environment
+    pointing the OpenTelemetry SDK at it (`_no_collector` removed any OTEL_* the machine
+    has set, so a test sees only its own settings)."""
+    from tests.otlp_receiver import otlp_receiver
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        yield receiver
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,7 +33,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.otel import captures_content, enabled, phases
 from phasechat.telemetry.recorder import Trace
 from tests.fault_server import FaultServer
-from tests.otlp_receiver import Receiver, attributes, otlp_receiver
+from tests.otlp_receiver import Receiver, attributes
 from tests.scripted import ScriptedBackend
 
 # The conventions' ExplicitBucketBoundaries, copied from their text (gen-ai-metrics.md),
@@ -44,16 +44,6 @@ TOKENS.append(67108864)
 CLIENT, INTERNAL = 3, 1  # opentelemetry.proto.trace.v1.Span.SpanKind
 UNSET, ERROR = 0, 2  # Status.StatusCode
 KEY = "sk-test-0123456789abcdef-never-sent"
-
-
-@pytest.fixture
-def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    """A receiver, and the environment pointing the SDK at it (conftest removed any
-    OTEL_* the machine has set, so the test sees only its own settings)."""
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    with otlp_receiver() as receiver:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
-        yield receiver
 
 
 @pytest.fixture
