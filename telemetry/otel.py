@@ -183,6 +183,8 @@ class TurnExporter:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._work, name="otel", daemon=True).start()
         self._closed = False
+        #: the last error of the background thread (None: none), for a bug report
+        self.problem: str | None = None
 
     # -- the request's life ------------------------------------------------------------
     def request_sent(self, trace: Trace, request: GenerationRequest, backend: Backend) -> None:
@@ -295,7 +297,10 @@ class TurnExporter:
     # -- sending -----------------------------------------------------------------------
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job()
+            try:
+                job()
+            except Exception as exc:  # one failed export must not stop the ones after it
+                self.problem = f"{type(exc).__name__}: {exc}"
 
     def _after(self, job: Callable[[], None], wait_s: float | None) -> bool:
         """Run `job` in the background thread after what is queued; wait for it (at

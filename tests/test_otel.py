@@ -479,3 +479,26 @@ def test_a_misspelt_propagator_stops_the_start_in_one_line() -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "OTEL_PROPAGATORS: Propagator tracecontxt not found" in lines[0]
+
+
+async def test_a_failed_send_does_not_stop_the_ones_after_it(
+    otlp: Receiver, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = Workspace(Config(), remote(server.base_url, "ok-3"))
+    await ws.backend.start()
+    assert ws.tracing is not None
+    flush = ws.tracing.tracer_provider.force_flush
+    broken = {"once": True}
+
+    def fails_once(timeout_millis: int = 30000) -> bool:
+        if broken.pop("once", False):
+            raise RuntimeError("exporter bug")
+        return flush(timeout_millis)
+
+    monkeypatch.setattr(ws.tracing.tracer_provider, "force_flush", fails_once)
+    await one_turn(ws, "one")  # its sending fails in the background thread
+    await one_turn(ws, "two")
+    ws.tracing.flush()
+    assert ws.tracing.problem == "RuntimeError: exporter bug"
+    assert len([s for s in otlp.spans() if not s.parent_span_id]) == 2
+    await ws.aclose()
