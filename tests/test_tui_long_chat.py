@@ -217,7 +217,7 @@ def test_a_long_timeline_is_drawn_clipped_with_its_notice() -> None:
     ticks = tuple(
         Tick(f"line {i:06d}\n", 10.0, 0, False, False, 1) for i in range(100_000)
     )  # 12 characters each
-    timeline = Timeline(ticks, (10.0,), 10.0, True, False)
+    timeline = Timeline.of_ticks(ticks, (10.0,), 10.0, True, False)
     plain = shaded_text(timeline).plain
     assert len(plain) < clip.VIEW_CHARS + 200
     assert plain.startswith("line 000000") and plain.endswith("line 099999\n")
