@@ -22,9 +22,9 @@ from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow
 from phasechat.chat.trim.types import SUMMARY_HEADER
-from phasechat.chat.trips.ablate import Ablation
+from phasechat.chat.trips.ablate import ASK_ABOVE_RUNS, Ablation, duration
 from phasechat.chat.turns import InputError, TurnController
-from phasechat.cli.ablate_cli import ASK_ABOVE_RUNS, _consent, duration
+from phasechat.cli.ablate_cli import _consent
 from phasechat.telemetry.forecast import Rates
 from phasechat.telemetry.metrics import metrics_from_dict
 

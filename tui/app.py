@@ -32,18 +32,19 @@ from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.costs import DraftForecast, EditForecast
+from phasechat.chat.costs import DraftForecast, EditForecast, history_metrics
 from phasechat.chat.text import one_line
 from phasechat.chat.trips.branches import branch_comparison
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
-from phasechat.telemetry.forecast import Forecast
+from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
 from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
+from phasechat.tui.confirm import ConfirmScreen
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
@@ -539,7 +540,20 @@ class PhasechatApp(ChatHost):
         if last is None:
             self.notify("no answered question yet: ablation re-runs the last turn")
             return
-        self.push_screen(AblateScreen(self.backend, self.turns.settings, last[0]))
+        rates = measured_rates(history_metrics(self.turns), self.backend.name)
+        screen = AblateScreen.planned(self.backend, self.turns.settings, last[0], rates)
+        if screen is None:
+            self.notify("the last prompt has nothing to remove: no system prompt, no earlier turn")
+        elif not screen.long:
+            self.push_screen(screen)
+        else:  # the count and the estimate first: a long job is asked about (issue 38)
+
+            def answered(start: bool | None) -> None:
+                if start and not self.refused_while_answering():
+                    self.push_screen(screen)
+
+            question = f"Start {screen.total:,} cold runs?"
+            self.push_screen(ConfirmScreen(question, screen.plan), answered)
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.turns.exchanges))
