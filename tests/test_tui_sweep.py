@@ -80,7 +80,7 @@ async def test_a_notice_about_the_answer_is_shown_under_it_once() -> None:
 async def test_the_palette_refuses_a_sweep_of_the_local_model(local_backend: LocalBackend) -> None:
     app = PhasechatApp(backend=local_backend)
     async with app.run_test() as pilot:
-        (command,) = [c for c in app.get_system_commands(app.screen) if "sweep" in c.title]
+        (command,) = [c for c in app.palette_commands() if "sweep" in c.title]
         command.callback()
         await pilot.pause()
         assert not isinstance(app.screen, SweepScreen)

@@ -22,7 +22,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -40,13 +39,14 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
+from phasechat.tui import chat_log, compare_picker, dialogs, sweep_screen, verdict_view
 from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
 from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
 from phasechat.tui.history_screen import HistoryScreen
 from phasechat.tui.host import ChatHost
 from phasechat.tui.markdown_view import RICH_THEME
+from phasechat.tui.palette import ChatCommands
 from phasechat.tui.prompt_view import PromptView
 from phasechat.tui.telemetry_view import (
     RANK,
@@ -72,6 +72,7 @@ class PhasechatApp(ChatHost):
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "phasechat"
+    COMMANDS = ChatHost.COMMANDS | {ChatCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
         Binding("escape", "stop", "Stop", id="stop"),
@@ -511,10 +512,6 @@ class PhasechatApp(ChatHost):
         """Engine parameters and the trimmer; applied from the next message, saved."""
         dialogs.settings(self)
 
-    def toggle_trimming(self) -> None:
-        """Turn the history trimmer on or off (saved)."""
-        dialogs.toggle_trimming(self)
-
     def action_prompt_view(self) -> None:
         """The prompt the selected answer (else the newest) was given, as the engine read
         it: its sections, the cache break, the exact text."""
@@ -556,13 +553,47 @@ class PhasechatApp(ChatHost):
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()
 
-    def export_chat(self) -> None:
-        """Write the chat on screen to the exports folder (from memory)."""
-        dialogs.export_chat(self)
-
-    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        """The palette's entries (tui/palette.py): the app's own actions, then those of
+        the screens each module opens."""
+        yield SystemCommand("Stop answer", "Stop the answer being generated", self.action_stop)
+        yield SystemCommand(
+            "Retry",
+            "Answer the last question again (the old answer stays, a sibling)",
+            self.action_retry,
+        )
+        yield SystemCommand(
+            "Select a message",
+            "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
+            self.action_select_message,
+        )
+        yield SystemCommand(
+            "Edit the system prompt",
+            "Enter answers the last question with it, on a new branch",
+            self.action_edit_system,
+        )
+        yield SystemCommand(
+            "Show the prompt",
+            "What the engine read for the selected answer: sections, cache break, exact text (F8)",
+            self.action_prompt_view,
+        )
+        yield SystemCommand(
+            "What each part of the prompt is worth",
+            "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
+            self.action_ablate,
+        )
+        yield compare_picker.command(self)
+        yield SystemCommand(
+            "Request history", "Every answer's metrics; export JSONL/CSV", self.action_history
+        )
+        yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
+        yield SystemCommand(
+            "Toggle telemetry",
+            "Show or hide the live telemetry panel",
+            self.action_toggle_telemetry,
+        )
         yield from dialogs.commands(self)
+        yield sweep_screen.command(self)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""

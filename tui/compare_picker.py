@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from textual.app import SystemCommand
+
 from phasechat.backends.base import Backend
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.costs import switch_cost
@@ -16,6 +18,15 @@ from phasechat.tui.switch_screen import SwitchScreen
 from phasechat.tui.telemetry_view import switch_line
 
 TITLE = ("Replay the last prompt on ...", "  (side by side with the active backend)")
+
+
+def command(app: ChatHost) -> SystemCommand:
+    """The palette's entry for the replay (F5)."""
+    return SystemCommand(
+        TITLE[0],
+        "The same conversation on another backend or settings, side by side (F5)",
+        lambda: replay_last(app),
+    )
 
 
 def targets(ws: Workspace) -> list[tuple[Target, str]]:

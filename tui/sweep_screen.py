@@ -9,7 +9,7 @@ times (more when noisy). Closing the screen stops the sweep.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
 
@@ -147,9 +147,9 @@ def open_sweep(
     return True
 
 
-def commands(app: ChatHost) -> Iterable[SystemCommand]:
+def command(app: ChatHost) -> SystemCommand:
     """The palette's entry for the sweep."""
-    yield SystemCommand(
+    return SystemCommand(
         "Concurrency sweep",
         "Throughput and per-user speed at 1, 2, 4, 8 concurrent requests (remote backends)",
         lambda: open_sweep(app),
