@@ -15,8 +15,8 @@ from textual.widgets import Static
 
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.anatomy import parts_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.engine_held import parts_of
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import (
     CACHE_AFTER,

@@ -12,7 +12,7 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 from textual.content import Content
 
-from phasechat.chat.anatomy import name_of
+from phasechat.chat.engine_held import name_of
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.tui.clip import clipped
