@@ -81,7 +81,7 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
 
         await pilot.press("ctrl+p")  # the palette
         assert isinstance(app.screen, CommandPalette)
-        await pilot.press(*"Replay the last")
+        await pilot.press(*"Compare the last")
         await pilot.pause(0.5)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SwitchScreen))

@@ -1,5 +1,5 @@
 """The phasechat Textual app: it draws a `Workspace` (chat/workspace.py) and runs its
-workers; the state itself (backends, session, store, config) lives there.
+workers; the state itself (backends, turns, store, config) lives there.
 
 Data flows one way: the app drives the workspace's `TurnController`, which wraps a
 backend's event stream in the telemetry recorder. The generation worker only consumes
@@ -300,7 +300,7 @@ class PhasechatApp(ChatHost):
                 await verdict_view.add_verdict(view, exchange)
                 self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
         except NoMatches:
-            pass  # the app is shutting down: the answer itself was saved by the session
+            pass  # the app is shutting down: the answer itself was saved by the store's listener
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
             self._streaming = None
@@ -492,8 +492,8 @@ class PhasechatApp(ChatHost):
         dialogs.switch_backend(self)
 
     def action_compare(self) -> None:
-        """Replay the last prompt elsewhere, side by side (tui/compare_picker.py)."""
-        compare_picker.replay_last(self)
+        """The last prompt sent elsewhere, side by side (tui/compare_picker.py)."""
+        compare_picker.compare_last(self)
 
     def action_chats(self) -> None:
         """Saved chats: open one (it replaces the chat on screen), search, manage."""
