@@ -1,7 +1,7 @@
 """A concurrency sweep of the current remote backend, drawn as it runs: the table of
-levels, then the chart (phasechat/sweep_chart.py) with the knee marked.
+levels, then the chart (chat/trips/sweep_chart.py) with the knee marked.
 
-Reached from the command palette ("Concurrency sweep"). It runs chat/sweep.py on the
+Reached from the command palette ("Concurrency sweep"). It runs chat/trips/sweep.py on the
 backend the chat uses (its own one-turn requests; the chat is not touched), at
 concurrency 1, 2, 4 and 8 with DEFAULT_MAX_TOKENS per answer, each level DEFAULT_REPEATS
 times (more when noisy). Closing the screen stops the sweep.

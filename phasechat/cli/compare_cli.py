@@ -1,4 +1,4 @@
-"""`phasechat compare PROMPT --backend A --backend B`: the command line over chat/compare.py.
+"""`phasechat compare PROMPT --backend A --backend B`: the command line over chat/trips/compare.py.
 
 N rounds (`--repeat`), interleaved A B A B ...; each metric's median and spread per side,
 the ratio B/A of the medians, and a warning where the spread is wider than the
