@@ -140,8 +140,7 @@ def open_sweep(
     if backend.serial:
         app.notify("The sweep needs a remote backend: the local model answers one at a time.")
         return False
-    if app.generating:
-        app.notify("An answer is streaming: stop it or wait, then sweep.", severity="warning")
+    if app.refused_while_answering():
         return False
     app.push_screen(SweepScreen(backend, app.turns.settings, levels, repeats=repeats))
     return True
