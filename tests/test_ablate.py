@@ -27,8 +27,8 @@ from phasechat.chat.trips.ablate import (
 )
 from phasechat.telemetry.anatomy import split_estimated
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.screens.ablate_screen import AblateScreen
 from tests.helpers import COLD_MAX, settled, wait_for
 from tests.scripted import ScriptedBackend
 

@@ -25,8 +25,8 @@ from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import CompareScreen
-from phasechat.tui.widgets import PromptInput
+from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.widgets.chat_widgets import PromptInput
 from tests.scripted import ScriptedBackend
 
 METRICS = {

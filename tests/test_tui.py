@@ -12,9 +12,9 @@ from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.host import BUSY
-from phasechat.tui.markdown_view import MarkdownBody
-from phasechat.tui.sweep_screen import SweepScreen, open_sweep
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.screens.sweep_screen import SweepScreen, open_sweep
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import MarkdownBody
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

@@ -13,8 +13,8 @@ from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
-from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.screens.compare_screen import SIDE_TRIP, CompareScreen
+from phasechat.tui.screens.switch_screen import SwitchScreen
 from tests.helpers import stored_messages, wait_for
 
 pytestmark = [pytest.mark.model, pytest.mark.server]

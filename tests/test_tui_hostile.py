@@ -14,9 +14,9 @@ from phasechat.chat.config.paths import db_path, exports_dir
 from phasechat.chat.config.settings import Settings
 from phasechat.tui import dialogs
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chats_screen import ChatsScreen
-from phasechat.tui.confirm import ConfirmScreen
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.chats_screen import ChatsScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import stored_messages, wait_for
 from tests.scripted import ScriptedBackend
 from tests.test_store_hostile import fill_disk, free_disk

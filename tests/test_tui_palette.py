@@ -8,7 +8,7 @@ from textual.pilot import Pilot
 
 from phasechat.chat.config.paths import exports_dir
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.sweep_screen import SweepScreen
+from phasechat.tui.screens.sweep_screen import SweepScreen
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

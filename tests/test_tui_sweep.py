@@ -16,9 +16,9 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
 from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.sweep_screen import SweepScreen, open_sweep
-from phasechat.tui.verdict_view import VerdictLine
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.sweep_screen import SweepScreen, open_sweep
+from phasechat.tui.widgets.chat_widgets import MessageView
+from phasechat.tui.widgets.verdict_view import VerdictLine
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

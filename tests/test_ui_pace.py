@@ -15,10 +15,10 @@ from phasechat.backends.events import Event, GenerationRequest
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
-from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets import chat_log
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import wait_for
 

@@ -39,16 +39,20 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import chat_log, compare_picker, dialogs, sweep_screen, verdict_view
-from phasechat.tui.ablate_screen import AblateScreen
-from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
-from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
-from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui import compare_picker, dialogs
 from phasechat.tui.host import ChatHost
-from phasechat.tui.markdown_view import RICH_THEME
 from phasechat.tui.palette import ChatCommands
-from phasechat.tui.prompt_view import PromptView
-from phasechat.tui.telemetry_view import (
+from phasechat.tui.screens import sweep_screen
+from phasechat.tui.screens.ablate_screen import AblateScreen
+from phasechat.tui.screens.compare_screen import SIDE_TRIP, CompareScreen
+from phasechat.tui.screens.history_screen import HistoryScreen
+from phasechat.tui.screens.prompt_view import PromptView
+from phasechat.tui.screens.timeline_view import TimelineView
+from phasechat.tui.widgets import chat_log, verdict_view
+from phasechat.tui.widgets.chat_log import ChatLog, Pace, draw_answer, editing_title
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import RICH_THEME
+from phasechat.tui.widgets.telemetry_view import (
     RANK,
     PanelLine,
     answer_footer,
@@ -57,9 +61,7 @@ from phasechat.tui.telemetry_view import (
     panel_lines,
     status_content,
 )
-from phasechat.tui.timeline_view import TimelineView
-from phasechat.tui.welcome import Welcome
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.welcome import Welcome
 
 REFRESH_HZ = 15
 #: how many cold runs of each side "run each again" makes in a branch comparison
@@ -149,7 +151,7 @@ class PhasechatApp(ChatHost):
         self.refresh_status()
 
     def action_follow_link(self, href: str) -> None:
-        """A link clicked in a message (tui/markdown_view.py): see dialogs.open_link."""
+        """A link clicked in a message (tui/widgets/markdown_view.py): see dialogs.open_link."""
         dialogs.open_link(self, href)
 
     # -- backends --------------------------------------------------------------------

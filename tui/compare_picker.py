@@ -14,8 +14,8 @@ from phasechat.chat.trips.compare import Comparison, Side
 from phasechat.chat.trips.compare_targets import Target, derive, variants
 from phasechat.chat.workspace import Workspace
 from phasechat.tui.host import ChatHost
-from phasechat.tui.switch_screen import SwitchScreen
-from phasechat.tui.telemetry_view import switch_line
+from phasechat.tui.screens.switch_screen import SwitchScreen
+from phasechat.tui.widgets.telemetry_view import switch_line
 
 TITLE = ("Compare the last prompt on ...", "  (side by side with the active backend)")
 
@@ -86,7 +86,7 @@ def compare_last(app: ChatHost) -> None:
             backend = ws.backend_for(target.profile)
         a = Side(ws.backend.name, ws.backend, ws.turns.settings)
         b = Side(target.name, backend, target.settings)
-        from phasechat.tui.compare_screen import CompareScreen  # plotext: not at start-up
+        from phasechat.tui.screens.compare_screen import CompareScreen  # plotext: not at start-up
 
         app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
 

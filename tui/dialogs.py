@@ -17,10 +17,10 @@ from phasechat.chat.store.database import ChatNotFound
 from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
-from phasechat.tui.confirm import ConfirmScreen
 from phasechat.tui.host import ChatHost
-from phasechat.tui.switch_screen import SwitchScreen
-from phasechat.tui.telemetry_view import switch_line
+from phasechat.tui.screens.confirm import ConfirmScreen
+from phasechat.tui.screens.switch_screen import SwitchScreen
+from phasechat.tui.widgets.telemetry_view import switch_line
 
 
 def commands(app: ChatHost) -> Iterable[SystemCommand]:
@@ -93,7 +93,7 @@ def chats(app: ChatHost) -> None:
             more = f" (and {len(saved.unreadable) - 1} more)" if len(saved.unreadable) > 1 else ""
             app.notify(one_line(saved.unreadable[0]) + more, severity="warning", timeout=15)
 
-    from phasechat.tui.chats_screen import ChatsScreen  # loaded when first opened
+    from phasechat.tui.screens.chats_screen import ChatsScreen  # loaded when first opened
 
     app.push_screen(ChatsScreen(store), chosen)
 
@@ -178,7 +178,7 @@ def settings(app: ChatHost) -> None:
             app.notify("settings saved; they apply from the next message")
         app.run_worker(app.show_conversation(ws.turns.conversation))
 
-    from phasechat.tui.settings_screen import SettingsScreen  # loaded when first opened
+    from phasechat.tui.screens.settings_screen import SettingsScreen  # loaded when first opened
 
     app.push_screen(SettingsScreen(ws.turns.settings, ws.config.trim, list(ws.profiles)), chosen)
 

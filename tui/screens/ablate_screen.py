@@ -14,7 +14,7 @@ from phasechat.backends.events import Message
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.ablate import Ablation, Variant, ablation_title, report_lines
 from phasechat.telemetry.metrics import Metrics
-from phasechat.tui.report_screen import ReportScreen
+from phasechat.tui.screens.report_screen import ReportScreen
 
 REPEAT = 3
 
