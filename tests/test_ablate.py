@@ -16,8 +16,8 @@ from textual.widgets import Static
 
 from phasechat.backends.events import Event, GenerationRequest, Message
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.anatomy import parts_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.engine_held import parts_of
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import (
     CACHE_AFTER,
@@ -28,9 +28,9 @@ from phasechat.chat.trips.ablate import (
 )
 from phasechat.telemetry.anatomy import split_estimated
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.confirm import ConfirmScreen
+from phasechat.tui.screens.ablate_screen import AblateScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
 from tests.helpers import COLD_MAX, settled, wait_for
 from tests.scripted import ScriptedBackend
 

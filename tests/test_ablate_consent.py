@@ -41,19 +41,19 @@ SAVED = {
 }
 
 
-def long_chat(turns: int) -> int:
-    """A saved chat of `turns` answered questions, written through the store."""
+def long_chat(questions: int) -> int:
+    """A saved chat of `questions` answered questions, written through the store."""
     messages: list[ChatMessage] = []
-    for i in range(turns):
+    for i in range(questions):
         answer = ChatMessage(
             "assistant", f"answer {i}", "local", "m", metrics=metrics_from_dict(SAVED)
         )
         messages += [ChatMessage("user", f"question {i}"), answer]
-    session = TurnController(LocalBackend())  # never started: nothing is generated
-    session.replace_conversation(Conversation("Be brief.", tuple(messages)))
+    turns = TurnController(LocalBackend())  # never started: nothing is generated
+    turns.replace_conversation(Conversation("Be brief.", tuple(messages)))
     with ChatStore() as store:
         chat_id = store.create_chat(system="Be brief.")
-        follow(session, store, chat_id)
+        follow(turns, store, chat_id)
     return chat_id
 
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
-from phasechat.chat.anatomy import anatomy_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.engine_held import anatomy_of
 from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages

@@ -21,7 +21,6 @@ from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import history_metrics
 from phasechat.chat.store.database import ChatNotFound, StoreError
-from phasechat.chat.store.export import dumps
 from phasechat.chat.trips.ablate import (
     ASK_ABOVE_RUNS,
     CACHE_AFTER,
@@ -38,6 +37,7 @@ from phasechat.chat.turns import InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.forecast import measured_rates
+from phasechat.telemetry.records import dumps
 
 
 def add_parser(sub: Any) -> None:

@@ -127,7 +127,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
         local = LocalConfig(
             model_path=resolve_model_path(args.model),
             n_ctx=args.n_ctx,
-            n_gpu_layers=args.gpu_layers,
+            gpu_layers=args.gpu_layers,
             threads=args.threads,
             chat_format=args.chat_format,
         )

@@ -24,7 +24,7 @@ from phasechat.chat.trips.ablate import (
 )
 from phasechat.telemetry.forecast import Rates
 from phasechat.telemetry.metrics import Metrics
-from phasechat.tui.report_screen import ReportScreen
+from phasechat.tui.screens.report_screen import ReportScreen
 
 REPEAT = 3
 

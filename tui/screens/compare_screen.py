@@ -37,8 +37,8 @@ from phasechat.chat.trips.compare import (
 )
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
-from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
-from phasechat.tui.clip import clipped_text
+from phasechat.tui.widgets.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
+from phasechat.tui.widgets.clip import clipped_text
 
 REFRESH_HZ = 10
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."

@@ -15,8 +15,8 @@ from textual.content import Content
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.timeline import STALL_X, Timeline
-from phasechat.tui.clip import items_left_out, notice
-from phasechat.tui.report_screen import ReportScreen
+from phasechat.tui.screens.report_screen import ReportScreen
+from phasechat.tui.widgets.clip import items_left_out, notice
 
 #: the shades' backgrounds, from the shortest gaps (dark green) to the longest (red)
 SHADE_COLOURS = ("#1e3b2a", "#2d5a2d", "#6b6520", "#8a4a1a", "#a3261c")
