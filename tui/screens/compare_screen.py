@@ -194,7 +194,7 @@ class CompareScreen(Screen[None]):
         c = self.comparison
         order = "streaming together" if c.together else "one after the other"
         head = self.heading or Content.assemble(
-            ("Replay of the last prompt", "bold"),
+            ("The last prompt compared", "bold"),
             f" on two backends, {order}\n",
             (SIDE_TRIP, "dim"),
         )
