@@ -75,7 +75,7 @@ class LocalConfig:
 
     model_path: Path | None = None
     n_ctx: int = 4096
-    n_gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
+    gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
     # None: physical cores, fewer while a busy neighbour slows decode (backends/threads.py);
     # a number: exactly that many, always
     threads: int | None = None
@@ -219,7 +219,7 @@ class LocalBackend:
                 f"({g.n_ctx_train} tokens); use --n-ctx {g.n_ctx_train} or less"
             )
         offload = bool(llama_cpp.llama_supports_gpu_offload())
-        layers = self.config.n_gpu_layers
+        layers = self.config.gpu_layers
         self.gpu_layers = (-1 if offload else 0) if layers is None else layers
         self.threads = self.config.threads or physical_cores()
         self._detail = f"loading {path.name}"

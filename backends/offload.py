@@ -39,21 +39,22 @@ class Split:
         return self.cpu_bytes > 0
 
 
-def on_gpu(n_gpu_layers: int, n_layers: int) -> list[bool]:
+def on_gpu(gpu_layers: int, n_layers: int) -> list[bool]:
     """For each layer 0..n_layers (the last one the output layer), whether llama.cpp
-    puts it on the GPU for `n_gpu_layers` (negative: all)."""
-    ngl = ALL_LAYERS if n_gpu_layers < 0 else n_gpu_layers
+    puts it on the GPU for `gpu_layers` (`--gpu-layers`, llama.cpp's `n_gpu_layers`;
+    negative: all)."""
+    ngl = ALL_LAYERS if gpu_layers < 0 else gpu_layers
     start = max(n_layers + 1 - ngl, 0)
     active = min(ngl, n_layers + 1)
     return [start <= il and il - start < active for il in range(n_layers + 1)]
 
 
-def split(weights: LayerBytes, n_gpu_layers: int, kv_bytes: int) -> Split | None:
-    """The bytes a decode step reads on each side with `n_gpu_layers` offloaded and
+def split(weights: LayerBytes, gpu_layers: int, kv_bytes: int) -> Split | None:
+    """The bytes a decode step reads on each side with `gpu_layers` offloaded and
     `kv_bytes` of KV cache held (shared by the layers evenly); None when no layer is on
     the GPU."""
     n = len(weights.blocks)
-    where = on_gpu(n_gpu_layers, n)
+    where = on_gpu(gpu_layers, n)
     if not any(where):
         return None
     layers = sum(where[:n])

@@ -61,13 +61,13 @@ def row(label: str, m: Metrics) -> str:
     )
 
 
-async def turns(backend: Backend, name: str) -> list[str]:
-    session = TurnController(backend, SETTINGS)
+async def cold_then_warm(backend: Backend, name: str) -> list[str]:
+    turns = TurnController(backend, SETTINGS)
     out = []
     for label, prompt in zip(("cold", "warm"), PROMPTS, strict=True):
-        async for _ in session.send(prompt):
+        async for _ in turns.send(prompt):
             pass
-        m = session.exchanges[-1].metrics
+        m = turns.exchanges[-1].metrics
         assert m is not None
         out.append(row(f"{name} {label}", m))
     return out
@@ -130,14 +130,14 @@ async def main(args: argparse.Namespace) -> None:
     local = LocalBackend(LocalConfig(model_path=model, n_ctx=4096, threads=args.threads))
     await local.start()
     try:
-        for line in await turns(local, "local"):
+        for line in await cold_then_warm(local, "local"):
             print(line)
         binary = args.llama_server or os.environ.get("PHASECHAT_LLAMA_SERVER")
         if binary:
             with llama_server(binary, model) as base:
                 remote = RemoteBackend(RemoteConfig(base_url=base))
                 await remote.start()
-                for line in await turns(remote, "llama-server"):
+                for line in await cold_then_warm(remote, "llama-server"):
                     print(line)
                 await remote.aclose()
         else:

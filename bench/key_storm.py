@@ -25,7 +25,7 @@ from textual import events
 
 import phasechat.tui.app as app_module
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets import PromptInput
+from phasechat.tui.widgets.chat_widgets import PromptInput
 from tests.scripted import ScriptedBackend
 
 READ = 4096  # the Linux driver reads the terminal 4 KB at a time

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from bench.anatomy import QUESTIONS, SYSTEM
+from bench.edit_forecast import QUESTIONS, SYSTEM
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
 from phasechat.chat.config.settings import Settings

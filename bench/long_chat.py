@@ -44,11 +44,11 @@ from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.store.database import ChatStore
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chat_log import ChatLog
-from phasechat.tui.compare_screen import CompareScreen
-from phasechat.tui.prompt_view import PromptView
-from phasechat.tui.timeline_view import TimelineView
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.screens.prompt_view import PromptView
+from phasechat.tui.screens.timeline_view import TimelineView
+from phasechat.tui.widgets.chat_log import ChatLog
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
 from tests.scripted import ScriptedBackend
 
 SIZE = (120, 40)

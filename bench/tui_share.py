@@ -69,11 +69,11 @@ def delta(before: dict[str, float], after: dict[str, float], seconds: float) -> 
 
 
 async def headless(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
-    session = TurnController(backend, settings)
+    turns = TurnController(backend, settings)
     before, t0 = thread_cpu(), time.perf_counter()
-    async for _ in session.send(PROMPT):
+    async for _ in turns.send(PROMPT):
         pass
-    m = session.exchanges[-1].metrics
+    m = turns.exchanges[-1].metrics
     assert m is not None
     return m, delta(before, thread_cpu(), time.perf_counter() - t0)
 

@@ -24,7 +24,7 @@ from textual import events
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
 from tests.fault_server import fault_server_thread
 
 

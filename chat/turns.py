@@ -32,9 +32,9 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.chat.anatomy import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation, sendable
+from phasechat.chat.engine_held import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.text import is_text
 from phasechat.chat.trim.trimmer import Trimmer
 from phasechat.chat.trim.types import SendPlan, TrimStats

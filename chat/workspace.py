@@ -1,5 +1,5 @@
 """The application's state, apart from any screen: which backends exist, which one
-answers, the chat session, where it is saved, and the user's settings.
+answers, the chat's turns (its `TurnController`), where it is saved, and the user's settings.
 
 `phasechat ask`, `phasechat bench` and the TUI all build one `Workspace` from the same
 config and options, so a profile, a `[trim]` section or an `[engine]` setting means the
@@ -27,7 +27,7 @@ from phasechat.telemetry import otel
 
 
 class Workspace:
-    """Profiles and their backends, the session, the store and the config."""
+    """Profiles and their backends, the turns, the store and the config."""
 
     def __init__(
         self,

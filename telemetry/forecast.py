@@ -15,7 +15,7 @@ attention terms are kept apart because they differ: measured on the bundled mode
 before it (3.79 ms a token for 512 tokens from nothing, 5.14 for 3,072): one big batch
 reads the keys and values once for all its queries. Priced at the short turns' rate, a
 615-token re-read was forecast 26% high (the grid's own reads) and 25-36% high in
-`bench.anatomy`; in a chat of short turns the long-read term cannot be fitted and is 0,
+`bench.edit_forecast`; in a chat of short turns the long-read term cannot be fitted and is 0,
 so a read far longer than any seen is forecast low (a 3,072-token read about 24%).
 The fixed cost of a request (templating, the network, queueing) is measured, not
 fitted: the median of TTFT less the engine's prompt time. Least squares on times weights

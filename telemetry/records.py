@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import fields
@@ -29,19 +30,41 @@ def answer_record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> di
     return out
 
 
-#: DEL and the C1 block: JSON allows them raw, and some terminals act on them.
-_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
 #: What a spreadsheet treats as a formula or strips to find one (OWASP's list).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: DEL, the C1 block (some terminals act on them) and the bidi controls (they reorder
+#: the line a terminal shows: "Trojan Source"); JSON allows all of them raw.
+_ESCAPED = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def dumps(obj: object, indent: int | None = None) -> str:
+    """JSON that is safe to print to a terminal yet keeps non-ASCII text readable: every
+    JSON phasechat prints or writes goes through here. Strictly JSON: a number that is
+    not finite (NaN, infinity) is `null`, never the bare `NaN` other parsers refuse."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
+    # Outside strings JSON is ASCII, so these can only be string content: escape them.
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _finite(obj: object) -> object:
+    """`obj` with every float that is not finite made None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def to_jsonl(records: Iterable[dict[str, Any]]) -> str:
-    """One JSON object per line; safe to print (C0 is escaped by JSON, DEL and C1 here)."""
-    return "".join(
-        _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(r, ensure_ascii=False))
-        + "\n"
-        for r in records
-    )
+    """One JSON object per line, as `dumps` writes them (strict, safe to print)."""
+    return "".join(dumps(r) + "\n" for r in records)
 
 
 def to_csv(records: Iterable[dict[str, Any]]) -> str:

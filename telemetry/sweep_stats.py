@@ -204,7 +204,9 @@ class RepeatSpread:
 
     p10-p90 (linear, numpy's) rather than min-max: with more repeats an outlier weighs
     less in it, so a repeat can narrow it; min-max only ever widens as repeats come in,
-    and repeating a noisy level could never settle it. One repeat has no spread (0)."""
+    and repeating a noisy level could never settle it. One repeat has no spread (0).
+    A comparison's spread (chat/trips/compare.Spread) is min-max below 10 runs instead:
+    it decides nothing, and with its few runs min-max shows each run's reach."""
 
     values: tuple[float, ...]
 

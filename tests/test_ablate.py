@@ -8,15 +8,16 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from textual.widgets import Static
 
-from phasechat.backends.events import Message
+from phasechat.backends.events import Event, GenerationRequest, Message
 from phasechat.backends.local import LocalBackend
-from phasechat.chat.anatomy import parts_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.engine_held import parts_of
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import (
     CACHE_AFTER,
@@ -27,8 +28,9 @@ from phasechat.chat.trips.ablate import (
 )
 from phasechat.telemetry.anatomy import split_estimated
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
-from phasechat.tui.ablate_screen import AblateScreen
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.screens.ablate_screen import AblateScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
 from tests.helpers import COLD_MAX, settled, wait_for
 from tests.scripted import ScriptedBackend
 
@@ -175,6 +177,51 @@ async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
         assert screen.runs == 3 * 3  # the full prompt and two cuts, 3 runs each
         await pilot.press("escape")
         assert [m.id for m in app.turns.conversation.every()] == before
+
+
+class Counted(ScriptedBackend):
+    """Counts the requests it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        self.requests += 1
+        async for event in super().stream(request, every_s=every_s):
+            yield event
+
+
+async def test_the_palette_asks_before_a_long_ablation_and_no_starts_nothing() -> None:
+    backend = Counted()
+    app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
+    async with app.run_test(size=(160, 40)) as pilot:
+        for i in range(1, 11):  # 10 exchanges, then the last question's answer: 11 in all
+            app.send(f"question {i}")
+            await settled(pilot, app, i)
+        app.send("the last question")
+        await settled(pilot, app, 11)
+        requests = backend.requests
+        # the full prompt, the system prompt and 10 earlier exchanges: 12 x 3 = 36 runs
+        app.action_ablate()
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and bool(app.screen.query(Static))
+        )
+        question = app.screen.query(Static).first()
+        assert "Start 36 cold runs?" in str(question.render())
+        detail = str(app.screen.query(Static).last().render())
+        assert detail.startswith("ablate: 36 cold runs (12 prompts x --repeat 3)")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert not isinstance(app.screen, AblateScreen) and backend.requests == requests
+        app.action_ablate()
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, AblateScreen))
+        await wait_for(pilot, lambda: backend.requests > requests)  # the runs started
+        await pilot.press("escape")
 
 
 def _run(ttft: float, e2e: float, out: int, prompt_ms: float | None = None) -> Metrics:

@@ -22,9 +22,9 @@ from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow
 from phasechat.chat.trim.types import SUMMARY_HEADER
-from phasechat.chat.trips.ablate import Ablation
+from phasechat.chat.trips.ablate import ASK_ABOVE_RUNS, Ablation, duration
 from phasechat.chat.turns import InputError, TurnController
-from phasechat.cli.ablate_cli import ASK_ABOVE_RUNS, _consent, duration
+from phasechat.cli.ablate_cli import _consent
 from phasechat.telemetry.forecast import Rates
 from phasechat.telemetry.metrics import metrics_from_dict
 
@@ -41,19 +41,19 @@ SAVED = {
 }
 
 
-def long_chat(turns: int) -> int:
-    """A saved chat of `turns` answered questions, written through the store."""
+def long_chat(questions: int) -> int:
+    """A saved chat of `questions` answered questions, written through the store."""
     messages: list[ChatMessage] = []
-    for i in range(turns):
+    for i in range(questions):
         answer = ChatMessage(
             "assistant", f"answer {i}", "local", "m", metrics=metrics_from_dict(SAVED)
         )
         messages += [ChatMessage("user", f"question {i}"), answer]
-    session = TurnController(LocalBackend())  # never started: nothing is generated
-    session.replace_conversation(Conversation("Be brief.", tuple(messages)))
+    turns = TurnController(LocalBackend())  # never started: nothing is generated
+    turns.replace_conversation(Conversation("Be brief.", tuple(messages)))
     with ChatStore() as store:
         chat_id = store.create_chat(system="Be brief.")
-        follow(session, store, chat_id)
+        follow(turns, store, chat_id)
     return chat_id
 
 

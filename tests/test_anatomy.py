@@ -8,7 +8,7 @@ import pytest
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.chat.anatomy import (
+from phasechat.chat.engine_held import (
     Held,
     anatomy_of,
     held_after,

@@ -11,8 +11,8 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.branches import branch_comparison
 from phasechat.chat.turns import InputError
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import CompareScreen
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import COLD_MAX, settled, wait_for
 from tests.test_tui_branches import Numbered
 

@@ -41,11 +41,11 @@ def phasechat(*args: str) -> subprocess.CompletedProcess[str]:
 
 def saved_chat(*messages: ChatMessage, system: str = "Be brief.") -> int:
     """A chat written through the store as a session would write it."""
-    session = TurnController(LocalBackend())  # never started: nothing is generated
-    session.replace_conversation(Conversation(system, messages))
+    turns = TurnController(LocalBackend())  # never started: nothing is generated
+    turns.replace_conversation(Conversation(system, messages))
     with ChatStore() as store:
         chat_id = store.create_chat(system=system)
-        follow(session, store, chat_id)
+        follow(turns, store, chat_id)
     return chat_id
 
 

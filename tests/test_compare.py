@@ -164,6 +164,11 @@ def test_derived_profiles_from_the_command_line() -> None:
         derive("local", spec, settings, {"kv": "q5_1"})
     with pytest.raises(ValueError, match="local model"):
         derive("openai", BackendSpec("openai"), settings, {"kv": "q8_0"})
+    # --gpu-layers, the config's gpu_layers and a target's are one name down to LocalConfig
+    cpu = derive("local", spec, settings, {"gpu_layers": "0"})
+    assert (cpu.spec.local.gpu_layers, spec.local.gpu_layers, cpu.own_backend) == (0, None, True)
+    with pytest.raises(ValueError, match="gpu_layers: expected -1"):
+        derive("local", spec, settings, {"gpu_layers": "-2"})
 
 
 def test_the_picker_offers_settings_that_differ_from_the_current_ones() -> None:

@@ -26,7 +26,7 @@ from phasechat.cli.compare_cli import table_lines
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import CompareScreen, shortened
+from phasechat.tui.screens.compare_screen import CompareScreen, shortened
 from tests.scripted import ScriptedBackend
 
 FIGURES = {

@@ -126,7 +126,7 @@ threads = 1
     tiny = config.local_profile("tiny")
     assert tiny is not None
     assert tiny.local_config() == LocalConfig(
-        model_path=default_model_path(), n_ctx=2048, n_gpu_layers=None, threads=1
+        model_path=default_model_path(), n_ctx=2048, gpu_layers=None, threads=1
     )
     assert config.theme == "phasechat-dark"
 

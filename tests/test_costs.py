@@ -54,10 +54,10 @@ class Server(ScriptedBackend):
         yield Finished("stop")
 
 
-def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> Forecast:
+def settle(forecasts: DraftForecast, turns: TurnController, draft: str) -> Forecast:
     deadline = time.monotonic() + 30  # a limit for a hang, not a timing asserted
     while time.monotonic() < deadline:
-        forecasts.update(session, draft)
+        forecasts.update(turns, draft)
         if (f := forecasts.of(draft)) is not None:
             return f
         time.sleep(0.01)
@@ -77,38 +77,38 @@ def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> For
 async def test_a_drafts_cache_guess_on_a_server_that_hides_it(
     thinking: int, cached: int | None, guess: int
 ) -> None:
-    session = TurnController(Server(thinking, cached), Settings(max_tokens=16))
-    await ask(session, "first question")
+    turns = TurnController(Server(thinking, cached), Settings(max_tokens=16))
+    await ask(turns, "first question")
     forecasts = DraftForecast(every_s=0)
     try:
-        f = settle(forecasts, session, "x" * 400)  # 100 tokens: the prompt is over 70
+        f = settle(forecasts, turns, "x" * 400)  # 100 tokens: the prompt is over 70
     finally:
         forecasts.close()
     # the history and the draft, counted apart (the scripted count adds up exactly)
-    whole = (*session.request().messages, Message("user", "x" * 400))
-    assert f.prompt_tokens == session.backend.count_tokens(whole).tokens > 100
+    whole = (*turns.request().messages, Message("user", "x" * 400))
+    assert f.prompt_tokens == turns.backend.count_tokens(whole).tokens > 100
     assert (f.cached_tokens, f.max_tokens, f.estimated_tokens) == (guess, 16, True)
 
 
 async def test_a_prompt_held_whole_is_forecast_to_read_its_last_token_again() -> None:
-    session = TurnController(Server(0), Settings())
-    messages = session.preview("a question")
-    held = expect(session, messages, exact=(100, 100))
+    turns = TurnController(Server(0), Settings())
+    messages = turns.preview("a question")
+    held = expect(turns, messages, exact=(100, 100))
     assert held == Expected(100, 99, None, False, None)
     assert held.evaluated_tokens == 1
     assert held.line() == "keeps 99 cached, reads 1 again (TTFT: not measured on this backend yet)"
-    part = expect(session, messages, exact=(100, 60))
+    part = expect(turns, messages, exact=(100, 60))
     assert (part.cached_tokens, part.evaluated_tokens) == (60, 40)
-    assert expect(session, messages, exact=(1, 1)).cached_tokens == 0
+    assert expect(turns, messages, exact=(1, 1)).cached_tokens == 0
 
 
 async def test_the_expected_ttft_and_the_last_one_beside_it() -> None:
-    session = TurnController(Server(0, cached=0), Settings())
-    await ask(session, "q1")
-    await ask(session, "q2")
-    messages = session.preview("q3")
-    e = expect(session, messages, exact=(500, 100))
-    last = session.exchanges[-1].metrics
+    turns = TurnController(Server(0, cached=0), Settings())
+    await ask(turns, "q1")
+    await ask(turns, "q2")
+    messages = turns.preview("q3")
+    e = expect(turns, messages, exact=(500, 100))
+    last = turns.exchanges[-1].metrics
     assert last is not None and e.last_ttft_ms == last.ttft_ready_ms
     assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (500, 100, False)
     assert e.line().startswith("keeps 100 cached, reads 400 again")
@@ -130,12 +130,12 @@ def test_a_switchs_re_prefill_is_in_seconds_with_its_fixed_cost() -> None:
 async def test_without_the_engines_count_the_cache_is_the_messages_shared_whole() -> None:
     # the scripted count: a message is len // 4 + 3 tokens. The last request was the
     # system prompt (5) and q1 (3), answered "an answer" (5): 13 tokens shared whole
-    session = TurnController(Server(0, cached=0), Settings(system="Be brief."))
-    await ask(session, "q1")
-    e = expect(session, session.preview("q2"))
+    turns = TurnController(Server(0, cached=0), Settings(system="Be brief."))
+    await ask(turns, "q1")
+    e = expect(turns, turns.preview("q2"))
     assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (16, 13, True)
     # an edit of q1: only the system prompt is shared
-    edit = expect(session, session.preview("q1, edited", session.conversation.questions()[0].id))
+    edit = expect(turns, turns.preview("q1, edited", turns.conversation.questions()[0].id))
     assert (edit.prompt_tokens, edit.cached_tokens) == (5 + 5, 5)
 
 
@@ -148,18 +148,18 @@ class Rendering(Server):
 
 
 async def test_the_held_prefix_is_counted_by_the_servers_own_tokens() -> None:
-    session = TurnController(Rendering(0), Settings(system="Be brief."))
-    messages = session.preview("one two")
+    turns = TurnController(Rendering(0), Settings(system="Be brief."))
+    messages = turns.preview("one two")
     # nothing sent yet: every token is read
-    assert await held_prefix(session, messages) == (6, 0)  # system: Be brief. user: one two
-    await ask(session, "one two")
+    assert await held_prefix(turns, messages) == (6, 0)  # system: Be brief. user: one two
+    await ask(turns, "one two")
     # held: system: Be brief. user: one two assistant: an answer (9 tokens); the next
     # prompt shares its whole (9) and adds user: three (2)
-    assert await held_prefix(session, session.preview("three")) == (11, 9)
+    assert await held_prefix(turns, turns.preview("three")) == (11, 9)
     # an edit of the question: only the system prompt and "user:" are shared
-    edit = session.preview("uno", session.conversation.questions()[0].id)
-    assert await held_prefix(session, edit) == (5, 4)
-    e = expect(session, edit, await held_prefix(session, edit))
+    edit = turns.preview("uno", turns.conversation.questions()[0].id)
+    assert await held_prefix(turns, edit) == (5, 4)
+    e = expect(turns, edit, await held_prefix(turns, edit))
     assert (e.prompt_tokens, e.cached_tokens, e.estimated) == (5, 4, False)
 
 
@@ -175,13 +175,13 @@ def test_the_expected_line_names_a_cache_of_one_token_and_none() -> None:
 async def test_the_last_ttft_set_beside_the_forecast_is_from_the_ready_model() -> None:
     # a saved answer that waited 4 s for the model to load: its TTFT from the ready
     # model is 1 s, not the 5 s the user waited
-    session = TurnController(Server(0), Settings())
+    turns = TurnController(Server(0), Settings())
     saved = metrics_from_dict(
         {"backend": "server", "model": "m", "finish": "stop", "ttft_ms": 5000.0, "load_ms": 4000.0}
     )
-    session.conversation.add(ChatMessage("user", "q"))
-    session.conversation.add(ChatMessage("assistant", "a", "server", "m", metrics=saved))
-    e = expect(session, session.preview("next"), exact=(50, 0))
+    turns.conversation.add(ChatMessage("user", "q"))
+    turns.conversation.add(ChatMessage("assistant", "a", "server", "m", metrics=saved))
+    e = expect(turns, turns.preview("next"), exact=(50, 0))
     assert e.last_ttft_ms == 1000.0
 
 
@@ -199,12 +199,12 @@ class Counted(Server):
 
 def test_a_draft_forecast_starts_at_most_one_count_every_interval() -> None:
     backend = Counted()
-    session = TurnController(backend, Settings())
+    turns = TurnController(backend, Settings())
     forecasts = DraftForecast(every_s=0)
     try:
-        first = settle(forecasts, session, "one")
+        first = settle(forecasts, turns, "one")
         forecasts.every_s = 3600  # an hour from the last count: no second one in this test
-        assert forecasts.update(session, "two words") is first  # the last one, at once
+        assert forecasts.update(turns, "two words") is first  # the last one, at once
         # no count of the new draft starts (given half a second to show that it did not)
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline and "two words" not in backend.asked:
@@ -212,24 +212,24 @@ def test_a_draft_forecast_starts_at_most_one_count_every_interval() -> None:
         assert "two words" not in backend.asked
         assert forecasts.of("two words") is None and forecasts.of("one") is first
         forecasts.every_s = 0
-        second = settle(forecasts, session, "two words")
+        second = settle(forecasts, turns, "two words")
         assert second.prompt_tokens > first.prompt_tokens
     finally:
         forecasts.close()
     blank = DraftForecast(every_s=0)
     try:
-        assert blank.update(session, "   ") is None  # nothing to send: no forecast
+        assert blank.update(turns, "   ") is None  # nothing to send: no forecast
     finally:
         blank.close()
 
 
 async def test_the_history_is_the_saved_answers_then_this_sessions_each_once() -> None:
-    session = TurnController(Server(0), Settings())
+    turns = TurnController(Server(0), Settings())
     saved = metrics_from_dict({"backend": "server", "model": "m", "finish": "stop"})
-    session.conversation.add(ChatMessage("user", "old q"))
-    session.conversation.add(ChatMessage("assistant", "old a", "server", "m", metrics=saved))
-    await ask(session, "new q")
-    ran = session.exchanges[0].metrics
+    turns.conversation.add(ChatMessage("user", "old q"))
+    turns.conversation.add(ChatMessage("assistant", "old a", "server", "m", metrics=saved))
+    await ask(turns, "new q")
+    ran = turns.exchanges[0].metrics
     assert ran is not None
     # the new answer's metrics are on its message too: counted once, after the saved one
-    assert [id(m) for m in history_metrics(session)] == [id(saved), id(ran)]
+    assert [id(m) for m in history_metrics(turns)] == [id(saved), id(ran)]

@@ -35,18 +35,18 @@ class Counting:
         return self.backend.count_tokens(messages)
 
 
-def session_with_history(backend: object) -> TurnController:
-    session = TurnController(backend, Settings(max_tokens=64))  # type: ignore[arg-type]
+def turns_with_history(backend: object) -> TurnController:
+    turns = TurnController(backend, Settings(max_tokens=64))  # type: ignore[arg-type]
     for i in range(6):
-        session.conversation.add(ChatMessage("user", f"Question {i} about lighthouses?"))
-        session.conversation.add(ChatMessage("assistant", f"Answer {i}: " + "light " * 40))
-    return session
+        turns.conversation.add(ChatMessage("user", f"Question {i} about lighthouses?"))
+        turns.conversation.add(ChatMessage("assistant", f"Answer {i}: " + "light " * 40))
+    return turns
 
 
-def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> Forecast | None:
+def settle(forecasts: DraftForecast, turns: TurnController, draft: str) -> Forecast | None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        forecasts.update(session, draft)
+        forecasts.update(turns, draft)
         if forecasts.of(draft) is not None:
             return forecasts.of(draft)
         time.sleep(0.01)
@@ -56,14 +56,14 @@ def settle(forecasts: DraftForecast, session: TurnController, draft: str) -> For
 @pytest.mark.model
 def test_the_draft_forecast_counts_as_the_whole_prompt_would(local_backend: LocalBackend) -> None:
     counting = Counting(local_backend)
-    session = session_with_history(counting)
+    turns = turns_with_history(counting)
     forecasts = DraftForecast(every_s=0)
     try:
         drafts = ["How tall", "How tall is the tallest lighthouse", "And its lamp?"]
         for draft in drafts:
-            f = settle(forecasts, session, draft)
+            f = settle(forecasts, turns, draft)
             assert f is not None
-            whole = (*session.request().messages, Message("user", draft))
+            whole = (*turns.request().messages, Message("user", draft))
             exact = local_backend.count_tokens(whole).tokens
             assert abs(f.prompt_tokens - exact) <= 2, (f.prompt_tokens, exact)
         history_counts = [n for n, _ in counting.calls if n > 1]
@@ -77,14 +77,14 @@ def test_the_draft_forecast_counts_as_the_whole_prompt_would(local_backend: Loca
 @pytest.mark.model
 def test_a_1mb_paste_is_counted_off_the_calling_thread(local_backend: LocalBackend) -> None:
     counting = Counting(local_backend)
-    session = session_with_history(counting)
+    turns = turns_with_history(counting)
     forecasts = DraftForecast(every_s=0)
     paste = "word " * 200_000
     try:
         t0 = time.perf_counter()
-        assert forecasts.update(session, paste) is None  # returns at once: nothing yet
+        assert forecasts.update(turns, paste) is None  # returns at once: nothing yet
         returned_s = time.perf_counter() - t0
-        f = settle(forecasts, session, paste)
+        f = settle(forecasts, turns, paste)
         counted_s = time.perf_counter() - t0
         assert f is not None and f.prompt_tokens > 200_000
         # Not a timing limit: the call returned before the count it started was done.

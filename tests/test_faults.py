@@ -45,13 +45,13 @@ async def ask(
     """One prompt through a fresh session; the finished exchange and its backend."""
     config.setdefault("stall_timeout_s", 0.3)
     backend = RemoteBackend(RemoteConfig(base_url=base_url, model=model, **config))
-    session = TurnController(backend, Settings(max_tokens=max_tokens))
+    turns = TurnController(backend, Settings(max_tokens=max_tokens))
     try:
-        async for _ in session.send("hello"):
+        async for _ in turns.send("hello"):
             pass
     finally:
         await backend.aclose()
-    exchange = session.exchanges[-1]
+    exchange = turns.exchanges[-1]
     assert exchange.metrics is not None and exchange.answer.metrics is not None
     return exchange, backend
 
@@ -274,16 +274,16 @@ async def wait_for_idle(server: FaultServer) -> None:
 
 async def test_cancel_storm_leaves_nothing_open(server: FaultServer) -> None:
     backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="endless"))
-    session = TurnController(backend, Settings(max_tokens=100_000))
+    turns = TurnController(backend, Settings(max_tokens=100_000))
     for i in range(50):
-        exchange = session.begin(f"question {i}")
+        exchange = turns.begin(f"question {i}")
         first = asyncio.Event()
         how = i % 3
 
         async def consume(
             exchange: Exchange = exchange, first: asyncio.Event = first, how: int = how
         ) -> None:
-            events = session.run(exchange)
+            events = turns.run(exchange)
             async for event in events:
                 if isinstance(event, ResponseStarted if how == 1 else TextDelta):
                     first.set()
@@ -304,7 +304,7 @@ async def test_cancel_storm_leaves_nothing_open(server: FaultServer) -> None:
     await wait_for_idle(server)
     await backend.aclose()
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
-    assert len(session.exchanges) == 50 and session.current is None
+    assert len(turns.exchanges) == 50 and turns.current is None
 
 
 # -- secrets and TLS -------------------------------------------------------------------
@@ -379,10 +379,10 @@ async def test_tls_is_verified_unless_turned_off_explicitly(tmp_path: Path) -> N
         assert "TLS verification off" in backend.state_detail
         await backend.start()
         assert backend.state == "ready" and "TLS verification off" in backend.state_detail
-        session = TurnController(backend, Settings(max_tokens=8))
+        turns = TurnController(backend, Settings(max_tokens=8))
         for prompt in ("one", "two"):
-            async for _ in session.send(prompt):
+            async for _ in turns.send(prompt):
                 pass
         await backend.aclose()
-    for ex in session.exchanges:  # once per answer, not once per chunk or per session
+    for ex in turns.exchanges:  # once per answer, not once per chunk or per session
         assert ex.answer.status == "complete" and ex.trace.notices == [TLS_OFF]

@@ -46,6 +46,8 @@ def chats_db(home: Path) -> Path:
         (["--max-tokens", "-5"], "--max-tokens -5: expected 1 to 16,777,216"),
         (["--n-ctx", "-5"], "--n-ctx -5: expected 16 to 16,777,216 tokens"),
         (["--gpu-layers", "-2"], "--gpu-layers -2: expected -1 (all) to 10,000"),
+        (["--seed", "-1"], "--seed -1: expected 0 to 4,294,967,294"),
+        (["--seed", str(2**64)], f"--seed {2**64}: expected 0 to 4,294,967,294"),
     ],
 )
 def test_a_flag_out_of_bounds_is_one_line_and_nothing_is_saved(
@@ -63,7 +65,10 @@ def test_the_bounds_edges_are_accepted() -> None:
         threads=threads_max(), temperature=5.0, max_tokens=1, n_ctx=16, gpu_layers=-1
     )
     check_flags(edges)
-    check_flags(argparse.Namespace(temperature=0.0, threads=1, context=16))
+    check_flags(argparse.Namespace(temperature=0.0, threads=1, context=16, seed=0))
+    check_flags(argparse.Namespace(seed=2**32 - 2))
+    with pytest.raises(ValueError, match="--seed 4294967295: expected 0 to"):
+        check_flags(argparse.Namespace(seed=2**32 - 1))  # llama.cpp's "random"
     with pytest.raises(ValueError, match="--n-ctx 15: expected 16"):
         check_flags(argparse.Namespace(n_ctx=15))
 

@@ -34,16 +34,16 @@ async def server() -> AsyncIterator[FaultServer]:
 
 async def ask(server: FaultServer, model: str, store: ChatStore | None = None) -> Exchange:
     backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model=model, api_key_env=ENV))
-    session = TurnController(backend, Settings(max_tokens=8))
+    turns = TurnController(backend, Settings(max_tokens=8))
     if store is not None:
-        follow(session, store, store.create_chat())
+        follow(turns, store, store.create_chat())
     try:
         await backend.start()
-        async for _ in session.send("hello"):
+        async for _ in turns.send("hello"):
             pass
     finally:
         await backend.aclose()
-    return session.exchanges[-1]
+    return turns.exchanges[-1]
 
 
 @pytest.mark.parametrize("pasted", [KEY + "\n", KEY + "\r\n", "  " + KEY + "\t"])

@@ -83,13 +83,13 @@ async def test_a_chat_on_one_connection_is_measured_right_every_turn(
     backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
     await backend.start()
     assert backend.context_window == 4096 and backend.context_source == "llama-server /props"
-    session = TurnController(backend, Settings(max_tokens=12, temperature=0))
+    turns = TurnController(backend, Settings(max_tokens=12, temperature=0))
     for i in range(12):
-        async for _ in session.send(f"Give me one word about the number {i}."):
+        async for _ in turns.send(f"Give me one word about the number {i}."):
             pass
     await backend.aclose()
-    metrics = [e.metrics for e in session.exchanges]
-    assert [e.answer.status for e in session.exchanges] == ["complete"] * 12
+    metrics = [e.metrics for e in turns.exchanges]
+    assert [e.answer.status for e in turns.exchanges] == ["complete"] * 12
     for m in metrics[1:]:
         assert m is not None and m.warnings == () and m.cache_reported
         assert m.cached_tokens == m.server_cache_n and (m.cached_tokens or 0) > 0

@@ -28,10 +28,10 @@ from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.verdict import phase_shares, stats_line, verdict
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.telemetry_view import answer_footer, live_lines
-from phasechat.tui.verdict_view import VerdictLine
-from phasechat.tui.welcome import Welcome
-from phasechat.tui.widgets import LivePanel, MessageView
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView
+from phasechat.tui.widgets.telemetry_view import answer_footer, live_lines
+from phasechat.tui.widgets.verdict_view import VerdictLine
+from phasechat.tui.widgets.welcome import Welcome
 from tests.helpers import settled, wait_for
 
 MS = 1_000_000

@@ -57,7 +57,7 @@ def ask(
     )
 
 
-def one_line(stderr: str) -> str:
+def only_line(stderr: str) -> str:
     """The single line a failure prints, after checking it is one line and no traceback."""
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
@@ -74,7 +74,7 @@ def test_1mb_prompt_on_stdin_fails_in_one_line_and_is_saved_whole() -> None:
     paste = megabyte_paste()
     r = ask("--n-ctx", "512", "--max-tokens", "8", "-", stdin=paste)
     assert r.returncode == 1
-    line = one_line(r.stderr)
+    line = only_line(r.stderr)
     assert "the context holds 512" in line  # no silent truncation: the sizes are named
     assert "Trim the history" in line and "--n-ctx" in line  # and the ways out
     assert r.stdout == ""  # no answer text was invented
@@ -90,7 +90,7 @@ def test_1mb_prompt_on_stdin_fails_in_one_line_and_is_saved_whole() -> None:
 def test_blank_prompt_is_refused_and_nothing_saved(prompt: str, stdin: str | None) -> None:
     r = ask(prompt, stdin=stdin)
     assert r.returncode == 2 and r.stdout == ""
-    assert one_line(r.stderr) == "phasechat: empty prompt: nothing to ask"
+    assert only_line(r.stderr) == "phasechat: empty prompt: nothing to ask"
     assert not default_path().exists()  # no empty chat was created
 
 
@@ -112,7 +112,7 @@ async def test_n_ctx_beyond_training_names_the_trained_context(model_path: Path)
     await backend.aclose()
     r = ask("--no-save", "--n-ctx", str(trained * 4), "hi")
     assert r.returncode == 2 and r.stdout == ""
-    assert one_line(r.stderr) == f"phasechat: {detail}"
+    assert only_line(r.stderr) == f"phasechat: {detail}"
 
 
 def _vm_peak(code: str) -> int:
@@ -142,6 +142,6 @@ def test_too_little_memory_to_load_is_one_line(model_path: Path) -> None:
     limit = baseline + model_path.stat().st_size + kv // 2
     r = ask("--no-save", "--threads", "1", "--n-ctx", str(n_ctx), "hi", limit_as=limit)
     assert r.returncode == 2, (limit, r.stderr)  # not a signal: no abort, no core dump
-    line = one_line(r.stderr)
+    line = only_line(r.stderr)
     assert "not enough memory" in line, line
     assert r.stdout == ""

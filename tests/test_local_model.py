@@ -78,30 +78,30 @@ async def test_cancel_stops_within_a_few_tokens_and_next_request_works(
 
 
 async def test_cancel_via_task_cancellation(local_backend: LocalBackend) -> None:
-    session = TurnController(local_backend, Settings(max_tokens=400, temperature=0))
+    turns = TurnController(local_backend, Settings(max_tokens=400, temperature=0))
 
     async def consume() -> None:
-        async for _ in session.send("Tell me about the sea, at length."):
+        async for _ in turns.send("Tell me about the sea, at length."):
             pass
 
     task = asyncio.create_task(consume())
-    while not session.exchanges or session.exchanges[-1].trace.tokens < 3:  # noqa: ASYNC110
+    while not turns.exchanges or turns.exchanges[-1].trace.tokens < 3:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    answer = session.exchanges[-1].answer
+    answer = turns.exchanges[-1].answer
     assert answer.status == "cancelled" and answer.content  # the partial answer is kept
-    assert session.exchanges[-1].metrics is not None
+    assert turns.exchanges[-1].metrics is not None
 
 
 async def test_second_turn_reuses_the_cached_prefix(local_backend: LocalBackend) -> None:
-    session = TurnController(local_backend, Settings(max_tokens=8, temperature=0))
-    async for _ in session.send("What is 2+2?"):
+    turns = TurnController(local_backend, Settings(max_tokens=8, temperature=0))
+    async for _ in turns.send("What is 2+2?"):
         pass
-    async for _ in session.send("And 3+3?"):
+    async for _ in turns.send("And 3+3?"):
         pass
-    first, second = (e.metrics for e in session.exchanges)
+    first, second = (e.metrics for e in turns.exchanges)
     assert first is not None and second is not None
     assert second.cached_tokens is not None and second.prompt_tokens is not None
     # the whole first turn (system, question, answer) is reused

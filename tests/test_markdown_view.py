@@ -1,5 +1,5 @@
 """Sealing a streamed answer into pieces: each piece renders on its own as it would have
-inside the whole text (tui/markdown_view.py)."""
+inside the whole text (tui/widgets/markdown_view.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from rich.segment import Segment
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chat_log import FRAME_CHARS
-from phasechat.tui.markdown_view import (
+from phasechat.tui.widgets.chat_log import FRAME_CHARS
+from phasechat.tui.widgets.chat_widgets import MessageView
+from phasechat.tui.widgets.markdown_view import (
     RICH_THEME,
     SEAL_CHARS,
     SPLIT_FENCE_CHARS,
@@ -21,7 +22,6 @@ from phasechat.tui.markdown_view import (
     _markdown,
     seal_point,
 )
-from phasechat.tui.widgets import MessageView
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import screen_text, wait_for
 
@@ -142,7 +142,7 @@ async def test_a_streaming_tail_grows_a_few_lines_at_a_time_and_settles_exact() 
     settles, it is exactly as tall as its text."""
     from textual.app import App, ComposeResult
 
-    from phasechat.tui.markdown_view import STREAM_STEP
+    from phasechat.tui.widgets.markdown_view import STREAM_STEP
 
     class One(App[None]):
         def compose(self) -> ComposeResult:
@@ -172,7 +172,7 @@ async def test_a_catch_up_is_sealed_before_it_is_drawn() -> None:
     boundary first: the tail is never drawn with all of it (50 ms of Rich, twice)."""
     from textual.app import App, ComposeResult
 
-    from phasechat.tui.markdown_view import STREAM_STEP, MarkdownPiece
+    from phasechat.tui.widgets.markdown_view import STREAM_STEP, MarkdownPiece
 
     class One(App[None]):
         def compose(self) -> ComposeResult:
@@ -283,8 +283,8 @@ async def test_a_growth_step_is_one_layout_pass(monkeypatch: pytest.MonkeyPatch)
     from textual.app import App, ComposeResult
     from textual.screen import Screen
 
-    from phasechat.tui.markdown_view import STREAM_STEP
-    from phasechat.tui.widgets import MessageView
+    from phasechat.tui.widgets.chat_widgets import MessageView
+    from phasechat.tui.widgets.markdown_view import STREAM_STEP
 
     passes = 0
     layout = Screen._refresh_layout
@@ -321,7 +321,7 @@ async def test_a_streamed_word_repaints_only_the_lines_it_changed() -> None:
     from textual.app import App, ComposeResult
     from textual.geometry import Region
 
-    from phasechat.tui.markdown_view import SHARED_STEP
+    from phasechat.tui.widgets.markdown_view import SHARED_STEP
 
     class One(App[None]):
         def __init__(self, text: str = "") -> None:

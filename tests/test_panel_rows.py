@@ -13,8 +13,8 @@ from textual.pilot import Pilot
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.telemetry_view import RANK, PanelLine, fit_lines
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.telemetry_view import RANK, PanelLine, fit_lines
 from tests.helpers import send_each, settled, wait_for
 from tests.test_tui_faults import SVG_TEXT
 

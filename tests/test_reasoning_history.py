@@ -22,11 +22,11 @@ from tests.scripted import ScriptedBackend
 async def test_thinking_is_saved_and_exported_with_the_answer(tmp_path: Path) -> None:
     async with FaultServer() as server:
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="think-6-3-1"))
-        session = TurnController(backend, Settings(max_tokens=64))
+        turns = TurnController(backend, Settings(max_tokens=64))
         with ChatStore(tmp_path / "chats.db") as store:
             chat_id = store.create_chat()
-            follow(session, store, chat_id)
-            async for _ in session.send("hi"):
+            follow(turns, store, chat_id)
+            async for _ in turns.send("hi"):
                 pass
             await backend.aclose()
             loaded = store.load(chat_id)

@@ -71,20 +71,20 @@ async def test_bundled_model_with_a_thinking_template(model_path: Path) -> None:
     )
     await backend.start()
     assert backend.state == "ready", backend.state_detail
-    session = TurnController(backend, Settings(max_tokens=32, temperature=0.0))
+    turns = TurnController(backend, Settings(max_tokens=32, temperature=0.0))
     # Two earlier turns show the pattern; the greedy model follows it and closes the block.
     for _ in range(2):
-        session.conversation.add(ChatMessage("user", "hi"))
-        session.conversation.add(ChatMessage("assistant", SHOT, "local", "m"))
+        turns.conversation.add(ChatMessage("user", "hi"))
+        turns.conversation.add(ChatMessage("assistant", SHOT, "local", "m"))
     kinds: list[str] = []
     try:
-        assert backend.prompt_opens_think(session.request().messages)
-        async for event in session.send("hi"):
+        assert backend.prompt_opens_think(turns.request().messages)
+        async for event in turns.send("hi"):
             if isinstance(event, ReasoningDelta | TextDelta):
                 kinds.append(type(event).__name__)
     finally:
         await backend.aclose()
-    ex = session.exchanges[-1]
+    ex = turns.exchanges[-1]
     m = ex.metrics
     assert m is not None and ex.answer.status == "complete"
     # Thinking first, then the answer; the tags are in neither.
@@ -100,7 +100,7 @@ async def test_bundled_model_with_a_thinking_template(model_path: Path) -> None:
     assert m.ttft_ms is not None and m.ttfo_ms is not None and m.e2e_ms is not None
     assert m.ttft_ms < m.ttfo_ms <= m.e2e_ms
     # The next prompt carries the answer, not the thinking.
-    sent = session.request().messages
+    sent = turns.request().messages
     assert sent[-1].content == ex.answer.content and ex.answer.reasoning not in sent[-1].content
 
 

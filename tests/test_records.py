@@ -6,7 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import fields
+
+import pytest
 
 from phasechat.backends.events import Finished, PromptEvaluated, TextDelta
 from phasechat.telemetry.metrics import Metrics, compute
@@ -78,3 +81,14 @@ def test_a_prompt_a_spreadsheet_would_read_as_a_formula_is_quoted() -> None:
     ]
     prompts = [r["prompt"] for r in csv.DictReader(io.StringIO(to_csv(rows)))]
     assert prompts == ["'@SUM(A1)", "'-2+3", "'+1", "'=1", "a=1"]
+
+
+def test_jsonl_is_strict_json_and_safe_to_print() -> None:
+    # a metric that is not finite (read back from a damaged row, or a 0/0) is null, not
+    # the bare NaN/Infinity Python writes and other parsers refuse; bidi controls escaped
+    record = {"request": 1, "prompt": "a\u202eb\x9bc", "ttft_ms": math.nan, "e2e_ms": -math.inf}
+    line = to_jsonl([record])
+    assert "NaN" not in line and "Infinity" not in line
+    assert "\\u202e" in line and "\\u009b" in line and "\u202e" not in line
+    back = json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert back == {"request": 1, "prompt": "a\u202eb\x9bc", "ttft_ms": None, "e2e_ms": None}

@@ -45,11 +45,11 @@ async def test_models_and_streamed_answer(llama_server: str) -> None:
 async def test_session_marks_counts_as_estimates(llama_server: str) -> None:
     backend = RemoteBackend(RemoteConfig(base_url=llama_server))
     await backend.start()
-    session = TurnController(backend, Settings(max_tokens=10, temperature=0))
-    async for _ in session.send("Name a fruit."):
+    turns = TurnController(backend, Settings(max_tokens=10, temperature=0))
+    async for _ in turns.send("Name a fruit."):
         pass
     await backend.aclose()
-    m = session.exchanges[-1].metrics
+    m = turns.exchanges[-1].metrics
     assert m is not None
     assert m.output_tokens_estimated and m.prompt_tokens_source == "estimate"
     assert m.ttft_ms is not None and m.e2e_ms is not None and 0 < m.ttft_ms <= m.e2e_ms

@@ -29,11 +29,11 @@ MARKUP = ("[bold red]not bold[/]", "[@click=app.quit]click[/]")
 async def test_the_answer_keeps_the_data_and_visible_controls_defuses_it() -> None:
     async with FaultServer() as server:
         backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="markup"))
-        session = TurnController(backend, Settings(max_tokens=64))
-        async for _ in session.send("hi"):
+        turns = TurnController(backend, Settings(max_tokens=64))
+        async for _ in turns.send("hi"):
             pass
         await backend.aclose()
-    answer = session.exchanges[-1].answer
+    answer = turns.exchanges[-1].answer
     # The conversation keeps exactly what the model said: nothing dropped or rewritten.
     assert answer.status == "complete" and answer.content == "".join(MARKUP_PIECES)
     shown = visible_controls(answer.content)

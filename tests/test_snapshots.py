@@ -16,17 +16,17 @@ from textual.pilot import Pilot
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
-from phasechat.chat.anatomy import Held, anatomy_of
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
+from phasechat.chat.engine_held import Held, anatomy_of
 from phasechat.chat.trips.compare import Answer, Comparison, Side, request_for
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import CompareScreen
-from phasechat.tui.widgets import PromptInput
+from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.widgets.chat_widgets import PromptInput
 from tests.scripted import ScriptedBackend
 
 METRICS = {

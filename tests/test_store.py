@@ -45,9 +45,9 @@ def store(data_home: Path) -> Iterator[ChatStore]:
 
 def offline_session(*messages: ChatMessage, system: str = "") -> TurnController:
     """A session over an unloaded backend, holding `messages` (nothing is generated)."""
-    session = TurnController(LocalBackend())
-    session.replace_conversation(Conversation(system, messages))
-    return session
+    turns = TurnController(LocalBackend())
+    turns.replace_conversation(Conversation(system, messages))
+    return turns
 
 
 def test_database_lives_in_xdg_data_home_and_uses_wal(data_home: Path, store: ChatStore) -> None:
@@ -59,7 +59,7 @@ def test_database_lives_in_xdg_data_home_and_uses_wal(data_home: Path, store: Ch
 
 def test_messages_round_trip_with_status_and_metrics(store: ChatStore) -> None:
     metrics = metrics_from_dict({"ttft_ms": 12.5, "output_tokens": 3, "warnings": []})
-    session = offline_session(
+    turns = offline_session(
         ChatMessage("user", "Why is the sky blue?"),
         ChatMessage("assistant", "Rayleigh", "local", "m.gguf", metrics=metrics),
         ChatMessage("user", "More?"),
@@ -69,13 +69,13 @@ def test_messages_round_trip_with_status_and_metrics(store: ChatStore) -> None:
         system="Be brief.",
     )
     chat_id = store.create_chat(system="Be brief.")
-    follow(session, store, chat_id)
+    follow(turns, store, chat_id)
     loaded = store.load(chat_id)
     assert loaded.system == "Be brief."
     got = [(m.role, m.content, m.backend, m.model, m.status, m.error) for m in loaded.messages]
     want = [
         (m.role, m.content, m.backend, m.model, m.status, m.error)
-        for m in session.conversation.messages
+        for m in turns.conversation.messages
     ]
     assert got == want
     assert loaded.messages[1].metrics == metrics
@@ -86,12 +86,12 @@ def test_messages_round_trip_with_status_and_metrics(store: ChatStore) -> None:
 
 
 def test_streaming_answer_reloads_as_interrupted_with_its_text(store: ChatStore) -> None:
-    session = offline_session(
+    turns = offline_session(
         ChatMessage("user", "Tell me a story"),
         ChatMessage("assistant", "Once upon a", "local", "m.gguf", status="streaming"),
     )
     chat_id = store.create_chat()
-    follow(session, store, chat_id)
+    follow(turns, store, chat_id)
     answer = store.load(chat_id).messages[1]
     assert (answer.content, answer.status, answer.error) == (
         "Once upon a",
@@ -152,9 +152,9 @@ def test_search_matches_words_and_prefixes_and_accepts_any_text(store: ChatStore
 async def test_live_session_is_written_per_flush_and_can_be_resumed(
     store: ChatStore, local_backend: LocalBackend
 ) -> None:
-    session = TurnController(local_backend, Settings(max_tokens=120, temperature=0.0, seed=1))
-    chat_id = store.create_chat(system=session.settings.system)
-    follow(session, store, chat_id)
+    turns = TurnController(local_backend, Settings(max_tokens=120, temperature=0.0, seed=1))
+    chat_id = store.create_chat(system=turns.settings.system)
+    follow(turns, store, chat_id)
     seen: list[tuple[str, str, str]] = []
 
     class Reader:
@@ -174,13 +174,13 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
                     ).fetchone()
                 seen.append((message.content, row[0], row[1]))
 
-    session.listen(Reader())
-    async for _ in session.send("Write a long story about a lighthouse keeper."):
+    turns.listen(Reader())
+    async for _ in turns.send("Write a long story about a lighthouse keeper."):
         pass
     assert seen, "the answer streamed for less than one flush interval"
     for live, stored, status in seen:
         assert stored == live and status == "streaming"  # committed, visible to others
-    answer = session.conversation.messages[-1]
+    answer = turns.conversation.messages[-1]
     loaded = store.load(chat_id).messages[-1]
     assert (loaded.content, loaded.status, loaded.model) == (
         answer.content, "complete", local_backend.model,
@@ -189,7 +189,7 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
 
     follower = TurnController(local_backend, Settings(max_tokens=4, temperature=0.0))
     resume(follower, store, chat_id)
-    assert follower.settings.system == session.settings.system
+    assert follower.settings.system == turns.settings.system
     assert len(follower.request().messages) == 3  # system + the stored exchange
     async for _ in follower.send("Thanks!"):
         pass

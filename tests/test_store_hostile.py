@@ -28,9 +28,9 @@ from tests.scripted import ScriptedBackend
 SECRET = "zanzibarquokka"  # a word that appears nowhere else in the file
 
 
-def chat(session: TurnController, prompt: str) -> None:
+def chat(turns: TurnController, prompt: str) -> None:
     async def go() -> None:
-        async for _ in session.send(prompt):
+        async for _ in turns.send(prompt):
             pass
 
     asyncio.run(go())
@@ -49,10 +49,10 @@ def free_disk(store: ChatStore) -> None:
 def test_deleted_chat_words_are_gone_from_every_file(tmp_path: Path) -> None:
     path = tmp_path / "chats.db"
     with ChatStore(path) as store:
-        session = TurnController(ScriptedBackend(text=f"{SECRET} answer"))
+        turns = TurnController(ScriptedBackend(text=f"{SECRET} answer"))
         chat_id = store.create_chat()
-        follow(session, store, chat_id)
-        chat(session, f"tell me about {SECRET}")
+        follow(turns, store, chat_id)
+        chat(turns, f"tell me about {SECRET}")
         keep = store.create_chat()
         follow(TurnController(ScriptedBackend()), store, keep)
         assert store.search(SECRET)  # indexed

@@ -23,10 +23,11 @@ import pytest
 from textual.widgets import OptionList
 
 from phasechat.chat.store.database import ChatStore, default_path
-from phasechat.chat.store.export import dumps, metrics_line
+from phasechat.chat.store.export import metrics_line
 from phasechat.telemetry.metrics import metrics_from_dict
-from phasechat.tui.prompt_view import PromptView
-from phasechat.tui.widgets import MessageView
+from phasechat.telemetry.records import dumps
+from phasechat.tui.screens.prompt_view import PromptView
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.crafted_store import ANATOMY, CASES, Case, Crafted, crafted, saved_chats
 from tests.fault_server import fault_server_thread
 from tests.helpers import wait_for

@@ -85,11 +85,11 @@ def test_engine_counters_of_a_fresh_context_start_at_zero(model_path: Path) -> N
 async def test_client_figures_agree_with_llama_cpp_counters(local_backend: LocalBackend) -> None:
     import llama_cpp
 
-    session = TurnController(local_backend, Settings(max_tokens=32, temperature=0))
+    turns = TurnController(local_backend, Settings(max_tokens=32, temperature=0))
     long_prompt = "Summarise: " + "The sea was calm and the light turned slowly. " * 12
-    async for _ in session.send(long_prompt):
+    async for _ in turns.send(long_prompt):
         pass
-    m = session.exchanges[-1].metrics
+    m = turns.exchanges[-1].metrics
     assert m is not None and m.output_tokens == 32 and m.warnings == ()
     assert m.server_prompt_n == m.evaluated_prompt_tokens  # the same prompt tokens evaluated
     assert m.server_cache_n == m.cached_tokens
@@ -98,7 +98,7 @@ async def test_client_figures_agree_with_llama_cpp_counters(local_backend: Local
     # the llama thread, not when the UI reads it), and it holds llama.cpp's whole
     # prefill plus templating, tokenizing and the first sample. How much more than the
     # prefill depends on the machine's load, so it is not bounded here.
-    t = session.exchanges[-1].trace
+    t = turns.exchanges[-1].trace
     assert t.t_first_token is not None
     assert m.ttft_ms == pytest.approx((t.t_first_token - t.t_sent) / 1e6, rel=1e-9)
     assert m.server_prompt_ms <= m.ttft_ms

@@ -21,8 +21,8 @@ from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.timeline import STALL_X, quantile_bounds, timeline_of
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.timeline_view import TimelineView
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.timeline_view import TimelineView
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

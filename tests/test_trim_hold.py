@@ -87,14 +87,12 @@ async def test_a_trimmed_chat_passes_a_strict_template() -> None:
     backend = LocalBackend(config)
     await backend.start()
     try:
-        session = TurnController(
-            backend, Settings(system="Be brief.", max_tokens=24, temperature=0)
-        )
-        session.trimmer.budget, session.trimmer.keep_last = 200, 1
+        turns = TurnController(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+        turns.trimmer.budget, turns.trimmer.keep_last = 200, 1
         for q in QUESTIONS[:8]:
-            async for _ in session.send(q):
+            async for _ in turns.send(q):
                 pass
-        exchanges = session.exchanges
+        exchanges = turns.exchanges
         assert [e.answer.status for e in exchanges] == ["complete"] * 8
         assert any(e.trimmed for e in exchanges)  # the summary was in the prompt ...
         for e in exchanges:  # ... inside the one system message, never a second one
@@ -118,15 +116,15 @@ async def test_a_template_refusal_is_one_line_and_the_chat_goes_on() -> None:
             return super().count_tokens(messages)
 
     backend = Refusing()
-    session = TurnController(backend, Settings(max_tokens=8))
+    turns = TurnController(backend, Settings(max_tokens=8))
     with pytest.raises(InputError, match="template refused"):
-        session.begin("hello")
-    user = session.conversation.messages[-1]
+        turns.begin("hello")
+    user = turns.conversation.messages[-1]
     assert user.status == "error" and not user.in_prompt  # kept, not sent again
     backend.refuse = False
-    async for _ in session.send("hello again"):
+    async for _ in turns.send("hello again"):
         pass
-    assert session.exchanges[-1].answer.status == "complete"
+    assert turns.exchanges[-1].answer.status == "complete"
 
 
 # -- 3. one failed turn does not poison the chat ------------------------------------------
@@ -145,20 +143,20 @@ async def test_a_failed_turn_is_kept_but_not_sent_again_to_a_strict_server() -> 
     server = Shaped([{"id": "m", "object": "model", "owned_by": "vllm"}], strict)
     backend = server.backend()
     await backend.start()
-    session = TurnController(backend, Settings(system="S", max_tokens=8))
-    async for _ in session.send("first"):
+    turns = TurnController(backend, Settings(system="S", max_tokens=8))
+    async for _ in turns.send("first"):
         pass
     # the second turn fails (a 400 from the server, any cause)
     server.fail_next = 400
-    async for _ in session.send("this one fails"):
+    async for _ in turns.send("this one fails"):
         pass
-    failed = session.exchanges[-1]
+    failed = turns.exchanges[-1]
     assert failed.answer.status == "error"
     assert failed.user.status == "error" and failed.user.content == "this one fails"
     for text in ("third", "fourth"):
-        async for _ in session.send(text):
+        async for _ in turns.send(text):
             pass
-        assert session.exchanges[-1].answer.status == "complete"
+        assert turns.exchanges[-1].answer.status == "complete"
     assert all(roles_alternate(m) for m in seen)
     assert all("this one fails" not in json.dumps(m) for m in seen[-2:])
     await backend.aclose()
@@ -179,16 +177,16 @@ async def test_a_refusal_as_too_long_trims_and_retries_once() -> None:
     server = Shaped([{"id": "m", "object": "model", "owned_by": "someone"}], reply)
     backend = server.backend(context_window=8192)  # the client assumes far more
     await backend.start()
-    session = TurnController(backend, Settings(max_tokens=16))
-    session.trimmer.keep_last = 1
+    turns = TurnController(backend, Settings(max_tokens=16))
+    turns.trimmer.keep_last = 1
     for i in range(6):
-        async for _ in session.send(f"Turn {i}: " + "many words here " * 20):
+        async for _ in turns.send(f"Turn {i}: " + "many words here " * 20):
             pass
-    statuses = [e.answer.status for e in session.exchanges]
-    assert statuses == ["complete"] * 6, [e.answer.error for e in session.exchanges]
-    retried = [e for e in session.exchanges if any("refused" in n for n in e.trace.notices)]
+    statuses = [e.answer.status for e in turns.exchanges]
+    assert statuses == ["complete"] * 6, [e.answer.error for e in turns.exchanges]
+    retried = [e for e in turns.exchanges if any("refused" in n for n in e.trace.notices)]
     assert retried and all(e.trimmed for e in retried)
-    assert session.trimmer.windows[backend.name] == window  # learned from the refusal
+    assert turns.trimmer.windows[backend.name] == window  # learned from the refusal
     await backend.aclose()
 
 
@@ -199,14 +197,14 @@ async def test_a_refusal_as_too_long_trims_and_retries_once() -> None:
 async def test_the_trimmed_prompt_is_prefilled_before_the_user_sends(
     local_backend: LocalBackend,
 ) -> None:
-    session = TurnController(
+    turns = TurnController(
         local_backend, Settings(system="Be brief.", max_tokens=24, temperature=0)
     )
-    trimmer = session.trimmer
+    trimmer = turns.trimmer
     trimmer.budget, trimmer.keep_last, trimmer.lookahead = 260, 1, 2
     trimmed = None
     for q in QUESTIONS:
-        async for _ in session.send(q):
+        async for _ in turns.send(q):
             pass
         if trimmer.pending or trimmer._warming is not None:
             # the user reads and types: the summary and its pre-fill finish meanwhile
@@ -215,9 +213,9 @@ async def test_the_trimmed_prompt_is_prefilled_before_the_user_sends(
             await asyncio.sleep(0)  # the done-callback starts the pre-fill
             if trimmer._warming is not None:
                 await trimmer._warming
-            async for _ in session.send("And then?"):
+            async for _ in turns.send("And then?"):
                 pass
-            trimmed = session.exchanges[-1]
+            trimmed = turns.exchanges[-1]
             break
     assert trimmed is not None and trimmed.trimmed and trimmed.metrics is not None
     m = trimmed.metrics
@@ -225,7 +223,7 @@ async def test_the_trimmed_prompt_is_prefilled_before_the_user_sends(
     # only the new turn is read at send time: the summary and kept turns were prefilled
     assert m.evaluated_prompt_tokens is not None and m.evaluated_prompt_tokens <= 20
     assert m.cached_tokens >= m.prompt_tokens - 20
-    await session.aclose()
+    await turns.aclose()
 
 
 # -- 7. summaries that say nothing -------------------------------------------------------
@@ -258,23 +256,23 @@ def test_an_extractive_summary_is_the_first_sentence_of_each_turn() -> None:
 async def test_a_repeating_summary_is_replaced_by_an_extractive_one() -> None:
     chat = ScriptedBackend("chat", text="A short answer here.")
     looping = ScriptedBackend("summarizer", text="bees bees bees bees " * 10)
-    session = TurnController(chat, Settings(system="S", max_tokens=64))
-    session.trimmer.budget, session.trimmer.keep_last = 80, 1
-    session.trimmer.summarizer = looping
+    turns = TurnController(chat, Settings(system="S", max_tokens=64))
+    turns.trimmer.budget, turns.trimmer.keep_last = 80, 1
+    turns.trimmer.summarizer = looping
     for q in QUESTIONS[:8]:
-        async for _ in session.send(q):
+        async for _ in turns.send(q):
             pass
-        if session.trimmer.pending:
+        if turns.trimmer.pending:
             await asyncio.sleep(0.05)
-    summary = session.trimmer.summary
+    summary = turns.trimmer.summary
     assert summary is not None and summary.kind == "extractive"
     assert summary.why == "the model's summary repeated itself"
     lines = summary.text.splitlines()
     assert lines and all(line.startswith(("- user: ", "- assistant: ")) for line in lines)
     assert any(q in summary.text for q in QUESTIONS[:8])
-    assert len(summary.text) <= session.trimmer.summary_budget(80) * 4
-    assert session.trim_stats().summary_kind == "extractive"
-    await session.aclose()
+    assert len(summary.text) <= turns.trimmer.summary_budget(80) * 4
+    assert turns.trim_stats().summary_kind == "extractive"
+    await turns.aclose()
 
 
 def test_think_time_is_an_option_of_bench(tmp_path: Path) -> None:
@@ -299,17 +297,17 @@ async def test_a_real_strict_llama_server_with_a_smaller_window_than_assumed(
     # the user told phasechat the window is 8,192: the server will refuse long prompts
     backend = RemoteBackend(RemoteConfig(base_url=base, context_window=8192))
     await backend.start()
-    session = TurnController(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
-    session.trimmer.keep_last = 1
+    turns = TurnController(backend, Settings(system="Be brief.", max_tokens=24, temperature=0))
+    turns.trimmer.keep_last = 1
     long_question = "Tell me about the weather in spring. " * 25  # ~200 tokens a turn
     for i in range(6):
-        async for _ in session.send(f"{i}. {long_question}"):
+        async for _ in turns.send(f"{i}. {long_question}"):
             pass
     await backend.aclose()
-    statuses = [(e.answer.status, e.answer.error) for e in session.exchanges]
+    statuses = [(e.answer.status, e.answer.error) for e in turns.exchanges]
     assert [s for s, _ in statuses] == ["complete"] * 6, statuses
-    refused = [e for e in session.exchanges if any("refused" in n for n in e.trace.notices)]
+    refused = [e for e in turns.exchanges if any("refused" in n for n in e.trace.notices)]
     assert refused, "the server should have refused one prompt as too long"
-    assert session.trimmer.windows[backend.name] == 1024  # its own window, from its error
-    for e in session.exchanges:  # every request the strict template accepted
+    assert turns.trimmer.windows[backend.name] == 1024  # its own window, from its error
+    for e in turns.exchanges:  # every request the strict template accepted
         assert e.request is not None and roles_alternate(e.request.messages)

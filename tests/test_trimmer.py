@@ -48,15 +48,15 @@ TURNS = [
 ]
 
 
-async def say(session: TurnController, text: str) -> Exchange:
-    async for _ in session.send(text):
+async def say(turns: TurnController, text: str) -> Exchange:
+    async for _ in turns.send(text):
         pass
-    return session.exchanges[-1]
+    return turns.exchanges[-1]
 
 
 @dataclass
 class Played:
-    session: TurnController
+    turns: TurnController
     tokens: list[list[int]] = field(default_factory=list)  # formatted prompt of each send
     snapshots: list[list[tuple[int, str, str]]] = field(default_factory=list)
 
@@ -66,18 +66,16 @@ def played(local_backend: LocalBackend) -> Played:
     """Twelve turns under a 320-token budget, summaries on the chat's own local model."""
 
     async def play() -> Played:
-        session = TurnController(
-            local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0)
-        )
-        session.trimmer.budget, session.trimmer.keep_last = BUDGET, 2
-        session.trimmer.summary_tokens = SUMMARY_TOKENS  # short summaries: a quicker test
-        out = Played(session)
+        turns = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+        turns.trimmer.budget, turns.trimmer.keep_last = BUDGET, 2
+        turns.trimmer.summary_tokens = SUMMARY_TOKENS  # short summaries: a quicker test
+        out = Played(turns)
         for text in TURNS:
-            e = await say(session, text)
+            e = await say(turns, text)
             assert e.request is not None
             out.tokens.append(local_backend.format_prompt(e.request.messages)[0])
-            out.snapshots.append([(m.id, m.role, m.content) for m in session.conversation.messages])
-        await session.aclose()
+            out.snapshots.append([(m.id, m.role, m.content) for m in turns.conversation.messages])
+        await turns.aclose()
         return out
 
     return asyncio.run(play())
@@ -102,10 +100,10 @@ def test_budget_is_context_minus_answer_minus_margin(local_backend: LocalBackend
 
 
 def test_summary_sits_after_system_and_recent_turns_stay_verbatim(played: Played) -> None:
-    session = played.session
-    trimmer = session.trimmer
+    turns = played.turns
+    trimmer = turns.trimmer
     assert len(trimmer.summaries) >= 2, "the chat should have trimmed at least twice"
-    trimmed = [e for e in session.exchanges if e.trimmed]
+    trimmed = [e for e in turns.exchanges if e.trimmed]
     assert trimmed
     for e in trimmed:
         assert e.request is not None
@@ -118,11 +116,11 @@ def test_summary_sits_after_system_and_recent_turns_stay_verbatim(played: Played
         roles = [m.role for m in msgs[1:]]
         assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
     # The latest request: the summary in use, then every uncovered message verbatim.
-    last = session.exchanges[-1]
+    last = turns.exchanges[-1]
     assert last.request is not None
     assert trimmer.summary is not None
     assert last.request.messages[0] == trimmer.summary.system(SYSTEM)
-    kept = [m for m in session.conversation.messages[:-1] if m.id not in trimmer.covered]
+    kept = [m for m in turns.conversation.messages[:-1] if m.id not in trimmer.covered]
     assert last.request.messages[1:] == tuple(Message(m.role, m.content) for m in kept)
     users = [m.content for m in last.request.messages if m.role == "user"]
     assert users[-trimmer.keep_last :] == TURNS[-trimmer.keep_last :]
@@ -135,7 +133,7 @@ def test_summary_sits_after_system_and_recent_turns_stay_verbatim(played: Played
 def test_prompt_prefix_is_byte_identical_between_trims(
     played: Played, local_backend: LocalBackend
 ) -> None:
-    exchanges = played.session.exchanges
+    exchanges = played.turns.exchanges
     pairs = 0
     for k in range(len(exchanges) - 1):
         if exchanges[k + 1].trimmed:
@@ -162,30 +160,30 @@ def test_prompt_prefix_is_byte_identical_between_trims(
 
 
 def test_originals_are_kept_and_marked(played: Played) -> None:
-    session, trimmer = played.session, played.session.trimmer
-    final = {m.id: (m.role, m.content) for m in session.conversation.messages}
+    turns, trimmer = played.turns, played.turns.trimmer
+    final = {m.id: (m.role, m.content) for m in turns.conversation.messages}
     # Every message keeps the text it had when its turn ended; nothing was removed.
     for snap in played.snapshots:
         for mid, role, content in snap:
             assert final[mid] == (role, content)
-    assert [m.content for m in session.conversation.messages if m.role == "user"] == TURNS
+    assert [m.content for m in turns.conversation.messages if m.role == "user"] == TURNS
     assert trimmer.covered and trimmer.covered <= set(final)
-    summarized = [m for m in session.conversation.messages if trimmer.is_summarized(m)]
+    summarized = [m for m in turns.conversation.messages if trimmer.is_summarized(m)]
     assert {m.id for m in summarized} == trimmer.covered
     # The summary is its own object, not a message of the conversation.
     assert not any(c.startswith(SUMMARY_HEADER) for _, c in final.values())
     trimmer.enabled = False
     try:  # switched off: the whole history goes out again
-        assert session.request().messages == session.conversation.prompt_messages()
+        assert turns.request().messages == turns.conversation.prompt_messages()
         assert not trimmer.is_summarized(summarized[0])
     finally:
         trimmer.enabled = True
 
 
 def test_summary_runs_after_the_answer_and_outside_the_next_ttft(played: Played) -> None:
-    session = played.session
-    exchanges = session.exchanges
-    for summary in session.trimmer.summaries:
+    turns = played.turns
+    exchanges = turns.exchanges
+    for summary in turns.trimmer.summaries:
         # The first send after the summary was written is the one that used it ...
         user = next(e for e in exchanges if e.trace.t_sent >= summary.finished_ns)
         assert user.trimmed
@@ -203,16 +201,16 @@ def test_summary_runs_after_the_answer_and_outside_the_next_ttft(played: Played)
 def test_stats_report_tokens_cut_and_summary_cost(
     played: Played, local_backend: LocalBackend
 ) -> None:
-    session = played.session
-    stats = session.trim_stats()
-    last = session.exchanges[-1]
+    turns = played.turns
+    stats = turns.trim_stats()
+    last = turns.exchanges[-1]
     assert last.request is not None
     # the history as it was at the last send (its answer came after)
-    full = local_backend.count_tokens(session.conversation.prompt_messages()[:-1]).tokens
+    full = local_backend.count_tokens(turns.conversation.prompt_messages()[:-1]).tokens
     sent = local_backend.count_tokens(last.request.messages).tokens
     assert full > sent and last.tokens_cut == stats.tokens_cut == full - sent
-    assert stats.tokens_cut_total == sum(e.tokens_cut for e in session.exchanges)
-    assert stats.summaries == len(session.trimmer.summaries) >= 2
+    assert stats.tokens_cut_total == sum(e.tokens_cut for e in turns.exchanges)
+    assert stats.summaries == len(turns.trimmer.summaries) >= 2
     assert not stats.estimated and stats.budget == BUDGET
     assert stats.prefill_tok_s is not None and stats.prefill_s_saved is not None
     assert stats.prefill_s_saved == pytest.approx(stats.tokens_cut_total / stats.prefill_tok_s)
@@ -239,50 +237,50 @@ class Gated:
             yield event
 
 
-async def _until_pending(session: TurnController, turns: list[str]) -> None:
-    for text in turns:
-        await say(session, text)
-        if session.trimmer.pending:
+async def _until_pending(turns: TurnController, texts: list[str]) -> None:
+    for text in texts:
+        await say(turns, text)
+        if turns.trimmer.pending:
             return
     raise AssertionError("no summary was started")
 
 
 async def test_send_that_fits_does_not_wait_for_the_summary(local_backend: LocalBackend) -> None:
-    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+    turns = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
     gated = Gated(local_backend)
-    t = session.trimmer
+    t = turns.trimmer
     t.budget, t.keep_last, t.lookahead, t.summarizer = 400, 1, 4, gated
     t.summary_tokens = SUMMARY_TOKENS
-    await _until_pending(session, TURNS)
+    await _until_pending(turns, TURNS)
     nxt = "Thanks! One more question about bees."
-    fits = local_backend.count_tokens((*session.request().messages, Message("user", nxt)))
+    fits = local_backend.count_tokens((*turns.request().messages, Message("user", nxt)))
     assert fits.tokens <= 400  # precondition: the next send fits without the summary
-    e = await say(session, nxt)  # completes although the summary is still held back
+    e = await say(turns, nxt)  # completes although the summary is still held back
     assert t.pending and e.answer.status == "complete"
     assert e.trim_note == "summary not ready: sent full history" and not e.trimmed
-    history = session.conversation.prompt_messages()[:-1]  # all but the new answer
+    history = turns.conversation.prompt_messages()[:-1]  # all but the new answer
     assert e.request is not None and e.request.messages == history
     gated.gate.set()
     while t.pending:  # noqa: ASYNC110 - the summary runs on the llama thread
         await asyncio.sleep(0.05)
-    e = await say(session, "And what about the queen?")
+    e = await say(turns, "And what about the queen?")
     assert e.trimmed and e.request is not None
     assert SUMMARY_HEADER in e.request.messages[0].content  # the summary, in the system message
-    await session.aclose()
+    await turns.aclose()
 
 
 async def test_send_over_budget_waits_for_the_summary(local_backend: LocalBackend) -> None:
-    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
+    turns = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=24, temperature=0))
     gated = Gated(local_backend)
-    t = session.trimmer
+    t = turns.trimmer
     t.budget, t.keep_last, t.lookahead, t.summarizer = 400, 1, 4, gated
     t.summary_tokens = SUMMARY_TOKENS
-    await _until_pending(session, TURNS)
-    t.budget = local_backend.count_tokens(session.request().messages).tokens  # now too small
-    send = asyncio.create_task(say(session, "Tell me about the queen."))
-    while session.exchanges[-1].user.content != "Tell me about the queen.":  # noqa: ASYNC110
+    await _until_pending(turns, TURNS)
+    t.budget = local_backend.count_tokens(turns.request().messages).tokens  # now too small
+    send = asyncio.create_task(say(turns, "Tell me about the queen."))
+    while turns.exchanges[-1].user.content != "Tell me about the queen.":  # noqa: ASYNC110
         await asyncio.sleep(0.01)
-    waiting = session.exchanges[-1]
+    waiting = turns.exchanges[-1]
     await asyncio.sleep(0.3)
     assert waiting.trace.t_sent == 0 and not send.done()  # held until the summary exists
     gated.gate.set()
@@ -291,7 +289,7 @@ async def test_send_over_budget_waits_for_the_summary(local_backend: LocalBacken
     assert e.trim_wait_ms is not None and e.trim_note is not None
     assert e.trim_note.startswith("waited") and "one request at a time" not in e.trim_note
     assert t.summary is not None and e.trace.t_sent >= t.summary.finished_ns
-    await session.aclose()
+    await turns.aclose()
 
 
 class BrokenSummarizer:
@@ -335,21 +333,21 @@ class BrokenSummarizer:
 async def test_failing_summarizer_leaves_the_chat_working_untrimmed(
     local_backend: LocalBackend, raises: bool
 ) -> None:
-    session = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=16, temperature=0))
+    turns = TurnController(local_backend, Settings(system=SYSTEM, max_tokens=16, temperature=0))
     broken = BrokenSummarizer(raises)
-    session.trimmer.budget, session.trimmer.keep_last = 250, 1
-    session.trimmer.summarizer = broken
+    turns.trimmer.budget, turns.trimmer.keep_last = 250, 1
+    turns.trimmer.summarizer = broken
     for text in TURNS[:7]:
-        e = await say(session, text)
+        e = await say(turns, text)
         assert e.answer.status == "complete"
         assert e.request is not None and not e.trimmed
         # the whole history went out: no summary message
         assert not any(SUMMARY_HEADER in m.content for m in e.request.messages)
-    assert broken.calls >= 1 and session.trimmer.summary is None
-    notes = [e.trim_note for e in session.exchanges if e.trim_note]
+    assert broken.calls >= 1 and turns.trimmer.summary is None
+    notes = [e.trim_note for e in turns.exchanges if e.trim_note]
     assert any("summary failed" in n and "summarizer exploded" in n for n in notes)
-    assert "summarizer exploded" in (session.trim_stats().last_error or "")
-    await session.aclose()
+    assert "summarizer exploded" in (turns.trim_stats().last_error or "")
+    await turns.aclose()
 
 
 def _script(tmp_path: Path, turns: list[str]) -> str:

@@ -78,10 +78,10 @@ async def test_vllm_shaped_stream_end_to_end() -> None:
     backend = server.backend()
     await backend.start()
     assert backend.context_window == 32768 and "max_model_len" in (backend.context_source or "")
-    session = TurnController(backend, Settings(max_tokens=16))
-    async for _ in session.send("hello"):
+    turns = TurnController(backend, Settings(max_tokens=16))
+    async for _ in turns.send("hello"):
         pass
-    m = session.exchanges[-1].metrics
+    m = turns.exchanges[-1].metrics
     assert m is not None and m.prompt_tokens == 812 and m.output_tokens == 6
     assert m.prefill_tok_s is None and not m.cache_reported
     assert m.context_window == 32768 and m.kv_used_tokens == 818 and m.kv_capacity_tokens == 32768
@@ -129,10 +129,10 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
     backend = server.backend()
     await backend.start()
     for prompt, alarms in (("word " * 3000, 1), ("A short question?", 0)):
-        session = TurnController(backend, Settings(max_tokens=8))
-        async for _ in session.send(prompt):
+        turns = TurnController(backend, Settings(max_tokens=8))
+        async for _ in turns.send(prompt):
             pass
-        m = session.exchanges[-1].metrics
+        m = turns.exchanges[-1].metrics
         assert m is not None and len(m.warnings) == alarms, m.warnings
         if alarms:
             assert "window is 2,048 tokens" in m.warnings[0] and "truncated" in m.warnings[0]
@@ -196,10 +196,10 @@ async def test_speculative_fields_from_llama_server_timings() -> None:
     backend = Shaped(models, lambda req: body).backend()
     await backend.start()
     assert backend.context_window == 4096
-    session = TurnController(backend, Settings(max_tokens=64))
-    async for _ in session.send("hi"):
+    turns = TurnController(backend, Settings(max_tokens=64))
+    async for _ in turns.send("hi"):
         pass
-    m = session.exchanges[-1].metrics
+    m = turns.exchanges[-1].metrics
     assert m is not None
     assert (m.server_draft_n, m.server_draft_accepted) == (48, 30)
     assert m.draft_acceptance == pytest.approx(30 / 48)

@@ -23,11 +23,11 @@ QUESTIONS = [
 async def test_a_healthy_twelve_turn_local_chat_raises_no_warning(
     local_backend: LocalBackend,
 ) -> None:
-    session = TurnController(local_backend, Settings(max_tokens=12, temperature=0))
+    turns = TurnController(local_backend, Settings(max_tokens=12, temperature=0))
     for question in QUESTIONS:
-        async for _ in session.send(question):
+        async for _ in turns.send(question):
             pass
-    metrics = [e.metrics for e in session.exchanges]
+    metrics = [e.metrics for e in turns.exchanges]
     assert all(m is not None for m in metrics)
     assert [m.warnings for m in metrics if m is not None] == [()] * 12
     # the turns after the first reuse the cache, and say so consistently
@@ -39,10 +39,10 @@ async def test_a_long_local_prefill_reports_progress_batch_by_batch() -> None:
     backend = LocalBackend(LocalConfig(model_path=default_model_path(), n_ctx=1024, n_batch=64))
     await backend.start()
     try:
-        session = TurnController(backend, Settings(max_tokens=2, temperature=0))
-        events = [e async for e in session.send("Count: " + "one two three four " * 40)]
+        turns = TurnController(backend, Settings(max_tokens=2, temperature=0))
+        events = [e async for e in turns.send("Count: " + "one two three four " * 40)]
         # the next turn finds the first in the cache: its progress counts from there
-        again = [e async for e in session.send("And: " + "five six seven eight " * 30)]
+        again = [e async for e in turns.send("And: " + "five six seven eight " * 30)]
     finally:
         await backend.aclose()
     for stream in (events, again):

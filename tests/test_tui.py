@@ -12,8 +12,9 @@ from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.host import BUSY
-from phasechat.tui.markdown_view import MarkdownBody
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.screens.sweep_screen import SweepScreen, open_sweep
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import MarkdownBody
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 
@@ -97,9 +98,11 @@ async def test_every_action_that_changes_the_chat_is_refused_while_it_answers() 
         assert app.send("two") is False
         app.action_retry()
         app.action_ablate()
+        assert open_sweep(app) is False  # the palette's "Concurrency sweep"
         await pilot.pause()
         said = [str(n.message) for n in app._notifications]
-        assert said == [BUSY] * 3  # one line each, the same line, nothing sent
+        assert said == [BUSY] * 4  # one line each, the same line, nothing sent
+        assert not isinstance(app.screen, SweepScreen)
         assert len(app.turns.exchanges) == 1
         backend.gate.set()
         await wait_for(pilot, lambda: not app.generating)

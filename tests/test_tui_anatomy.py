@@ -24,8 +24,8 @@ from phasechat.backends.events import (
 from phasechat.backends.local import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.prompt_view import CACHE_MARK, PromptView
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.screens.prompt_view import CACHE_MARK, PromptView
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
 from tests.helpers import send_each, settled, wait_for
 from tests.scripted import ScriptedBackend
 

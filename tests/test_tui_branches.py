@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
 from tests.helpers import settled, stored_messages
 from tests.scripted import ScriptedBackend
 

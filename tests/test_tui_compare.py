@@ -13,8 +13,8 @@ from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
-from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.screens.compare_screen import SIDE_TRIP, CompareScreen
+from phasechat.tui.screens.switch_screen import SwitchScreen
 from tests.helpers import stored_messages, wait_for
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -81,7 +81,7 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
 
         await pilot.press("ctrl+p")  # the palette
         assert isinstance(app.screen, CommandPalette)
-        await pilot.press(*"Replay the last")
+        await pilot.press(*"Compare the last")
         await pilot.pause(0.5)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SwitchScreen))

@@ -29,11 +29,11 @@ from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chats_screen import ChatsScreen
-from phasechat.tui.history_screen import HistoryScreen
-from phasechat.tui.markdown_view import MarkdownPiece
-from phasechat.tui.switch_screen import SwitchScreen
-from phasechat.tui.widgets import MessageView, PromptInput
+from phasechat.tui.screens.chats_screen import ChatsScreen
+from phasechat.tui.screens.history_screen import HistoryScreen
+from phasechat.tui.screens.switch_screen import SwitchScreen
+from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import MarkdownPiece
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.helpers import stored_messages
 from tests.test_local_faults import megabyte_paste

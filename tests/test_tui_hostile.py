@@ -12,10 +12,11 @@ from textual.widgets import OptionList
 
 from phasechat.chat.config.paths import db_path, exports_dir
 from phasechat.chat.config.settings import Settings
+from phasechat.tui import dialogs
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chats_screen import ChatsScreen
-from phasechat.tui.confirm import ConfirmScreen
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.chats_screen import ChatsScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import stored_messages, wait_for
 from tests.scripted import ScriptedBackend
 from tests.test_store_hostile import fill_disk, free_disk
@@ -96,7 +97,7 @@ async def test_full_disk_is_shown_at_once_retried_and_the_chat_exported_from_mem
         answer = app.query(MessageView).last()  # the answer stays on screen, whole
         assert answer.markdown.source == app.turns.conversation.messages[-1].content
         assert answer.markdown.source.startswith("the answer")
-        app.export_chat()  # from memory: everything said so far
+        dialogs.export_chat(app)  # "Export this chat": from memory, everything said so far
         md = exports_dir() / f"chat-{app.workspace.chat_id()}-memory.md"
         assert "second, while the disk is full" in md.read_text()
         free_disk(store)

@@ -18,7 +18,7 @@ from textual.document._wrapped_document import WrappedDocument
 from textual.pilot import Pilot
 
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets import PromptInput
+from phasechat.tui.widgets.chat_widgets import PromptInput
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

@@ -19,13 +19,13 @@ from phasechat.chat.store.database import ChatStore
 from phasechat.telemetry.anatomy import Anatomy, Section
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.timeline import Tick, Timeline
-from phasechat.tui import clip
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chat_log import FIRST_VIEWS, MAX_VIEWS, ChatLog, shown_messages
-from phasechat.tui.compare_screen import CompareScreen
-from phasechat.tui.prompt_view import PromptView, marked_text
-from phasechat.tui.timeline_view import shaded_text
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.screens.prompt_view import PromptView, marked_text
+from phasechat.tui.screens.timeline_view import shaded_text
+from phasechat.tui.widgets import clip
+from phasechat.tui.widgets.chat_log import FIRST_VIEWS, MAX_VIEWS, ChatLog, shown_messages
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 
@@ -217,7 +217,7 @@ def test_a_long_timeline_is_drawn_clipped_with_its_notice() -> None:
     ticks = tuple(
         Tick(f"line {i:06d}\n", 10.0, 0, False, False, 1) for i in range(100_000)
     )  # 12 characters each
-    timeline = Timeline(ticks, (10.0,), 10.0, True, False)
+    timeline = Timeline.of_ticks(ticks, (10.0,), 10.0, True, False)
     plain = shaded_text(timeline).plain
     assert len(plain) < clip.VIEW_CHARS + 200
     assert plain.startswith("line 000000") and plain.endswith("line 099999\n")

@@ -15,9 +15,9 @@ from phasechat.chat.config.file import config_path, load_config
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.chats_screen import ChatsScreen
-from phasechat.tui.settings_screen import SettingsScreen
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.screens.chats_screen import ChatsScreen
+from phasechat.tui.screens.settings_screen import SettingsScreen
+from phasechat.tui.widgets.chat_widgets import MessageView
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.model
@@ -110,7 +110,7 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
 ) -> None:
     from phasechat.chat.config.file import Config
     from phasechat.chat.config.settings import TrimConfig
-    from phasechat.tui.widgets import LivePanel
+    from phasechat.tui.widgets.chat_widgets import LivePanel
 
     config = Config(trim=TrimConfig(budget=160, keep_last=2))
     app = PhasechatApp(

@@ -10,8 +10,8 @@ from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.history_screen import HistoryScreen, export_dir
-from phasechat.tui.switch_screen import SwitchScreen
+from phasechat.tui.screens.history_screen import HistoryScreen, export_dir
+from phasechat.tui.screens.switch_screen import SwitchScreen
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.model, pytest.mark.server]

@@ -12,7 +12,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets import LivePanel, MessageView
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView
 from tests.fault_server import FaultServer
 from tests.test_snapshots import METRICS, make_app
 from tests.test_tui_faults import wait_for

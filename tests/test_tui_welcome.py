@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.welcome import QUANT, Welcome
+from phasechat.tui.widgets.welcome import QUANT, Welcome
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 

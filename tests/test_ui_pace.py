@@ -15,10 +15,10 @@ from phasechat.backends.events import Event, GenerationRequest
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
-from phasechat.tui import chat_log
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets import chat_log
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import wait_for
 
@@ -42,7 +42,7 @@ def test_a_local_engine_shares_this_process_on_a_gpu_too(gpu_layers: int) -> Non
     # Every layer on a GPU still leaves each token's Python (sampling, detokenizing,
     # stamping) under this process's interpreter lock: a UI drawing every frame took a
     # fifth of decode on an H200 (issue 35), so the UI is paced for any local engine.
-    backend = LocalBackend(LocalConfig(n_gpu_layers=gpu_layers))
+    backend = LocalBackend(LocalConfig(gpu_layers=gpu_layers))
     backend.gpu_layers = gpu_layers  # as the load sets it
     assert backend.shares_cpu
 

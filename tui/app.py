@@ -1,5 +1,5 @@
 """The phasechat Textual app: it draws a `Workspace` (chat/workspace.py) and runs its
-workers; the state itself (backends, session, store, config) lives there.
+workers; the state itself (backends, turns, store, config) lives there.
 
 Data flows one way: the app drives the workspace's `TurnController`, which wraps a
 backend's event stream in the telemetry recorder. The generation worker only consumes
@@ -22,7 +22,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -32,23 +31,29 @@ from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.costs import DraftForecast, EditForecast
+from phasechat.chat.costs import DraftForecast, EditForecast, history_metrics
 from phasechat.chat.text import one_line
 from phasechat.chat.trips.branches import branch_comparison
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
-from phasechat.telemetry.forecast import Forecast
+from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import chat_log, compare_picker, dialogs, verdict_view
-from phasechat.tui.ablate_screen import AblateScreen
-from phasechat.tui.chat_log import ChatLog, Pace, draw_answer, editing_title
-from phasechat.tui.compare_screen import SIDE_TRIP, CompareScreen
-from phasechat.tui.history_screen import HistoryScreen
+from phasechat.tui import compare_picker, dialogs
 from phasechat.tui.host import ChatHost
-from phasechat.tui.markdown_view import RICH_THEME
-from phasechat.tui.prompt_view import PromptView
-from phasechat.tui.telemetry_view import (
+from phasechat.tui.palette import ChatCommands
+from phasechat.tui.screens import sweep_screen
+from phasechat.tui.screens.ablate_screen import AblateScreen
+from phasechat.tui.screens.compare_screen import SIDE_TRIP, CompareScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
+from phasechat.tui.screens.history_screen import HistoryScreen
+from phasechat.tui.screens.prompt_view import PromptView
+from phasechat.tui.screens.timeline_view import TimelineView
+from phasechat.tui.widgets import chat_log, verdict_view
+from phasechat.tui.widgets.chat_log import ChatLog, Pace, draw_answer, editing_title
+from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.markdown_view import RICH_THEME
+from phasechat.tui.widgets.telemetry_view import (
     RANK,
     PanelLine,
     answer_footer,
@@ -57,9 +62,7 @@ from phasechat.tui.telemetry_view import (
     panel_lines,
     status_content,
 )
-from phasechat.tui.timeline_view import TimelineView
-from phasechat.tui.welcome import Welcome
-from phasechat.tui.widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.widgets.welcome import Welcome
 
 REFRESH_HZ = 15
 #: how many cold runs of each side "run each again" makes in a branch comparison
@@ -72,6 +75,7 @@ class PhasechatApp(ChatHost):
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "phasechat"
+    COMMANDS = ChatHost.COMMANDS | {ChatCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
         Binding("escape", "stop", "Stop", id="stop"),
@@ -148,7 +152,7 @@ class PhasechatApp(ChatHost):
         self.refresh_status()
 
     def action_follow_link(self, href: str) -> None:
-        """A link clicked in a message (tui/markdown_view.py): see dialogs.open_link."""
+        """A link clicked in a message (tui/widgets/markdown_view.py): see dialogs.open_link."""
         dialogs.open_link(self, href)
 
     # -- backends --------------------------------------------------------------------
@@ -299,7 +303,7 @@ class PhasechatApp(ChatHost):
                 await verdict_view.add_verdict(view, exchange)
                 self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
         except NoMatches:
-            pass  # the app is shutting down: the answer itself was saved by the session
+            pass  # the app is shutting down: the answer itself was saved by the store's listener
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
             self._streaming = None
@@ -491,8 +495,8 @@ class PhasechatApp(ChatHost):
         dialogs.switch_backend(self)
 
     def action_compare(self) -> None:
-        """Replay the last prompt elsewhere, side by side (tui/compare_picker.py)."""
-        compare_picker.replay_last(self)
+        """The last prompt sent elsewhere, side by side (tui/compare_picker.py)."""
+        compare_picker.compare_last(self)
 
     def action_chats(self) -> None:
         """Saved chats: open one (it replaces the chat on screen), search, manage."""
@@ -510,10 +514,6 @@ class PhasechatApp(ChatHost):
     def action_settings(self) -> None:
         """Engine parameters and the trimmer; applied from the next message, saved."""
         dialogs.settings(self)
-
-    def toggle_trimming(self) -> None:
-        """Turn the history trimmer on or off (saved)."""
-        dialogs.toggle_trimming(self)
 
     def action_prompt_view(self) -> None:
         """The prompt the selected answer (else the newest) was given, as the engine read
@@ -539,7 +539,20 @@ class PhasechatApp(ChatHost):
         if last is None:
             self.notify("no answered question yet: ablation re-runs the last turn")
             return
-        self.push_screen(AblateScreen(self.backend, self.turns.settings, last[0]))
+        rates = measured_rates(history_metrics(self.turns), self.backend.name)
+        screen = AblateScreen.planned(self.backend, self.turns.settings, last[0], rates)
+        if screen is None:
+            self.notify("the last prompt has nothing to remove: no system prompt, no earlier turn")
+        elif not screen.long:
+            self.push_screen(screen)
+        else:  # the count and the estimate first: a long job is asked about (issue 38)
+
+            def answered(start: bool | None) -> None:
+                if start and not self.refused_while_answering():
+                    self.push_screen(screen)
+
+            question = f"Start {screen.total:,} cold runs?"
+            self.push_screen(ConfirmScreen(question, screen.plan), answered)
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.turns.exchanges))
@@ -556,13 +569,47 @@ class PhasechatApp(ChatHost):
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()
 
-    def export_chat(self) -> None:
-        """Write the chat on screen to the exports folder (from memory)."""
-        dialogs.export_chat(self)
-
-    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        """The palette's entries (tui/palette.py): the app's own actions, then those of
+        the screens each module opens."""
+        yield SystemCommand("Stop answer", "Stop the answer being generated", self.action_stop)
+        yield SystemCommand(
+            "Retry",
+            "Answer the last question again (the old answer stays, a sibling)",
+            self.action_retry,
+        )
+        yield SystemCommand(
+            "Select a message",
+            "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
+            self.action_select_message,
+        )
+        yield SystemCommand(
+            "Edit the system prompt",
+            "Enter answers the last question with it, on a new branch",
+            self.action_edit_system,
+        )
+        yield SystemCommand(
+            "Show the prompt",
+            "What the engine read for the selected answer: sections, cache break, exact text (F8)",
+            self.action_prompt_view,
+        )
+        yield SystemCommand(
+            "What each part of the prompt is worth",
+            "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
+            self.action_ablate,
+        )
+        yield compare_picker.command(self)
+        yield SystemCommand(
+            "Request history", "Every answer's metrics; export JSONL/CSV", self.action_history
+        )
+        yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
+        yield SystemCommand(
+            "Toggle telemetry",
+            "Show or hide the live telemetry panel",
+            self.action_toggle_telemetry,
+        )
         yield from dialogs.commands(self)
+        yield sweep_screen.command(self)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""

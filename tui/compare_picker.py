@@ -1,9 +1,11 @@
-""" "Replay the last prompt on ...": pick a backend (the switcher's list, with its
+""" "Compare the last prompt on ..." (F5): pick a backend (the switcher's list, with its
 re-prefill cost) or the active one with other settings, then open the compare view."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+from textual.app import SystemCommand
 
 from phasechat.backends.base import Backend
 from phasechat.chat.config.profiles import BackendSpec, make_backend
@@ -12,10 +14,19 @@ from phasechat.chat.trips.compare import Comparison, Side
 from phasechat.chat.trips.compare_targets import Target, derive, variants
 from phasechat.chat.workspace import Workspace
 from phasechat.tui.host import ChatHost
-from phasechat.tui.switch_screen import SwitchScreen
-from phasechat.tui.telemetry_view import switch_line
+from phasechat.tui.screens.switch_screen import SwitchScreen
+from phasechat.tui.widgets.telemetry_view import switch_line
 
-TITLE = ("Replay the last prompt on ...", "  (side by side with the active backend)")
+TITLE = ("Compare the last prompt on ...", "  (side by side with the active backend)")
+
+
+def command(app: ChatHost) -> SystemCommand:
+    """The palette's entry for the comparison (F5)."""
+    return SystemCommand(
+        TITLE[0],
+        "The same conversation on another backend or settings, side by side (F5)",
+        lambda: compare_last(app),
+    )
 
 
 def targets(ws: Workspace) -> list[tuple[Target, str]]:
@@ -49,13 +60,13 @@ def _shown(target: Target) -> BackendSpec:
     return replace(spec, remote=replace(spec.remote, name=target.name))
 
 
-def replay_last(app: ChatHost) -> None:
-    """Pick where to replay the last prompt, then compare the two answers."""
+def compare_last(app: ChatHost) -> None:
+    """Pick where to send the last prompt again, then compare the two answers."""
     if app.refused_while_answering():
         return
     sent = [e for e in app.turns.exchanges if e.request is not None and e.metrics is not None]
     if not sent:
-        app.notify("nothing to replay yet: send a message first", severity="warning")
+        app.notify("nothing to compare yet: send a message first", severity="warning")
         return
     assert sent[-1].request is not None
     messages = sent[-1].request.messages  # the conversation as the last prompt sent it
@@ -75,7 +86,7 @@ def replay_last(app: ChatHost) -> None:
             backend = ws.backend_for(target.profile)
         a = Side(ws.backend.name, ws.backend, ws.turns.settings)
         b = Side(target.name, backend, target.settings)
-        from phasechat.tui.compare_screen import CompareScreen  # plotext: not at start-up
+        from phasechat.tui.screens.compare_screen import CompareScreen  # plotext: not at start-up
 
         app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
 

@@ -1,6 +1,6 @@
 """The app's modal screens, opened and their answers applied: switch backend, saved
-chats, settings; and the themes registered at start-up. Kept apart from the app so the
-app stays about layout, streaming and bindings."""
+chats, settings, with their entries in the command palette; and the themes registered at
+start-up. Kept apart from the app so the app stays about layout, streaming and bindings."""
 
 from __future__ import annotations
 
@@ -17,57 +17,31 @@ from phasechat.chat.store.database import ChatNotFound
 from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
-from phasechat.tui.confirm import ConfirmScreen
 from phasechat.tui.host import ChatHost
-from phasechat.tui.sweep_screen import commands as sweep_commands
-from phasechat.tui.switch_screen import SwitchScreen
-from phasechat.tui.telemetry_view import switch_line
-
-#: The command palette's entries: title, help, and the app's method to call.
-COMMANDS = (
-    ("Stop answer", "Stop the answer being generated", "action_stop"),
-    ("Retry", "Answer the last question again (the old answer stays, a sibling)", "action_retry"),
-    (
-        "Select a message",
-        "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
-        "action_select_message",
-    ),
-    (
-        "Edit the system prompt",
-        "Enter answers the last question with it, on a new branch",
-        "action_edit_system",
-    ),
-    (
-        "Show the prompt",
-        "What the engine read for the selected answer: sections, cache break, exact text (F8)",
-        "action_prompt_view",
-    ),
-    (
-        "What each part of the prompt is worth",
-        "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
-        "action_ablate",
-    ),
-    ("Switch backend", "Answer with another model or endpoint", "action_switch_backend"),
-    (
-        "Replay the last prompt on ...",
-        "The same conversation on another backend or settings, side by side (F5)",
-        "action_compare",
-    ),
-    ("Request history", "Every answer's metrics; export JSONL/CSV", "action_history"),
-    ("Chats", "Open, search, rename, delete, export", "action_chats"),
-    ("New chat", "Start an empty chat", "action_new_chat"),
-    ("Toggle history trimming", "Summarize old turns to bound prefill", "toggle_trimming"),
-    ("Engine settings", "System prompt, temperature, max tokens, stop", "action_settings"),
-    ("Toggle telemetry", "Show or hide the live telemetry panel", "action_toggle_telemetry"),
-    ("Export this chat", "Write the chat on screen to .md/.json (even unsaved)", "export_chat"),
-)
+from phasechat.tui.screens.confirm import ConfirmScreen
+from phasechat.tui.screens.switch_screen import SwitchScreen
+from phasechat.tui.widgets.telemetry_view import switch_line
 
 
 def commands(app: ChatHost) -> Iterable[SystemCommand]:
-    """The app's own palette entries: COMMANDS, then the concurrency sweep."""
-    for title, help_text, action in COMMANDS:
-        yield SystemCommand(title, help_text, getattr(app, action))
-    yield from sweep_commands(app)
+    """The palette entries of the dialogs opened here, each calling its function."""
+    yield SystemCommand(
+        "Switch backend", "Answer with another model or endpoint", lambda: switch_backend(app)
+    )
+    yield SystemCommand("Chats", "Open, search, rename, delete, export", lambda: chats(app))
+    yield SystemCommand(
+        "Toggle history trimming",
+        "Summarize old turns to bound prefill",
+        lambda: toggle_trimming(app),
+    )
+    yield SystemCommand(
+        "Engine settings", "System prompt, temperature, max tokens, stop", lambda: settings(app)
+    )
+    yield SystemCommand(
+        "Export this chat",
+        "Write the chat on screen to .md/.json (even unsaved)",
+        lambda: export_chat(app),
+    )
 
 
 def register_themes(app: App[None], chosen: str | None) -> list[str]:
@@ -119,7 +93,7 @@ def chats(app: ChatHost) -> None:
             more = f" (and {len(saved.unreadable) - 1} more)" if len(saved.unreadable) > 1 else ""
             app.notify(one_line(saved.unreadable[0]) + more, severity="warning", timeout=15)
 
-    from phasechat.tui.chats_screen import ChatsScreen  # loaded when first opened
+    from phasechat.tui.screens.chats_screen import ChatsScreen  # loaded when first opened
 
     app.push_screen(ChatsScreen(store), chosen)
 
@@ -204,7 +178,7 @@ def settings(app: ChatHost) -> None:
             app.notify("settings saved; they apply from the next message")
         app.run_worker(app.show_conversation(ws.turns.conversation))
 
-    from phasechat.tui.settings_screen import SettingsScreen  # loaded when first opened
+    from phasechat.tui.screens.settings_screen import SettingsScreen  # loaded when first opened
 
     app.push_screen(SettingsScreen(ws.turns.settings, ws.config.trim, list(ws.profiles)), chosen)
 

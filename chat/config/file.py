@@ -97,7 +97,7 @@ class LocalProfile:
         return LocalConfig(
             model_path=resolve_model_path(self.path),
             n_ctx=self.n_ctx,
-            n_gpu_layers=self.gpu_layers,
+            gpu_layers=self.gpu_layers,
             threads=self.threads,
             chat_format=self.chat_format,
         )

@@ -52,6 +52,10 @@ def load_problems(
     return out
 
 
+#: the largest seed: llama.cpp's are unsigned 32-bit (its 0xFFFFFFFF means "random")
+SEED_MAX = 2**32 - 2
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Engine parameters the user controls."""
@@ -72,6 +76,8 @@ class Settings:
             out.append(("max_tokens", f"expected 1 to {MAX_TOKENS:,}"))
         if not all(self.stop):
             out.append(("stop", "expected non-empty strings"))
+        if self.seed is not None and not 0 <= self.seed <= SEED_MAX:
+            out.append(("seed", f"expected 0 to {SEED_MAX:,} (llama.cpp's seeds are 32-bit)"))
         return out
 
 

@@ -8,9 +8,6 @@ and the C1 block and DEL are escaped here too, so printing it is just as safe.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +15,7 @@ from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import INTERRUPTED, ChatSummary
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.records import dumps
 
 FORMATS = ("md", "json")
 
@@ -50,34 +48,6 @@ def to_json(
         ],
     }
     return dumps(doc, indent=2)
-
-
-#: DEL, the C1 block (some terminals act on them) and the bidi controls (they reorder
-#: the line a terminal shows: "Trojan Source"); JSON allows all of them raw.
-_ESCAPED = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def dumps(obj: object, indent: int | None = None) -> str:
-    """JSON that is safe to print to a terminal yet keeps non-ASCII text readable: every
-    JSON phasechat prints or writes goes through here. Strictly JSON: a number that is
-    not finite (NaN, infinity) is `null`, never the bare `NaN` other parsers refuse."""
-    try:
-        text = json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
-    # Outside strings JSON is ASCII, so these can only be string content: escape them.
-    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-def _finite(obj: object) -> object:
-    """`obj` with every float that is not finite made None."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _message_dict(m: ChatMessage) -> dict[str, Any]:

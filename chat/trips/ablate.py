@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
-from phasechat.chat.anatomy import anatomy_of
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.engine_held import anatomy_of
 from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages
@@ -35,6 +35,12 @@ from phasechat.chat.turns import TurnController
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.forecast import Rates, forecast
 from phasechat.telemetry.metrics import Metrics
+
+#: more runs than this are asked about first (on a terminal, in the UI; `ablate` with no
+#: terminal refuses them without --yes or --max-runs): a 4-turn chat at --repeat 3 is 15
+ASK_ABOVE_RUNS = 30
+#: an estimate longer than this is asked about too, however few the runs
+ASK_ABOVE_MS = 10 * 60 * 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,3 +319,36 @@ def report_lines(ablation: Ablation) -> list[str]:
     lines.append("the full prompt: " + ", ".join(shown))
     lines.append(CACHE_AFTER)
     return lines
+
+
+def plan_line(ablation: Ablation, repeat: int, estimate_ms: float | None) -> str:
+    """What is about to run: `ablate: 603 cold runs (201 prompts x --repeat 3), about 2 h
+    at this backend's speeds in this chat (answers of up to 512 tokens)`."""
+    head = (
+        f"ablate: {ablation.runs(repeat):,} cold runs "
+        f"({len(ablation.variants):,} prompts x --repeat {repeat})"
+    )
+    if estimate_ms is None:
+        return f"{head}, time unknown: this backend's speeds are not measured in this chat"
+    limit = ablation.settings.max_tokens
+    return (
+        f"{head}, about {duration(estimate_ms)} at this backend's speeds in this chat "
+        f"(answers of up to {limit:,} tokens)"
+    )
+
+
+def is_long(runs: int, estimate_ms: float | None) -> bool:
+    """Whether a job of `runs` runs (about `estimate_ms`) is asked about before it starts."""
+    return runs > ASK_ABOVE_RUNS or (estimate_ms is not None and estimate_ms > ASK_ABOVE_MS)
+
+
+def duration(ms: float) -> str:
+    """`ms` as a person says it: "40 s", "12 min", "2 h 5 min"."""
+    s = round(ms / 1000)
+    if s < 60:
+        return f"{s} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"

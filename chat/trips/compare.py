@@ -229,7 +229,14 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class Spread:
-    """A metric's median and spread over the runs that measured it (unknowns left out)."""
+    """A metric's median and spread over the runs that measured it (unknowns left out).
+
+    min-max below PERCENTILE_SPREAD_FROM runs: a comparison makes few runs (3 for "run
+    each again"), and p10-p90 of three values lies inside their range, hiding the run
+    that was far off; from that many on, one outlier no longer sets the spread. The
+    sweep's spread over a level's repeats (telemetry/sweep_stats.RepeatSpread) is always
+    p10-p90 for another reason: it decides when to stop repeating, and min-max never
+    narrows."""
 
     n: int
     median: float | None

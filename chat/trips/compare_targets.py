@@ -138,11 +138,9 @@ def derive(
     shown = {k: _short(v) for k, v in overrides.items()}
     name = f"{profile}({','.join(f'{k}={v}' for k, v in shown.items())})"
     if local:
-        renamed = {"n_gpu_layers": local.pop("gpu_layers")} if "gpu_layers" in local else {}
-        if "kv" in local:
-            renamed["kv_type"] = local.pop("kv")
+        renamed = {"kv_type": local.pop("kv")} if "kv" in local else {}
         config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
-        for key, problem in load_problems(config.n_ctx, config.n_gpu_layers, config.threads):
+        for key, problem in load_problems(config.n_ctx, config.gpu_layers, config.threads):
             raise ValueError(f"{name}: {key}: {problem}")
         return Target(
             name, replace(spec, local=config, local_name=name), settings, profile, True, prompt

@@ -2,10 +2,10 @@
 (chat/trips/ablate.py). Nothing is saved; the chat is opened read-only.
 
 A long chat is many cold runs (a 200-turn chat at --repeat 3: 603), so the count and an
-estimate are said first, on stderr; past `ASK_ABOVE_RUNS` runs (or `ASK_ABOVE_MS`) a
-terminal is asked, and without one the job is refused unless `--yes` or `--max-runs N`
-says how many runs are welcome. Each run is reported on stderr as it ends, with --json
-too (stdout stays the one JSON object).
+estimate are said first, on stderr; past `ASK_ABOVE_RUNS` runs (or `ASK_ABOVE_MS`: both
+in chat/trips/ablate.py) a terminal is asked, and without one the job is refused unless
+`--yes` or `--max-runs N` says how many runs are welcome. Each run is reported on stderr
+as it ends, with --json too (stdout stays the one JSON object).
 """
 
 from __future__ import annotations
@@ -21,25 +21,23 @@ from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import history_metrics
 from phasechat.chat.store.database import ChatNotFound, StoreError
-from phasechat.chat.store.export import dumps
 from phasechat.chat.trips.ablate import (
+    ASK_ABOVE_RUNS,
     CACHE_AFTER,
     FIGURES,
     Ablation,
     Variant,
     ablation_title,
+    duration,
+    is_long,
+    plan_line,
     report_lines,
 )
 from phasechat.chat.turns import InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.forecast import measured_rates
-
-#: more runs than this are asked about first (on a terminal), else refused without
-#: --yes or --max-runs: the default 4-turn chat at --repeat 3 is 15
-ASK_ABOVE_RUNS = 30
-#: an estimate longer than this is asked about too, however few the runs
-ASK_ABOVE_MS = 10 * 60 * 1000.0
+from phasechat.telemetry.records import dumps
 
 
 def add_parser(sub: Any) -> None:
@@ -133,22 +131,6 @@ async def _ablate(workspace: Workspace, chat_id: int, args: argparse.Namespace) 
     return ablation
 
 
-def plan_line(ablation: Ablation, repeat: int, estimate_ms: float | None) -> str:
-    """What is about to run: `ablate: 603 cold runs (201 prompts x --repeat 3), about 2 h
-    at this backend's speeds in this chat (answers of up to 512 tokens)`."""
-    head = (
-        f"ablate: {ablation.runs(repeat):,} cold runs "
-        f"({len(ablation.variants):,} prompts x --repeat {repeat})"
-    )
-    if estimate_ms is None:
-        return f"{head}, time unknown: this backend's speeds are not measured in this chat"
-    limit = ablation.settings.max_tokens
-    return (
-        f"{head}, about {duration(estimate_ms)} at this backend's speeds in this chat "
-        f"(answers of up to {limit:,} tokens)"
-    )
-
-
 def _consent(args: argparse.Namespace, runs: int, estimate_ms: float | None) -> None:
     """Go on, or raise InputError (one line, nothing run): more than --max-runs, or a
     long job declined on a terminal, or one without a terminal to ask on and no --yes."""
@@ -159,8 +141,7 @@ def _consent(args: argparse.Namespace, runs: int, estimate_ms: float | None) -> 
                 "(fewer: --repeat 1, or a chat with fewer turns)"
             )
         return
-    long = runs > ASK_ABOVE_RUNS or (estimate_ms is not None and estimate_ms > ASK_ABOVE_MS)
-    if args.yes or not long:
+    if args.yes or not is_long(runs, estimate_ms):
         return
     if not sys.stdin.isatty():
         raise InputError(
@@ -170,18 +151,6 @@ def _consent(args: argparse.Namespace, runs: int, estimate_ms: float | None) -> 
     print(f"start {runs:,} runs? [y/N] ", end="", file=sys.stderr, flush=True)
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
         raise InputError("nothing run")
-
-
-def duration(ms: float) -> str:
-    """`ms` as a person says it: "40 s", "12 min", "2 h 5 min"."""
-    s = round(ms / 1000)
-    if s < 60:
-        return f"{s} s"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 class Progress:

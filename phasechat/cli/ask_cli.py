@@ -19,12 +19,12 @@ from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import expect, held_prefix
 from phasechat.chat.roofline import ceilings
 from phasechat.chat.store.database import ChatNotFound, StoreError
-from phasechat.chat.store.export import dumps
 from phasechat.chat.text import is_text, one_line, visible_controls
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
 from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.records import dumps
 from phasechat.telemetry.verdict import engine_says, stats_line, verdict
 
 

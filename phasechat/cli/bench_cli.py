@@ -1,5 +1,5 @@
-"""`phasechat bench SCRIPT`: the command line over chat/replay.py; `phasechat bench
---sweep 1,2,4,8`: over chat/sweep.py (a remote server's batching curve)."""
+"""`phasechat bench SCRIPT`: the command line over chat/trips/replay.py; `phasechat bench
+--sweep 1,2,4,8`: over chat/trips/sweep.py (a remote server's batching curve)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ from dataclasses import asdict
 from datetime import datetime
 
 from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
-from phasechat.chat.store.export import FORMATS, dumps, to_json, to_markdown
+from phasechat.chat.store.export import FORMATS, to_json, to_markdown
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.cli.options import parse_chat_id
+from phasechat.telemetry.records import dumps
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,4 +1,4 @@
-"""`phasechat compare PROMPT --backend A --backend B`: the command line over chat/compare.py.
+"""`phasechat compare PROMPT --backend A --backend B`: the command line over chat/trips/compare.py.
 
 N rounds (`--repeat`), interleaved A B A B ...; each metric's median and spread per side,
 the ratio B/A of the medians, and a warning where the spread is wider than the
@@ -19,7 +19,6 @@ from phasechat.backends.events import Message
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.config.profiles import make_backend
-from phasechat.chat.store.export import dumps
 from phasechat.chat.text import is_text, one_line, visible_controls
 from phasechat.chat.trips.compare import (
     METRICS,
@@ -48,6 +47,7 @@ from phasechat.cli.options import (
     read_config,
     settings_from,
 )
+from phasechat.telemetry.records import dumps
 
 
 def add_parser(sub: Any) -> None:

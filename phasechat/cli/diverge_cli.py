@@ -13,7 +13,6 @@ from typing import Any
 
 from phasechat.chat.config.profiles import make_backend
 from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
-from phasechat.chat.store.export import dumps
 from phasechat.chat.text import one_line
 from phasechat.chat.trips.compare import Side, aligned, fmt, fmt_spread, metric_value, spread_of
 from phasechat.chat.trips.compare_targets import Target
@@ -21,6 +20,7 @@ from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall
 from phasechat.chat.turns import InputError
 from phasechat.cli.options import fail
 from phasechat.telemetry.divergence import Divergence
+from phasechat.telemetry.records import dumps
 
 #: each side's figures per turn: (key, title, unit)
 PHASES = (

@@ -1,4 +1,5 @@
-"""The `phasechat` command: the TUI by default, plus headless `ask`, `chats` and `doctor`.
+"""The `phasechat` command: the TUI by default; the headless verbs (`ask`, `chats`, `bench`,
+`compare`, `ablate`, `doctor`) each in a module of its own.
 
 Nothing here imports Textual unless the TUI is started, so `ask` and `doctor` start fast
 and work without a terminal.

@@ -127,7 +127,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
         local = LocalConfig(
             model_path=resolve_model_path(args.model),
             n_ctx=args.n_ctx,
-            n_gpu_layers=args.gpu_layers,
+            gpu_layers=args.gpu_layers,
             threads=args.threads,
             chat_format=args.chat_format,
         )
@@ -200,10 +200,12 @@ def check_flags(args: argparse.Namespace) -> None:
     line naming the flag, e.g. `--threads 100000: expected 1 to 16 (…)`."""
     given = {
         key: getattr(args, key)
-        for key in ("max_tokens", "temperature", "n_ctx", "gpu_layers", "threads", "context")
+        for key in (
+            "max_tokens", "temperature", "seed", "n_ctx", "gpu_layers", "threads", "context"
+        )
         if getattr(args, key, None) is not None
-    }
-    engine = {k: v for k, v in given.items() if k in ("max_tokens", "temperature")}
+    }  # fmt: skip
+    engine = {k: v for k, v in given.items() if k in ("max_tokens", "temperature", "seed")}
     problems = replace(Settings(), **engine).problems() + load_problems(
         given.get("n_ctx"), given.get("gpu_layers"), given.get("threads"), given.get("context")
     )

@@ -18,9 +18,9 @@ from textual.widgets import TextArea
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.text import visible_controls
 from phasechat.chat.turns import Exchange
-from phasechat.tui.markdown_view import SHARED_STEP, STREAM_STEP
-from phasechat.tui.telemetry_view import answer_footer, thinking_title
-from phasechat.tui.widgets import MessageView
+from phasechat.tui.widgets.chat_widgets import MessageView
+from phasechat.tui.widgets.markdown_view import SHARED_STEP, STREAM_STEP
+from phasechat.tui.widgets.telemetry_view import answer_footer, thinking_title
 
 #: While an engine that shares this machine's CPU or this process generates (a local
 #: model, GPU or not: `Backend.shares_cpu`), every frame the UI draws takes about

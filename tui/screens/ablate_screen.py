@@ -5,6 +5,8 @@ screen says so."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual import work
 from textual.content import Content
 from textual.widgets import Static
@@ -12,9 +14,17 @@ from textual.widgets import Static
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trips.ablate import Ablation, Variant, ablation_title, report_lines
+from phasechat.chat.trips.ablate import (
+    Ablation,
+    Variant,
+    ablation_title,
+    is_long,
+    plan_line,
+    report_lines,
+)
+from phasechat.telemetry.forecast import Rates
 from phasechat.telemetry.metrics import Metrics
-from phasechat.tui.report_screen import ReportScreen
+from phasechat.tui.screens.report_screen import ReportScreen
 
 REPEAT = 3
 
@@ -22,11 +32,26 @@ REPEAT = 3
 class AblateScreen(ReportScreen):
     """Runs the ablation when shown; Esc stops it and goes back."""
 
-    def __init__(self, backend: Backend, settings: Settings, messages: tuple[Message, ...]) -> None:
+    def __init__(self, ablation: Ablation, plan: str) -> None:
         super().__init__()
-        self.ablation = Ablation(backend, settings, messages)
+        self.ablation, self.plan = ablation, plan  # plan: chat/trips/ablate.plan_line
         self.runs = 0
-        self.total = len(self.ablation.variants) * REPEAT
+        self.total = ablation.runs(REPEAT)
+        self.long = False  # whether to ask before starting (`planned`)
+
+    @classmethod
+    def planned(
+        cls, backend: Backend, settings: Settings, messages: Sequence[Message], rates: Rates
+    ) -> AblateScreen | None:
+        """The screen for `messages`'s ablation, with its count and estimate at `rates`
+        (`long`: ask first, as `phasechat ablate` does); None: nothing to remove."""
+        ablation = Ablation(backend, settings, messages)
+        if len(ablation.variants) == 1:
+            return None
+        estimate = ablation.estimate_ms(REPEAT, rates)
+        screen = cls(ablation, plan_line(ablation, REPEAT, estimate))
+        screen.long = is_long(screen.total, estimate)
+        return screen
 
     def head(self) -> Content:
         return Content.assemble(
@@ -36,7 +61,7 @@ class AblateScreen(ReportScreen):
         )
 
     def body(self) -> Content:
-        return Content(f"run 0/{self.total}…")
+        return Content(f"{self.plan}\nrun 0/{self.total}…")
 
     def on_mount(self) -> None:
         self.run_ablation()
@@ -47,7 +72,7 @@ class AblateScreen(ReportScreen):
 
         def progress(_variant: Variant, _metrics: Metrics) -> None:
             self.runs += 1
-            table.update(Content(f"run {self.runs}/{self.total}…"))
+            table.update(Content(f"{self.plan}\nrun {self.runs}/{self.total}…"))
 
         try:
             await self.ablation.run(REPEAT, progress)

@@ -37,8 +37,8 @@ from phasechat.chat.trips.compare import (
 )
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
-from phasechat.tui.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
-from phasechat.tui.clip import clipped_text
+from phasechat.tui.widgets.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
+from phasechat.tui.widgets.clip import clipped_text
 
 REFRESH_HZ = 10
 SIDE_TRIP = "A side trip: nothing here is added to the chat or saved. Esc goes back."
@@ -194,7 +194,7 @@ class CompareScreen(Screen[None]):
         c = self.comparison
         order = "streaming together" if c.together else "one after the other"
         head = self.heading or Content.assemble(
-            ("Replay of the last prompt", "bold"),
+            ("The last prompt compared", "bold"),
             f" on two backends, {order}\n",
             (SIDE_TRIP, "dim"),
         )

@@ -12,12 +12,12 @@ from typing import ClassVar
 from textual.binding import Binding, BindingType
 from textual.content import Content
 
-from phasechat.chat.anatomy import name_of
+from phasechat.chat.engine_held import name_of
 from phasechat.chat.text import one_line, visible_controls
 from phasechat.telemetry.anatomy import Anatomy
-from phasechat.tui.clip import clipped
-from phasechat.tui.report_screen import ReportScreen
-from phasechat.tui.telemetry_view import SECTION_STYLE, anatomy_line, fmt
+from phasechat.tui.screens.report_screen import ReportScreen
+from phasechat.tui.widgets.clip import clipped
+from phasechat.tui.widgets.telemetry_view import SECTION_STYLE, anatomy_line, fmt
 
 SOURCES = {
     "tokenizer": "exact: the local model's own template and tokenizer",

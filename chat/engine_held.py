@@ -1,6 +1,7 @@
-"""A turn's prompt anatomy (telemetry/anatomy.py): the request's messages as parts, the
-engine's rendering of them, the answer's counts and times, and what the engine held
-before this request (the previous one on the same backend: its prompt and answer).
+"""What each engine holds after a turn controller's requests (`EngineHeld`), and each
+answer's prompt anatomy (telemetry/anatomy.py) against it: the request's messages as
+parts, the engine's rendering of them, the answer's counts and times, and what the engine
+held before this request (the previous one on the same backend: its prompt and answer).
 
 The rendering is asked of the backend when the request starts (the local model's
 tokenizer on its own thread, llama-server's /apply-template and /tokenize), so the panel

@@ -4,7 +4,7 @@ chat goes back to the 10-turn branch, while the engine holds the edit), each for
 is sent (`expect`, what the dry run and the edit's forecast line say) and then sent.
 
 Run alone (llama.cpp's threads spin-wait: a busy neighbour slows every figure):
-    .venv/bin/python -m bench.anatomy [--n-ctx 4096] [--max-tokens 48]
+    .venv/bin/python -m bench.edit_forecast [--n-ctx 4096] [--max-tokens 48]
 
 Printed: the load average beside the figures, the last turn's section table, and per
 edit the forecast and the actual cached / read tokens and TTFT, and the forecast's error
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
-from phasechat.chat.anatomy import name_of
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.costs import expect
+from phasechat.chat.engine_held import name_of
 from phasechat.chat.turns import Exchange, TurnController
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.metrics import Metrics

@@ -36,7 +36,7 @@ class SwitchScreen(ModalScreen[str | None]):
         title: tuple[str, str] = ("Switch backend", "  (the chat carries over)"),
     ) -> None:
         """`profiles`: each spec with a one-line cost note computed by the app; `title`:
-        the heading and a note after it (the replay picker has its own)."""
+        the heading and a note after it (the compare picker has its own)."""
         super().__init__()
         self.profiles = profiles
         self.current = current

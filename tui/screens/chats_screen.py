@@ -18,7 +18,7 @@ from textual.widgets.option_list import Option
 from phasechat.chat.store.database import ChatNotFound, ChatStore, ChatSummary
 from phasechat.chat.store.export_files import write_chat_files
 from phasechat.chat.text import one_line
-from phasechat.tui.confirm import ConfirmScreen
+from phasechat.tui.screens.confirm import ConfirmScreen
 
 
 class ChatsScreen(ModalScreen[int | None]):

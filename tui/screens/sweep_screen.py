@@ -1,7 +1,7 @@
 """A concurrency sweep of the current remote backend, drawn as it runs: the table of
-levels, then the chart (phasechat/sweep_chart.py) with the knee marked.
+levels, then the chart (chat/trips/sweep_chart.py) with the knee marked.
 
-Reached from the command palette ("Concurrency sweep"). It runs chat/sweep.py on the
+Reached from the command palette ("Concurrency sweep"). It runs chat/trips/sweep.py on the
 backend the chat uses (its own one-turn requests; the chat is not touched), at
 concurrency 1, 2, 4 and 8 with DEFAULT_MAX_TOKENS per answer, each level DEFAULT_REPEATS
 times (more when noisy). Closing the screen stops the sweep.
@@ -9,7 +9,7 @@ times (more when noisy). Closing the screen stops the sweep.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar
 
@@ -140,16 +140,15 @@ def open_sweep(
     if backend.serial:
         app.notify("The sweep needs a remote backend: the local model answers one at a time.")
         return False
-    if app.generating:
-        app.notify("An answer is streaming: stop it or wait, then sweep.", severity="warning")
+    if app.refused_while_answering():
         return False
     app.push_screen(SweepScreen(backend, app.turns.settings, levels, repeats=repeats))
     return True
 
 
-def commands(app: ChatHost) -> Iterable[SystemCommand]:
+def command(app: ChatHost) -> SystemCommand:
     """The palette's entry for the sweep."""
-    yield SystemCommand(
+    return SystemCommand(
         "Concurrency sweep",
         "Throughput and per-user speed at 1, 2, 4, 8 concurrent requests (remote backends)",
         lambda: open_sweep(app),

@@ -15,7 +15,7 @@ from phasechat.chat.store.export_files import export_folder, write_export
 from phasechat.chat.text import visible_controls
 from phasechat.chat.turns import Exchange
 from phasechat.telemetry.records import to_csv, to_jsonl
-from phasechat.tui.telemetry_view import fmt
+from phasechat.tui.widgets.telemetry_view import fmt
 
 COLUMNS = (
     "#",

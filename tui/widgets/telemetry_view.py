@@ -12,8 +12,8 @@ from textual.content import Content
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import KVStats
-from phasechat.chat.anatomy import name_of
 from phasechat.chat.costs import Expected, SwitchCost
+from phasechat.chat.engine_held import name_of
 from phasechat.chat.text import one_line
 from phasechat.chat.trim.types import TrimStats
 from phasechat.chat.turns import Exchange

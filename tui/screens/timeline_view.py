@@ -6,6 +6,7 @@ text, its control characters made visible."""
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
@@ -14,8 +15,8 @@ from textual.content import Content
 from phasechat.chat.text import visible_controls
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.timeline import STALL_X, Timeline
-from phasechat.tui.clip import items_left_out, notice
-from phasechat.tui.report_screen import ReportScreen
+from phasechat.tui.screens.report_screen import ReportScreen
+from phasechat.tui.widgets.clip import items_left_out, notice
 
 #: the shades' backgrounds, from the shortest gaps (dark green) to the longest (red)
 SHADE_COLOURS = ("#1e3b2a", "#2d5a2d", "#6b6520", "#8a4a1a", "#a3261c")
@@ -63,9 +64,9 @@ def legend(t: Timeline) -> Content:
 
 def summary(t: Timeline, remote: bool) -> Content:
     approx = "~" if t.tokens_estimated else ""
-    events = len(t.ticks)
-    tokens = sum(x.tokens for x in t.ticks)
-    bursts = sum(1 for x in t.ticks if x.tokens > 1)
+    events = len(t)
+    tokens = sum(t.tokens)
+    bursts = sum(1 for n in t.tokens if n > 1)
     line = f"{events:,} token events, {approx}{tokens:,} tokens; {t.stalls} stall(s)"
     if bursts:
         why = " (a burst on a remote stream is the network or a proxy, not the model)"
@@ -79,26 +80,26 @@ def shaded_text(t: Timeline) -> Content:
     """The answer's text, each token event shaded by the gap before it; a very long
     answer's middle events are left out (clip.py), with a line that says so."""
     parts: list[str | tuple[str, str] | Content] = []
-    thinking = False
-    cut = items_left_out([len(tick.text) for tick in t.ticks]) or (0, 0)
-    for i, tick in enumerate(t.ticks):
-        if cut[0] <= i < cut[1]:
-            if i == cut[0]:
-                chars = sum(len(x.text) for x in t.ticks[cut[0] : cut[1]])
-                parts.append(notice(chars, f"{cut[1] - cut[0]:,} token events"))
-            thinking = tick.thinking
-            continue
-        if tick.thinking and (i == 0 or not thinking):
+    start, end = items_left_out([len(text) for text in t.texts]) or (0, 0)
+    for i in itertools.chain(range(start), range(end, len(t))):
+        tick = t.tick(i)
+        if i and i == end:  # the first event after the middle left out
+            chars = sum(len(text) for text in t.texts[start:end])
+            parts.append(notice(chars, f"{end - start:,} token events"))
+        thinking_before = i > 0 and t.thinking[i - 1]
+        if tick.thinking and not thinking_before:
             parts.append(("── thinking ──\n", "bold $phase-thinking"))
-        if not tick.thinking and thinking:
+        if not tick.thinking and thinking_before:
             parts.append(("\n── answer ──\n", "bold $phase-decode"))
-        thinking = tick.thinking
         if tick.stall:
             parts.append((f"‖{tick.gap_ms:,.0f}ms ", "bold $error"))
         style = f"on {SHADE_COLOURS[tick.shade]}"
         if tick.tokens > 1:
             style += " underline"
         parts.append((visible_controls(tick.text), style))
+    if end == len(t) > start:  # nothing after the middle left out (items_left_out keeps some)
+        chars = sum(len(text) for text in t.texts[start:end])
+        parts.append(notice(chars, f"{end - start:,} token events"))
     return Content.assemble(*parts)
 
 

@@ -17,14 +17,14 @@ from textual.widgets import Collapsible, Static, TextArea
 
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.tui.markdown_view import MERGE_CHARS, MarkdownBody, sized_in_layout
-from phasechat.tui.telemetry_view import PanelLine, fit_lines
+from phasechat.tui.widgets.markdown_view import MERGE_CHARS, MarkdownBody, sized_in_layout
+from phasechat.tui.widgets.telemetry_view import PanelLine, fit_lines
 
 
 class MessageView(Vertical):
     """One chat message: a header line and its Markdown body, streamed while it grows.
 
-    The body seals finished blocks as it streams (tui/markdown_view.py): a refresh
+    The body seals finished blocks as it streams (tui/widgets/markdown_view.py): a refresh
     re-renders only the open tail, however long the answer and the chat.
     """
 
@@ -310,7 +310,7 @@ class LivePanel(Widget):
 
     `Static.update` asks for a relayout of the screen, which with a long chat means
     arranging every message again 15 times a second; this widget only repaints itself.
-    It is given ranked lines (tui/telemetry_view.py `panel_lines`) and draws those that
+    It is given ranked lines (tui/widgets/telemetry_view.py `panel_lines`) and draws those that
     fit its size, wrapped as drawn, the most important first (`fit_lines`): a terminal
     too small for all of them loses the least important, never the one that matters.
     """
