@@ -30,7 +30,8 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.http_errors import body_text, error_text
-from phasechat.backends.windows import context_refusal
+from phasechat.backends.servers import context_refusal
+from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
@@ -57,9 +58,13 @@ def as_text(value: object) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def parse_chunk(data: str, server: str = "the server") -> list[Event]:
-    """Events in one `data:` payload of a chat-completion stream. Numbers that are not
-    plausible are dropped and named in one `Notice` (which names `server`)."""
+def parse_chunk(
+    data: str, server: str = "the server", family: ServerFamily | None = None
+) -> list[Event]:
+    """Events in one `data:` payload of a chat-completion stream, with `family`'s own
+    account of the request where the payload has its fields (a `ServerAccount`).
+    Numbers that are not plausible are dropped and named in one `Notice` (which names
+    `server`)."""
     obj = load_json(data)
     if obj is NOT_JSON:
         return [StreamError("protocol", f"malformed event from server: {data[:80]!r}")]
@@ -91,6 +96,10 @@ def parse_chunk(data: str, server: str = "the server") -> list[Event]:
     timings = obj.get("timings")
     if isinstance(timings, dict) and "prompt_n" in timings:
         out.append(_timings(timings, said, f))
+    if family is not None and family.chunk_timing is not None:
+        own = family.chunk_timing(obj, f)
+        if own is not None:
+            out.append(own)
     if (line := f.notice(server)) is not None:
         out.append(Notice(line, doubt=True))
     return out
