@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from phasechat.backends.servers import llama_server, ollama, openai, vllm
+from phasechat.backends.servers import llama_server, ollama, openai, sglang, vllm
 from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.windows import DEADLINE_S, Window, root_of
 from phasechat.backends.wire_numbers import Fields, load_json
@@ -24,6 +24,7 @@ FAMILIES: tuple[ServerFamily, ...] = (
     vllm.FAMILY,
     ollama.FAMILY,
     openai.FAMILY,
+    sglang.FAMILY,
 )
 #: A server no family claims: the OpenAI wire format and nothing more.
 GENERIC = openai.FAMILY
