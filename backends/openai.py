@@ -48,7 +48,13 @@ from phasechat.backends.httplog import (
 from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
 from phasechat.backends.server_metrics import MetricsWatch, joined, span_of
 from phasechat.backends.server_prompt import render_on_llama_server
-from phasechat.backends.servers import GENERIC, ask_window, context_refusal, detect
+from phasechat.backends.servers import (
+    GENERIC,
+    ask_window,
+    context_refusal,
+    detect,
+    header_account,
+)
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body, root_of
@@ -454,13 +460,10 @@ class RemoteBackend:
             await response.aclose()
 
     def _header_account(self, headers: httpx.Headers) -> tuple[ServerAccount | None, str | None]:
-        """The family's own account of the request from the response's headers (None:
+        """The server's own account of the request from the response's headers (None:
         it has none), and the line naming the headers not believed (None: all were)."""
-        read = self.family.header_timing
-        if read is None:
-            return None, None
         f = Fields()
-        return read(headers, f), f.notice(self.shown_url)
+        return header_account(headers, f), f.notice(self.shown_url)
 
     async def _sse(
         self, response: httpx.Response, request: GenerationRequest

@@ -5,6 +5,8 @@
 - `stream.sse`: the chat completion's body, an event per write, the first after `pace_s`
   (the server's wait before its first token: longer than the times the fixture claims,
   so that they fit in the TTFT measured here);
+- or `reply.json`: a reply sent whole (a server that does not stream), after `pace_s`
+  with the headers (which then say what the server measured of the whole);
 - `headers.json` (optional): the chat response's headers, under `headers`;
 - `metrics-*.txt` (optional): the Prometheus page, at any path ending in `metrics`,
   each read the next file in name order (then the last again); without one, a 404.
@@ -102,6 +104,18 @@ class FamilyServer:
         if said.exists():
             for name, value in json.loads(said.read_text())["headers"].items():
                 extra += f"{name}: {value}\r\n"
+        whole = self.folder / "reply.json"
+        if whole.exists():
+            await asyncio.sleep(self.pace_s)
+            body = whole.read_bytes()
+            writer.write(
+                (
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
+                ).encode()
+                + body
+            )
+            return
         writer.write(
             (
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"

@@ -8,11 +8,13 @@ Adding a family is one module beside these, defining a `ServerFamily`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from phasechat.backends.servers import llama_server, ollama, openai, sglang, vllm
+from phasechat.backends.events import ServerAccount
+from phasechat.backends.servers import llama_server, ollama, openai, sglang, tgi, vllm
 from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.windows import DEADLINE_S, Window, root_of
 from phasechat.backends.wire_numbers import Fields, load_json
@@ -25,6 +27,7 @@ FAMILIES: tuple[ServerFamily, ...] = (
     ollama.FAMILY,
     openai.FAMILY,
     sglang.FAMILY,
+    tgi.FAMILY,
 )
 #: A server no family claims: the OpenAI wire format and nothing more.
 GENERIC = openai.FAMILY
@@ -78,6 +81,16 @@ async def ask_window(
             return await own(client, root, headers, model, f)
     except (TimeoutError, httpx.HTTPError):
         return None
+
+
+def header_account(headers: Mapping[str, str], f: Fields) -> ServerAccount | None:
+    """A server's own account of a request from its response's headers, by the first
+    family whose headers they carry: header names say what they are whatever the
+    listing claimed (TGI's listing names no owner)."""
+    for family in FAMILIES:
+        if family.header_timing is not None and (said := family.header_timing(headers, f)):
+            return said
+    return None
 
 
 def context_refusal(body: str) -> dict[str, object] | None:
