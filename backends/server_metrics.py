@@ -67,6 +67,13 @@ class Scrape:
     broken: tuple[tuple[str, float], ...] = ()
     #: its prompt count is of evaluated tokens, the cached ones counted apart
     excludes_cached: bool = False
+    #: where the family serves the page (its `PromNames.path`)
+    page: str = "/metrics"
+
+    @property
+    def source(self) -> str:
+        """What an account from this page says it is from: "vLLM /metrics"."""
+        return f"{self.engine} {self.page}"
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -111,7 +118,8 @@ def parse(text: str) -> Scrape | None:
     blocks = _count(info.get("num_gpu_blocks"))
     pool = blocks * block if blocks and block else _count(info.get("kv_cache_size_tokens"))
     pool = pool if pool and pool <= MAX_POOL else None
-    return Scrape(names.engine, values, pool, block, broken, names.prompt_excludes_cached)
+    excluded = names.prompt_excludes_cached
+    return Scrape(names.engine, values, pool, block, broken, excluded, names.path)
 
 
 def _family_of(sums: dict[str, float]) -> PromNames | None:
@@ -194,7 +202,7 @@ def account(
     one request finished between them (vLLM counts them), and the generated tokens the
     server counted are this request's own (`usage`, when it says)."""
     pool = ServerAccount(
-        source=f"{after.engine} /metrics",
+        source=after.source,
         pool_tokens=after.pool_tokens,
         block_tokens=after.block_tokens,
         used_share=before.get("used_share") if before is not None else None,
@@ -389,7 +397,7 @@ class MetricsWatch:
         if last is None:
             return None
         return ServerAccount(
-            f"{last.engine} /metrics",
+            last.source,
             pool_tokens=last.pool_tokens,
             block_tokens=last.block_tokens,
             unknown=CROWDED,

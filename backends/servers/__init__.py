@@ -14,7 +14,15 @@ from typing import Any
 import httpx
 
 from phasechat.backends.events import ServerAccount
-from phasechat.backends.servers import llama_server, ollama, openai, sglang, tgi, vllm
+from phasechat.backends.servers import (
+    llama_server,
+    ollama,
+    openai,
+    sglang,
+    tensorrt_llm,
+    tgi,
+    vllm,
+)
 from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.windows import DEADLINE_S, Window, root_of
 from phasechat.backends.wire_numbers import Fields, load_json
@@ -28,6 +36,7 @@ FAMILIES: tuple[ServerFamily, ...] = (
     openai.FAMILY,
     sglang.FAMILY,
     tgi.FAMILY,
+    tensorrt_llm.FAMILY,
 )
 #: A server no family claims: the OpenAI wire format and nothing more.
 GENERIC = openai.FAMILY
