@@ -15,6 +15,7 @@ import httpx
 
 from phasechat.backends.events import ServerAccount
 from phasechat.backends.servers import (
+    dynamo,
     llama_server,
     ollama,
     openai,
@@ -37,6 +38,7 @@ FAMILIES: tuple[ServerFamily, ...] = (
     sglang.FAMILY,
     tgi.FAMILY,
     tensorrt_llm.FAMILY,
+    dynamo.FAMILY,
 )
 #: A server no family claims: the OpenAI wire format and nothing more.
 GENERIC = openai.FAMILY
