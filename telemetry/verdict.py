@@ -373,6 +373,8 @@ def engine_account(m: Metrics) -> tuple[str, str]:
             bits.append(f"queue {m.server_queue_ms:,.0f} ms")
     elif m.server_unknown:
         bits.append(f"{who}: this request's own figures unknown ({m.server_unknown})")
+    if m.server_kv_hit_share is not None:  # Dynamo's router: the prompt found cached
+        bits.append(f"KV hit {m.server_kv_hit_share:.0%}")
     if m.server_kv_pool_tokens:
         share = m.server_kv_used_share
         full = f", {share:.0%} full at the send" if share is not None else ""
