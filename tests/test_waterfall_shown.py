@@ -4,6 +4,7 @@ user runs them, against the scripted server on 127.0.0.1) and the panel's engine
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -14,21 +15,19 @@ from tests.fault_server import fault_server_thread
 from tests.test_cli import phasechat
 
 
-def test_ask_json_carries_the_waterfall_of_a_server_that_says_nothing_of_itself() -> None:
+def ask(flag: str) -> subprocess.CompletedProcess[str]:
+    """`phasechat ask FLAG` against the scripted server's plain five-token answer."""
     with fault_server_thread() as srv:
+        url = srv.base_url
         r = phasechat(
-            "ask",
-            "--json",
-            "--backend",
-            "openai",
-            "--base-url",
-            srv.base_url,
-            "--model",
-            "ok-5",
-            "hi",
+            "ask", flag, "--backend", "openai", "--base-url", url, "--model", "ok-5", "hi"
         )
     assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    return r
+
+
+def test_ask_json_carries_the_waterfall_of_a_server_that_says_nothing_of_itself() -> None:
+    out = json.loads(ask("--json").stdout)
     wf = out["waterfall"]
     assert [s["name"] for s in wf["steps"]] == [CONNECT, SENT, REST]
     assert {s["source"] for s in wf["steps"]} == {"measured here"}
@@ -39,19 +38,7 @@ def test_ask_json_carries_the_waterfall_of_a_server_that_says_nothing_of_itself(
 
 
 def test_ask_stats_prints_the_waterfall_line() -> None:
-    with fault_server_thread() as srv:
-        r = phasechat(
-            "ask",
-            "--stats",
-            "--backend",
-            "openai",
-            "--base-url",
-            srv.base_url,
-            "--model",
-            "ok-5",
-            "hi",
-        )
-    assert r.returncode == 0, r.stderr
+    r = ask("--stats")
     (line,) = [ln for ln in r.stderr.splitlines() if " = connect " in ln]
     assert line.startswith("TTFT ") and "the rest" in line
 
