@@ -45,9 +45,8 @@ from phasechat.backends.httplog import (
     redact_url,
     scrub_key,
 )
-from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
+from phasechat.backends.openai_wire import parse_chunk, whole_reply
 from phasechat.backends.server_metrics import MetricsWatch, joined, span_of
-from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.servers import (
     GENERIC,
     ask_window,
@@ -59,6 +58,7 @@ from phasechat.backends.sse import SSEParser
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body, root_of
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
+from phasechat.backends.wire_text import as_text
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -316,11 +316,12 @@ class RemoteBackend:
         return 0  # no portable way to prefill a server's cache without generating
 
     async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
-        """llama-server renders and tokenizes exactly; other servers cannot say."""
-        if not self.family.renders or self._state != "ready":
+        """The prompt as the server reads it, where its family can say (llama-server
+        renders and tokenizes exactly); None where it cannot."""
+        render = self.family.render
+        if render is None or self._state != "ready":
             return None
-        headers = self._plain_headers()
-        return await render_on_llama_server(self._http(), root_of(self.base_url), headers, messages)
+        return await render(self._http(), root_of(self.base_url), self._plain_headers(), messages)
 
     async def aclose(self) -> None:
         if self._client is not None:

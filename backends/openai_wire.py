@@ -12,7 +12,6 @@ A thinking model's chain of thought arrives beside the answer: `reasoning_conten
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -33,9 +32,9 @@ from phasechat.backends.http_errors import body_text, error_text
 from phasechat.backends.servers import context_refusal
 from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
+from phasechat.backends.wire_text import as_text
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _PROMPT_DETAILS = "usage.prompt_tokens_details"
 _OUT_DETAILS = "usage.completion_tokens_details"
 #: Where servers put the chain of thought, in the order we look.
@@ -49,13 +48,6 @@ def reasoning_of(delta: dict[str, object]) -> str:
         if isinstance(value, str) and value:
             return as_text(value)
     return ""
-
-
-def as_text(value: object) -> str:
-    """Text from the wire as a str that can be printed, stored and encoded: JSON may
-    carry a lone surrogate (`"\\ud800"`), which no UTF-8 stream accepts."""
-    text = value if isinstance(value, str) else str(value)
-    return _SURROGATE.sub("\ufffd", text)
 
 
 def parse_chunk(

@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 import httpx
 
-from phasechat.backends.events import ServerAccount
+from phasechat.backends.base import RenderedPrompt
+from phasechat.backends.events import Message, ServerAccount
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
@@ -38,6 +39,11 @@ ChunkTiming = Callable[[dict[str, Any], Fields], ServerAccount | None]
 #: The family's own account of a request from the response's headers.
 HeaderTiming = Callable[[Mapping[str, str], Fields], ServerAccount | None]
 
+#: The prompt as the server renders and tokenizes it (None: it cannot say).
+Render = Callable[
+    [httpx.AsyncClient, str, dict[str, str], tuple[Message, ...]],
+    Awaitable[RenderedPrompt | None],
+]
 #: How finely a family's prefix cache reuses a prompt, in tokens: 1 is exact (any
 #: prefix), n > 1 whole blocks of n, None unknown.
 CacheGrain = int | None
@@ -81,8 +87,9 @@ class ServerFamily:
     cache_grain: CacheGrain = None
     chunk_timing: ChunkTiming | None = None
     header_timing: HeaderTiming | None = None
-    #: the server renders and tokenizes a chat exactly (llama-server's /apply-template)
-    renders: bool = False
+    #: the prompt as the server reads it, where it can say (llama-server's
+    #: /apply-template and /tokenize): (client, root, headers, messages)
+    render: Render | None = None
     #: where its documentation says the above (shown in docs/backends.md's table)
     docs: str = ""
 

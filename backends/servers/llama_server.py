@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.servers.family import (
     PromNames,
     ServerFamily,
@@ -88,6 +89,6 @@ FAMILY = ServerFamily(
     # llama-server only; OpenAI rejects unknown fields
     request_extras={"return_progress": True},
     cache_grain=1,  # any common prefix of the slot's tokens
-    renders=True,
+    render=render_on_llama_server,
     docs="llama.cpp tools/server/README.md",
 )
