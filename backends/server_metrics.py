@@ -92,6 +92,8 @@ def parse(text: str) -> Scrape | None:
         name, labels, raw = m.groups()
         if labels:
             labels_of[name] = labels
+        if name.endswith("_info"):  # an info gauge says its figures in its labels
+            continue
         value = _number(raw)
         if value is not None:
             sums[name] = sums.get(name, 0.0) + value
