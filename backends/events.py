@@ -82,6 +82,8 @@ class ResponseStarted:
 
     status: int
     connect_ms: float | None = None
+    #: when the request's body was all written (`perf_counter_ns`; None: not said)
+    t_body_sent_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,9 @@ class ServerTimings:
 @dataclass(frozen=True, slots=True)
 class ServerAccount:
     """A server's own account of the request, from its `/metrics` read before and after
-    it (backends/server_metrics.py): what it measured (ms) and counted, and the KV pool
+    it (backends/server_metrics.py) or from its own per-request fields (its family's
+    `chunk_timing` / `header_timing`, backends/servers/): what it measured (ms) and
+    counted, and the KV pool
     it shares among all requests. `unknown` says why the per-request figures are None
     (another request ran at the same time); the pool is the server's either way.
     `used_share`: how full the pool was when the request was sent (0-1). `doubts`: one
@@ -207,6 +211,12 @@ class ServerAccount:
     used_share: float | None = None
     unknown: str | None = None
     doubts: tuple[str, ...] = ()
+    #: the share of the prompt found in a KV cache (0-1: Dynamo's router's `kv_hit_rate`)
+    kv_hit_share: float | None = None
+    #: the workers that ran the prefill and the decode, where a server splits them
+    #: (Dynamo's disaggregated serving); an id as the server gave it, shown, never obeyed
+    prefill_worker: str | None = None
+    decode_worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The remote backend: any OpenAI-compatible `/chat/completions` endpoint, over httpx.
 
-Works with llama.cpp's llama-server (usage, `timings`, prefill progress), vLLM and
-Ollama (usage only), llama-cpp-python's server (neither), LM Studio and OpenAI.
+Works with every OpenAI-compatible server; what it does differently for each kind of
+server (how it finds the window, what a request adds, which timing fields it reads) is
+that server's family (backends/servers/), found from its `/v1/models` listing.
 The API key is read from an environment variable at request time and lives only in the
 request headers: it is never logged, stored or shown, and a server that echoes it back
 in an error message has it redacted before the message goes anywhere.
@@ -30,6 +31,7 @@ from phasechat.backends.events import (
     Notice,
     ReasoningDelta,
     ResponseStarted,
+    ServerAccount,
     ServerTimings,
     StreamError,
     TextDelta,
@@ -43,19 +45,20 @@ from phasechat.backends.httplog import (
     redact_url,
     scrub_key,
 )
-from phasechat.backends.openai_wire import as_text, parse_chunk, whole_reply
-from phasechat.backends.server_metrics import MetricsWatch, span_of
-from phasechat.backends.server_prompt import render_on_llama_server
-from phasechat.backends.sse import SSEParser
-from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
-from phasechat.backends.windows import (
-    Window,
+from phasechat.backends.openai_wire import parse_chunk, whole_reply
+from phasechat.backends.server_metrics import MetricsWatch, joined, span_of
+from phasechat.backends.servers import (
+    GENERIC,
     ask_window,
     context_refusal,
-    read_body,
-    root_of,
+    detect,
+    header_account,
 )
+from phasechat.backends.sse import SSEParser
+from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
+from phasechat.backends.windows import Window, read_body, root_of
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
+from phasechat.backends.wire_text import as_text
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 
@@ -90,17 +93,21 @@ class RemoteConfig:
 class ConnectTimer:
     """How long a request spent opening its connection, from httpx's trace extension
     (httpcore's `connection.connect_tcp.*` and `connection.start_tls.*` events): 0 when
-    it went out on a kept-alive connection."""
+    it went out on a kept-alive connection; and when its body was all written
+    (`http11.send_request_body.complete`, or HTTP/2's)."""
 
     def __init__(self) -> None:
         self.started: int | None = None
         self.ended: int | None = None
+        self.body_sent: int | None = None
 
     async def trace(self, event: str, info: dict[str, object]) -> None:
         if event == "connection.connect_tcp.started" and self.started is None:
             self.started = time.perf_counter_ns()
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             self.ended = time.perf_counter_ns()
+        elif event.endswith(".send_request_body.complete"):
+            self.body_sent = time.perf_counter_ns()
 
     def ms(self) -> float:
         if self.started is None or self.ended is None:
@@ -126,7 +133,8 @@ class RemoteBackend:
         self._transport = transport  # tests replay recorded streams through this
         self._request_headers = request_headers
         self.models: list[str] = []
-        self.is_llama_server = False
+        #: what kind of server it is (from its /models listing at `start`)
+        self.family = GENERIC
         self._model = self.config.model or ""
         self._state: LoadState = "idle"
         self._detail = self._with_tls("not connected")
@@ -137,8 +145,8 @@ class RemoteBackend:
         self.window: Window | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
-        #: the server's /metrics, read before and after each request: vLLM (`owned_by`
-        #: in /models), llama-server where its /props says it serves one; no other is probed
+        #: the server's /metrics, read before and after each request, where its family
+        #: has a page (`PromNames.probe`: always, or where its window look-up said so)
         self.metrics = MetricsWatch()
 
     @property
@@ -261,19 +269,21 @@ class RemoteBackend:
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         self.models = [as_text(m["id"]) for m in entries if isinstance(m.get("id"), str)]
-        self.is_llama_server = any(m.get("owned_by") == "llamacpp" for m in entries)
+        self.family = detect(entries)
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
             f = Fields()
             self.window = await ask_window(
-                self._http(), self.base_url, self._headers(), entries, self._model, f
+                self._http(), self.base_url, self._headers(), entries, self._model, self.family, f
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
-        vllm = any(m.get("owned_by") == "vllm" for m in entries)
-        if vllm or (self.window is not None and self.window.metrics):
-            await self.metrics.start(self._http(), root_of(self.base_url), self._plain_headers())
+        page = self.family.metrics
+        said = self.window is not None and self.window.metrics
+        if page is not None and (page.probe == "always" or said):
+            root, headers = root_of(self.base_url), self._plain_headers()
+            await self.metrics.start(self._http(), root, headers, page.path)
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:
@@ -310,11 +320,12 @@ class RemoteBackend:
         return 0  # no portable way to prefill a server's cache without generating
 
     async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
-        """llama-server renders and tokenizes exactly; other servers cannot say."""
-        if not self.is_llama_server or self._state != "ready":
+        """The prompt as the server reads it, where its family can say (llama-server
+        renders and tokenizes exactly); None where it cannot."""
+        render = self.family.render
+        if render is None or self._state != "ready":
             return None
-        headers = self._plain_headers()
-        return await render_on_llama_server(self._http(), root_of(self.base_url), headers, messages)
+        return await render(self._http(), root_of(self.base_url), self._plain_headers(), messages)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -336,8 +347,7 @@ class RemoteBackend:
             body["stop"] = list(request.stop)
         if request.seed is not None:
             body["seed"] = request.seed
-        if self.is_llama_server:
-            body["return_progress"] = True  # llama-server only; OpenAI rejects unknown fields
+        body.update(self.family.request_extras)  # only its family accepts them
         body.update(self.config.extra_body)
         return body
 
@@ -403,7 +413,12 @@ class RemoteBackend:
                     error = dataclasses.replace(error, kind="context_overflow", detail=refusal)
                 yield error
                 return
-            yield ResponseStarted(response.status_code, connect.ms())
+            yield ResponseStarted(response.status_code, connect.ms(), connect.body_sent)
+            # the server's own account of this request, from its headers or the stream
+            # (its family's fields), said once the answer is over, beside its /metrics'
+            own, said_wrong = self._header_account(response.headers)
+            if said_wrong is not None:
+                yield Notice(said_wrong, doubt=True)
             ctype = response.headers.get("content-type", "")
             events = (
                 self._sse(response, request)
@@ -421,7 +436,10 @@ class RemoteBackend:
                         yield Notice(doubt, doubt=True)
                 if isinstance(event, Usage):
                     usage = event
-                elif isinstance(event, Finished) and self.metrics.enabled:
+                elif isinstance(event, ServerAccount):
+                    own = event
+                    continue
+                elif isinstance(event, Finished) and (self.metrics.enabled or own is not None):
                     # The answer is over: its end is now, before the server is asked
                     # for its own account of it.
                     ended = time.perf_counter_ns()
@@ -429,7 +447,12 @@ class RemoteBackend:
                     watch = self.metrics
                     e2e_ms = (ended - sent) / 1e6
                     span = span_of(e2e_ms, request.messages, request.max_tokens, usage)
-                    account = await watch.finished(ticket, client, root, headers, usage, span)
+                    scraped = (
+                        await watch.finished(ticket, client, root, headers, usage, span)
+                        if watch.enabled
+                        else None
+                    )
+                    account = joined(own, scraped, span)
                     if account is not None:
                         yield account
                         for line in account.doubts:
@@ -441,6 +464,12 @@ class RemoteBackend:
         finally:
             self.metrics.end()
             await response.aclose()
+
+    def _header_account(self, headers: httpx.Headers) -> tuple[ServerAccount | None, str | None]:
+        """The server's own account of the request from the response's headers (None:
+        it has none), and the line naming the headers not believed (None: all were)."""
+        f = Fields()
+        return header_account(headers, f), f.notice(self.shown_url)
 
     async def _sse(
         self, response: httpx.Response, request: GenerationRequest
@@ -497,7 +526,7 @@ class RemoteBackend:
                     if sse.data == "[DONE]":
                         yield Finished(finish or "stop", silent)
                         return
-                    events = _once(parse_chunk(sse.data, self.shown_url), said)
+                    events = _once(parse_chunk(sse.data, self.shown_url, self.family), said)
                     text = any(isinstance(e, TextDelta | ReasoningDelta) for e in events)
                     if chunks and not text and Finished("stop") in events:
                         silent = t_read  # see Finished.t_silent_ns (a length has none)
@@ -523,11 +552,12 @@ class RemoteBackend:
                 seen = parser.payload_bytes
         for sse in parser.close():
             if sse.data != "[DONE]":
-                for event in _once(parse_chunk(sse.data, self.shown_url), said):
+                for event in _once(parse_chunk(sse.data, self.shown_url, self.family), said):
                     if isinstance(event, Finished):
                         finish = event.reason
                     elif isinstance(
-                        event, TextDelta | ReasoningDelta | Usage | ServerTimings | Notice
+                        event,
+                        TextDelta | ReasoningDelta | Usage | ServerTimings | ServerAccount | Notice,
                     ):
                         yield event
         if finish is not None:

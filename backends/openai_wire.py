@@ -12,7 +12,6 @@ A thinking model's chain of thought arrives beside the answer: `reasoning_conten
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -30,11 +29,12 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.http_errors import body_text, error_text
-from phasechat.backends.windows import context_refusal
+from phasechat.backends.servers import context_refusal
+from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
+from phasechat.backends.wire_text import as_text
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _PROMPT_DETAILS = "usage.prompt_tokens_details"
 _OUT_DETAILS = "usage.completion_tokens_details"
 #: Where servers put the chain of thought, in the order we look.
@@ -50,16 +50,13 @@ def reasoning_of(delta: dict[str, object]) -> str:
     return ""
 
 
-def as_text(value: object) -> str:
-    """Text from the wire as a str that can be printed, stored and encoded: JSON may
-    carry a lone surrogate (`"\\ud800"`), which no UTF-8 stream accepts."""
-    text = value if isinstance(value, str) else str(value)
-    return _SURROGATE.sub("\ufffd", text)
-
-
-def parse_chunk(data: str, server: str = "the server") -> list[Event]:
-    """Events in one `data:` payload of a chat-completion stream. Numbers that are not
-    plausible are dropped and named in one `Notice` (which names `server`)."""
+def parse_chunk(
+    data: str, server: str = "the server", family: ServerFamily | None = None
+) -> list[Event]:
+    """Events in one `data:` payload of a chat-completion stream, with `family`'s own
+    account of the request where the payload has its fields (a `ServerAccount`).
+    Numbers that are not plausible are dropped and named in one `Notice` (which names
+    `server`)."""
     obj = load_json(data)
     if obj is NOT_JSON:
         return [StreamError("protocol", f"malformed event from server: {data[:80]!r}")]
@@ -91,6 +88,10 @@ def parse_chunk(data: str, server: str = "the server") -> list[Event]:
     timings = obj.get("timings")
     if isinstance(timings, dict) and "prompt_n" in timings:
         out.append(_timings(timings, said, f))
+    if family is not None and family.chunk_timing is not None:
+        own = family.chunk_timing(obj, f)
+        if own is not None:
+            out.append(own)
     if (line := f.notice(server)) is not None:
         out.append(Notice(line, doubt=True))
     return out

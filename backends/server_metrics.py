@@ -16,8 +16,10 @@ request as the client measured it (`Span`): no phase longer than its whole wall 
 more prompt tokens than were sent, no more generated than were asked for; a figure
 beyond that is unknown, and `ServerAccount.doubts` says why in one line.
 
-The names read are in `VLLM` and `LLAMA` (vLLM 0.32's `vllm/v1/metrics/loggers.py`;
-llama.cpp's `tools/server/server-context.cpp`), recorded in tests/fixtures/vllm/.
+The names read, and where each server serves its page, are its family's `metrics`
+(backends/servers/: vLLM 0.32's `vllm/v1/metrics/loggers.py`, recorded in
+tests/fixtures/vllm/; llama.cpp's `tools/server/server-context.cpp`; and the others
+from their documentation).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Any
 import httpx
 
 from phasechat.backends.events import Message, ServerAccount, Usage
+from phasechat.backends.servers import FAMILIES
+from phasechat.backends.servers.family import PromNames
 from phasechat.backends.windows import read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
@@ -46,27 +50,6 @@ MAX_POOL = 1 << 32
 #: records a finished request's histograms a moment after its last chunk).
 SETTLE_S = 1.5
 
-VLLM = {
-    "running": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
-    "finished": ("vllm:e2e_request_latency_seconds_count",),
-    "prompt": ("vllm:prompt_tokens_total",),
-    "cached": ("vllm:prompt_tokens_cached_total",),
-    "generated": ("vllm:generation_tokens_total",),
-    "prefill_s": ("vllm:request_prefill_time_seconds_sum",),
-    "decode_s": ("vllm:request_decode_time_seconds_sum",),
-    "queue_s": ("vllm:request_queue_time_seconds_sum",),
-    "ttft_s": ("vllm:time_to_first_token_seconds_sum",),
-    "used_share": ("vllm:kv_cache_usage_perc",),  # a share, 0-1, despite the name
-}
-LLAMA = {
-    "running": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
-    "prompt": ("llamacpp:prompt_tokens_total",),  # evaluated: cached ones are apart
-    "cached": ("llamacpp:prompt_tokens_cached_total",),
-    "generated": ("llamacpp:tokens_predicted_total",),
-    "prefill_s": ("llamacpp:prompt_seconds_total",),
-    "decode_s": ("llamacpp:tokens_predicted_seconds_total",),
-}
-
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -76,12 +59,21 @@ class Scrape:
     """One read of `/metrics`: the figures above (summed over label sets; None: not
     exported or not believed) and the pool."""
 
-    engine: str  # "vLLM" or "llama-server"
+    engine: str  # the family's `PromNames.engine`: "vLLM", "llama-server"
     values: dict[str, float]
     pool_tokens: int | None
     block_tokens: int | None
     #: figures whose lines summed to no finite number (duplicates of 1e308), with that sum
     broken: tuple[tuple[str, float], ...] = ()
+    #: its prompt count is of evaluated tokens, the cached ones counted apart
+    excludes_cached: bool = False
+    #: where the family serves the page (its `PromNames.path`)
+    page: str = "/metrics"
+
+    @property
+    def source(self) -> str:
+        """What an account from this page says it is from: "vLLM /metrics"."""
+        return f"{self.engine} {self.page}"
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -90,7 +82,7 @@ class Scrape:
 def parse(text: str) -> Scrape | None:
     """The figures in a Prometheus text page, or None when it is no server we know."""
     sums: dict[str, float] = {}
-    info: dict[str, str] = {}
+    labels_of: dict[str, str] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -98,33 +90,46 @@ def parse(text: str) -> Scrape | None:
         if m is None:
             continue
         name, labels, raw = m.groups()
-        if name == "vllm:cache_config_info" and labels:
-            info = dict(_LABEL.findall(labels))
+        if labels:
+            labels_of[name] = labels
+        if name.endswith("_info"):  # an info gauge says its figures in its labels
             continue
         value = _number(raw)
         if value is not None:
             sums[name] = sums.get(name, 0.0) + value
-    names = VLLM if any(k.startswith("vllm:") for k in sums) else LLAMA
-    if not any(k.startswith("llamacpp:") or k.startswith("vllm:") for k in sums):
+    names = _family_of(sums)
+    if names is None:
         return None
     values = {}
-    for key, sources in names.items():
+    for key, sources in names.names.items():
         found = [sums[s] for s in sources if s in sums]
         if found:
             values[key] = sum(found)
-    if "cached" not in values and "vllm:prefix_cache_hits_total" in sums:
-        values["cached"] = sums["vllm:prefix_cache_hits_total"]  # older vLLM: hits in tokens
+    for key, source in names.fallbacks.items():
+        if key not in values and source in sums:
+            values[key] = sums[source]
     # each line is finite, but two of 1e308 sum to inf (and inf - inf is nan)
     broken = tuple((k, v) for k, v in values.items() if not math.isfinite(v))
     for key, _ in broken:
         del values[key]
     if not 0 <= values.get("used_share", 0) <= 1:
         del values["used_share"]
+    info_labels = labels_of.get(names.pool_info, "") if names.pool_info else ""
+    info = dict(_LABEL.findall(info_labels))
     block = _count(info.get("block_size"))
     blocks = _count(info.get("num_gpu_blocks"))
     pool = blocks * block if blocks and block else _count(info.get("kv_cache_size_tokens"))
-    engine = "vLLM" if names is VLLM else "llama-server"
-    return Scrape(engine, values, pool if pool and pool <= MAX_POOL else None, block, broken)
+    pool = pool if pool and pool <= MAX_POOL else None
+    excluded = names.prompt_excludes_cached
+    return Scrape(names.engine, values, pool, block, broken, excluded, names.path)
+
+
+def _family_of(sums: dict[str, float]) -> PromNames | None:
+    """The Prometheus names of the family whose names the page holds (None: none)."""
+    for family in FAMILIES:
+        if family.metrics is not None and any(k.startswith(family.metrics.prefix) for k in sums):
+            return family.metrics
+    return None
 
 
 def _number(raw: str) -> float | None:
@@ -199,7 +204,7 @@ def account(
     one request finished between them (vLLM counts them), and the generated tokens the
     server counted are this request's own (`usage`, when it says)."""
     pool = ServerAccount(
-        source=f"{after.engine} /metrics",
+        source=after.source,
         pool_tokens=after.pool_tokens,
         block_tokens=after.block_tokens,
         used_share=before.get("used_share") if before is not None else None,
@@ -222,7 +227,7 @@ def account(
         return d * 1000 if d is not None and d < 86_400 else None
 
     prompt, cached = tokens("prompt"), tokens("cached")
-    if after.engine == "llama-server" and prompt is not None and cached is not None:
+    if after.excludes_cached and prompt is not None and cached is not None:
         prompt += cached  # llama-server counts evaluated prompt tokens apart from cached
     if prompt is not None and cached is not None and cached > prompt:
         cached = None
@@ -320,12 +325,14 @@ def _restarted(before: Scrape, after: Scrape) -> str | None:
     return None
 
 
-async def scrape(client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> Scrape | None:
-    """`GET {root}/metrics`, read within DEADLINE_S and MAX_BODY; None when it fails."""
+async def scrape(
+    client: httpx.AsyncClient, root: str, headers: dict[str, str], path: str = "/metrics"
+) -> Scrape | None:
+    """`GET {root}{path}`, read within DEADLINE_S and MAX_BODY; None when it fails."""
     try:
         async with (
             asyncio.timeout(DEADLINE_S),
-            client.stream("GET", f"{root}/metrics", headers=headers, timeout=DEADLINE_S) as r,
+            client.stream("GET", f"{root}{path}", headers=headers, timeout=DEADLINE_S) as r,
         ):
             if r.status_code != 200:
                 return None
@@ -357,6 +364,7 @@ class MetricsWatch:
 
     def __init__(self) -> None:
         self.enabled = False
+        self.path = "/metrics"  # where the server's family serves its page
         self.last: Scrape | None = None
         self.active = 0
         self.started = 0
@@ -386,19 +394,26 @@ class MetricsWatch:
         if self.alone(ticket):
             return await self.after(client, root, headers, usage, span)
         # the last one out reads once: a "before" for the next request
-        read = await scrape(client, root, headers) if self.active == 1 else None
+        read = await scrape(client, root, headers, self.path) if self.active == 1 else None
         last, self.last = self.last or read, read
         if last is None:
             return None
         return ServerAccount(
-            f"{last.engine} /metrics",
+            last.source,
             pool_tokens=last.pool_tokens,
             block_tokens=last.block_tokens,
             unknown=CROWDED,
         )
 
-    async def start(self, client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> None:
-        self.last = await scrape(client, root, headers)
+    async def start(
+        self,
+        client: httpx.AsyncClient,
+        root: str,
+        headers: dict[str, str],
+        path: str = "/metrics",
+    ) -> None:
+        self.path = path
+        self.last = await scrape(client, root, headers, path)
         self.enabled = self.last is not None
 
     async def after(
@@ -414,7 +429,7 @@ class MetricsWatch:
         before = self.last
         deadline = time.monotonic() + SETTLE_S
         while True:
-            now = await scrape(client, root, headers)
+            now = await scrape(client, root, headers, self.path)
             if now is None:
                 self.last = None
                 return None
@@ -436,3 +451,40 @@ def _counted(before: Scrape | None, after: Scrape, usage: Usage | None) -> bool:
             want = 1 if name == "finished" else (usage.completion_tokens if usage else 1) or 1
             return b - a >= want
     return True
+
+
+#: the figures a server's per-request account gives that its /metrics' do not
+_OWN = (
+    "prompt_tokens",
+    "cached_tokens",
+    "generated_tokens",
+    "prefill_ms",
+    "decode_ms",
+    "queue_ms",
+    "ttft_ms",
+    "kv_hit_share",
+    "prefill_worker",
+    "decode_worker",
+)
+
+
+def joined(
+    own: ServerAccount | None, scraped: ServerAccount | None, span: Span
+) -> ServerAccount | None:
+    """One account of a request from the server's per-request fields (`own`, its
+    family's) and its /metrics (`scraped`, already bounded): each figure the request's
+    own where it has one, /metrics' elsewhere; `own` bounded by `span` as /metrics' is.
+    A request that overlapped others still has its own figures: they are its alone."""
+    if own is None:
+        return scraped
+    mine = _bounded(own, span)
+    if scraped is None:
+        return mine
+    said = {name: value for name in _OWN if (value := getattr(mine, name)) is not None}
+    return dataclasses.replace(
+        scraped,
+        **said,
+        source=f"{mine.source} + {scraped.source}",
+        unknown=None if said else scraped.unknown,
+        doubts=mine.doubts + scraped.doubts,
+    )

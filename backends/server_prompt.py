@@ -15,9 +15,9 @@ import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
-from phasechat.backends.openai_wire import as_text
 from phasechat.backends.windows import fetch_json
 from phasechat.backends.wire_numbers import NOT_JSON
+from phasechat.backends.wire_text import as_text
 
 #: One deadline for both calls: the prompt's sections are a nicety, never a wait.
 TIMEOUT_S = 5.0

@@ -134,6 +134,13 @@ class Metrics:
     server_kv_pool_tokens: int | None = None
     server_kv_used_share: float | None = None
     server_kv_block_tokens: int | None = None
+    #: remote: when the request's body was all written (ms after the send), and what the
+    #: server said of the prompt's cache hit (0-1) and of the workers that ran its
+    #: prefill and its decode where it splits them (Dynamo): ids shown, never obeyed
+    sent_ms: float | None = None
+    server_kv_hit_share: float | None = None
+    server_prefill_worker: str | None = None
+    server_decode_worker: str | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
@@ -313,6 +320,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_kv_pool_tokens=a.pool_tokens if a else None,
         server_kv_used_share=a.used_share if a else None,
         server_kv_block_tokens=block,
+        sent_ms=ms(trace.t_body_sent),
+        server_kv_hit_share=known.kv_hit_share if known else None,
+        server_prefill_worker=known.prefill_worker if known else None,
+        server_decode_worker=known.decode_worker if known else None,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
         cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
     )

@@ -63,6 +63,8 @@ class Trace:
     t_loaded: int | None = None
     #: the time the request spent opening its connection (remote; see ResponseStarted)
     connect_ms: float | None = None
+    #: when the request's body was all written (remote, where the transport said)
+    t_body_sent: int | None = None
     #: the second token event: with the first, how the stream starts (a burst, a pause)
     t_second_token: int | None = None
     #: first and last token of any kind (thinking or answer): the decode window
@@ -160,9 +162,10 @@ class Trace:
                 self.t_loading = now
             case ModelLoaded(t_ns=ended):
                 self.t_loaded = ended if ended is not None else now
-            case ResponseStarted(connect_ms=connect_ms):
+            case ResponseStarted(connect_ms=connect_ms, t_body_sent_ns=body_sent):
                 self.t_first_byte = now
                 self.connect_ms = connect_ms
+                self.t_body_sent = body_sent
             case PromptEvaluated():
                 self.prompt = event
             case PrefillProgress():

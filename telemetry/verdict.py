@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, replace
 
 from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.waterfall import CONNECT, QUEUED, REST, SENT, waterfall_of
 
 KNOBS = {
     "prefill": "a shorter prompt, a stable prefix the engine can cache, or trimming the history",
@@ -58,11 +59,15 @@ class Verdict:
     roofline: str
     #: a remote answer: how its TTFT splits between the server's prefill and the rest
     transport: str = ""
+    #: a remote answer: the part of its wait that dominated it (the server's queue, or
+    #: the transport), and the workers a server split it between ('' for neither)
+    wait: str = ""
 
     def line(self) -> str:
         """One line: `decode-bound (decode 78% · prefill 22%): try ... · decode runs at ...`"""
         shares = " · ".join(f"{name} {share:.0%}" for name, share in self.shares)
         tail = f" · {self.transport}" if self.transport else ""
+        tail += f" · {self.wait}" if self.wait else ""
         knob = self.knob if self.phase == "load" else f"try {self.knob}"
         return f"{self.phase}-bound ({shares}): {knob} · {self.roofline}{tail}"
 
@@ -249,7 +254,42 @@ def verdict(
         knob(phase, m, memory),
         roofline(m, bandwidth_gb_s, bandwidth_label, memory),
         transport(m),
+        wait(m),
     )
+
+
+def wait(m: Metrics) -> str:
+    """What dominated a remote answer's wait for its first token, by its waterfall: the
+    server's queue, or (where the server says its queue, so that the rest is not it)
+    the transport; and
+    the prefill and decode workers where the server split the answer between two.
+    '' when nothing dominated and no workers were named."""
+    found = waterfall_of(m)
+    if found is None:
+        return ""
+    bits = []
+    top = found.dominant()
+    ttft = found.ttft_ms
+    # without the server's queue, what is left may be that queue: `transport` says so
+    queue_said = found.ms(QUEUED) is not None
+    if top is not None and top.name == QUEUED:
+        bits.append(
+            f"the queue: {top.ms or 0:,.0f} of the {ttft:,.0f} ms TTFT waited in the "
+            "server's queue behind other requests (fewer requests at once, or more replicas)"
+        )
+    elif top is not None and top.name in (CONNECT, SENT, REST) and queue_said:
+        rest = sum(found.ms(n) or 0.0 for n in (CONNECT, SENT, REST))
+        bits.append(
+            f"the transport: {rest:,.0f} of the {ttft:,.0f} ms TTFT is outside the "
+            "server's own account (connecting, sending, the way back): a nearer server "
+            "or a kept-alive connection"
+        )
+    p, d = m.server_prefill_worker, m.server_decode_worker
+    if p is not None and d is not None and p != d:
+        bits.append(f"prefill on worker {p}, decode on worker {d} (disaggregated)")
+    elif p is not None or d is not None:
+        bits.append(f"prefill and decode on worker {p or d}")
+    return " · ".join(bits)
 
 
 def transport(m: Metrics) -> str:
@@ -333,6 +373,8 @@ def engine_account(m: Metrics) -> tuple[str, str]:
             bits.append(f"queue {m.server_queue_ms:,.0f} ms")
     elif m.server_unknown:
         bits.append(f"{who}: this request's own figures unknown ({m.server_unknown})")
+    if m.server_kv_hit_share is not None:  # Dynamo's router: the prompt found cached
+        bits.append(f"KV hit {m.server_kv_hit_share:.0%}")
     if m.server_kv_pool_tokens:
         share = m.server_kv_used_share
         full = f", {share:.0%} full at the send" if share is not None else ""

@@ -34,7 +34,7 @@ async def test_usage_timings_and_cached_prefix(real_llama_server: str) -> None:
     backend = RemoteBackend(RemoteConfig(base_url=real_llama_server))
     await backend.start()
     assert backend.state == "ready", backend.state_detail
-    assert backend.is_llama_server
+    assert backend.family.name == "llama-server"
 
     first_q = Message("user", "What is a lighthouse?")
     first = await ask(backend, first_q)

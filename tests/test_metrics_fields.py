@@ -134,6 +134,10 @@ VLLM: dict[str, Any] = {
     "server_kv_pool_tokens": 16_000,
     "server_kv_used_share": 0.25,
     "server_kv_block_tokens": 16,
+    "sent_ms": None,
+    "server_kv_hit_share": None,
+    "server_prefill_worker": None,
+    "server_decode_worker": None,
     "gpu_bytes_per_token": None,
     "cpu_bytes_per_token": None,
 }
@@ -242,6 +246,10 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
         "server_kv_pool_tokens": None,
         "server_kv_used_share": None,
         "server_kv_block_tokens": None,
+        "sent_ms": None,
+        "server_kv_hit_share": None,
+        "server_prefill_worker": None,
+        "server_decode_worker": None,
         "gpu_bytes_per_token": 60_000_000,
         "cpu_bytes_per_token": 40_000_000,
     }

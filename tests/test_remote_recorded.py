@@ -151,6 +151,8 @@ async def test_recorder_counts_tokens_from_usage(fixtures_dir: Path) -> None:
 async def test_models_listing_picks_first_and_detects_llama_server() -> None:
     backend = backend_for(b"")
     await backend.start()
-    assert backend.state == "ready" and backend.model == "m" and backend.is_llama_server
+    assert (
+        backend.state == "ready" and backend.model == "m" and backend.family.name == "llama-server"
+    )
     assert backend.request_body(REQUEST)["return_progress"] is True
     assert backend.request_body(REQUEST)["stream_options"] == {"include_usage": True}

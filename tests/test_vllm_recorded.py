@@ -23,7 +23,7 @@ from phasechat.backends.events import (
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.server_metrics import CROWDED, Scrape, account, parse
-from phasechat.backends.windows import context_refusal
+from phasechat.backends.servers import context_refusal
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 

@@ -10,13 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from phasechat.backends.windows import (
-    Window,
-    context_refusal,
-    from_models,
-    llama_server_props,
-    root_of,
-)
+from phasechat.backends.servers import context_refusal, from_models
+from phasechat.backends.servers.llama_server import props_window
+from phasechat.backends.windows import Window, root_of
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window
@@ -195,15 +191,15 @@ async def test_props_say_the_window_the_slots_and_whether_metrics_are_served() -
         )
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
-        got = await llama_server_props(client, "http://h", {})
+        got = await props_window(client, "http://h", {}, "", None)
         assert got == Window(4096, "llama-server /props", 3, True)
         props["endpoint_metrics"] = "yes"  # not a JSON true
         props["total_slots"] = 0
-        assert await llama_server_props(client, "http://h", {}) == Window(
+        assert await props_window(client, "http://h", {}, "", None) == Window(
             4096, "llama-server /props", None, False
         )
         props["default_generation_settings"] = {"n_ctx": 0}
-        assert await llama_server_props(client, "http://h", {}) is None
+        assert await props_window(client, "http://h", {}, "", None) is None
 
 
 async def test_ollamas_running_window_is_the_one_of_the_model_asked_for_only() -> None:

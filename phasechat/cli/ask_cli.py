@@ -26,6 +26,7 @@ from phasechat.cli.options import add_backend_options, build_workspace, fail, pa
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.records import dumps
 from phasechat.telemetry.verdict import engine_says, stats_line, verdict
+from phasechat.telemetry.waterfall import waterfall_of
 
 
 def add_parser(sub: Any) -> None:
@@ -208,6 +209,8 @@ def _record(workspace: Workspace, exchange: Exchange, metrics: Metrics) -> dict[
     record["branch"] = _branch(conversation.branch_of(answer))
     record["question_branch"] = _branch(conversation.branch_of(question))
     record["token_times_ms"] = exchange.token_times_ms()
+    found = waterfall_of(metrics)  # a remote answer's wait, part by part
+    record["waterfall"] = found.as_dict() if found is not None else None
     return record
 
 
@@ -222,6 +225,8 @@ def print_stats(metrics: Metrics) -> None:
     print(stats_line(metrics), file=sys.stderr)
     if says := engine_says(metrics):
         print(one_line(says), file=sys.stderr)
+    if (wait := waterfall_of(metrics)) is not None:
+        print(one_line(wait.line()), file=sys.stderr)
     # the probes (about a second, then cached) only where a roofline can be drawn
     found = ceilings(metrics)
     if found.notice is not None:  # a damaged bandwidth.json, ignored

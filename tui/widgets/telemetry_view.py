@@ -22,6 +22,7 @@ from phasechat.telemetry.forecast import Forecast
 from phasechat.telemetry.live import Live
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.verdict import engine_account
+from phasechat.telemetry.waterfall import waterfall_of
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -307,6 +308,8 @@ def engine_line(m: Metrics) -> Content:
     label, figures = engine_account(m)
     if figures:
         parts += [(label, "dim"), one_line(figures)]
+    if (wait := waterfall_of(m)) is not None:
+        parts += [("   wait ", "dim"), one_line(wait.line())]
     if m.prefill_tok_s is None and not m.cache_reported and m.ttft_ms is not None:
         parts += [("   prefill ", "dim"), "n/a (server does not report its cache)"]
     if m.draft_acceptance is not None:

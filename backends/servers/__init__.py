@@ -1,0 +1,119 @@
+"""The server families phasechat knows (`FAMILIES`, one module each), and the reads that
+go through the table: which family a server is, its window, and its refusals.
+
+Adding a family is one module beside these, defining a `ServerFamily`
+(backends/servers/family.py), and its line in `FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from phasechat.backends.events import ServerAccount
+from phasechat.backends.servers import (
+    dynamo,
+    llama_server,
+    ollama,
+    openai,
+    sglang,
+    tensorrt_llm,
+    tgi,
+    vllm,
+)
+from phasechat.backends.servers.family import ServerFamily
+from phasechat.backends.windows import DEADLINE_S, Window, root_of
+from phasechat.backends.wire_numbers import Fields, load_json
+
+#: Every family, in the order they are tried: for a refusal's text the first that
+#: recognises it says what it means.
+FAMILIES: tuple[ServerFamily, ...] = (
+    llama_server.FAMILY,
+    vllm.FAMILY,
+    ollama.FAMILY,
+    openai.FAMILY,
+    sglang.FAMILY,
+    tgi.FAMILY,
+    tensorrt_llm.FAMILY,
+    dynamo.FAMILY,
+)
+#: A server no family claims: the OpenAI wire format and nothing more.
+GENERIC = openai.FAMILY
+
+
+def detect(entries: list[dict[str, Any]]) -> ServerFamily:
+    """The family whose `owned_by` the `/v1/models` `entries` carry, else `GENERIC`."""
+    owners = {e.get("owned_by") for e in entries}
+    return next((fam for fam in FAMILIES if owners.intersection(fam.owned_by)), GENERIC)
+
+
+def by_name(name: str) -> ServerFamily | None:
+    """The family called `name` (as `ServerFamily.name` spells it), else None."""
+    return next((fam for fam in FAMILIES if fam.name == name), None)
+
+
+def from_models(
+    entries: list[dict[str, Any]], model: str, f: Fields | None = None
+) -> Window | None:
+    """The window the `/v1/models` listing gives for `model`, from whichever family's
+    field it carries (a proxy in front of a server passes the field through)."""
+    entry = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
+    for family in FAMILIES:
+        if family.listed_window is not None and (found := family.listed_window(entry, f)):
+            return found
+    return None
+
+
+async def ask_window(
+    client: httpx.AsyncClient,
+    base_url: str,
+    headers: dict[str, str],
+    entries: list[dict[str, Any]],
+    model: str,
+    family: ServerFamily,
+    f: Fields | None = None,
+) -> Window | None:
+    """The window of `model` where the server says it: its `/v1/models` `entries` and
+    `family`'s own endpoint, in the family's order; None when it does not say, says
+    nonsense (noted in `f`) or takes longer than DEADLINE_S to say it."""
+    root = root_of(base_url)
+    own = family.own_window
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            if own is not None and family.own_window_first:
+                found = await own(client, root, headers, model, f)
+                return found or from_models(entries, model, f)
+            listed = from_models(entries, model, f)
+            if listed is not None or own is None:
+                return listed
+            return await own(client, root, headers, model, f)
+    except (TimeoutError, httpx.HTTPError):
+        return None
+
+
+def header_account(headers: Mapping[str, str], f: Fields) -> ServerAccount | None:
+    """A server's own account of a request from its response's headers, by the first
+    family whose headers they carry: header names say what they are whatever the
+    listing claimed (TGI's listing names no owner)."""
+    for family in FAMILIES:
+        if family.header_timing is not None and (said := family.header_timing(headers, f)):
+            return said
+    return None
+
+
+def context_refusal(body: str) -> dict[str, object] | None:
+    """If an error body says the prompt does not fit the server's window: what it says
+    of the sizes (`n_ctx`, `n_prompt_tokens`, either may be missing); else None. Every
+    family's refusal is recognised whatever the server claimed to be (a proxy may
+    front any of them)."""
+    obj = load_json(body)
+    err = obj.get("error") if isinstance(obj, dict) else None
+    err = err if isinstance(err, dict) else {}
+    text = str(err.get("message") or body)
+    for family in FAMILIES:
+        if family.refusal is not None and (said := family.refusal(err, text)) is not None:
+            return said
+    return None

@@ -1,0 +1,69 @@
+"""The server families as data (backends/servers/): the table itself, what reads it, and
+docs/backends.md's table of them, which names every family (adding one without its row
+fails here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from phasechat.backends.server_metrics import parse
+from phasechat.backends.servers import FAMILIES, GENERIC, by_name, detect
+from phasechat.backends.servers.family import ServerFamily
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "servers"
+
+
+def test_every_family_has_a_row_in_the_docs_table() -> None:
+    doc = (ROOT / "docs" / "backends.md").read_text()
+    rows = [ln.split("|")[1].strip() for ln in doc.splitlines() if ln.startswith("| ")]
+    for family in FAMILIES:
+        assert any(row.startswith(family.name) for row in rows), family.name
+
+
+def test_names_owners_and_prometheus_prefixes_are_each_one_familys() -> None:
+    names = [f.name for f in FAMILIES]
+    owners = [o for f in FAMILIES for o in f.owned_by]
+    prefixes = [f.metrics.prefix for f in FAMILIES if f.metrics is not None]
+    assert len(set(names)) == len(names)
+    assert len(set(owners)) == len(owners)
+    assert len(set(prefixes)) == len(prefixes)
+    assert all(by_name(n) is f for n, f in zip(names, FAMILIES, strict=True))
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.owned_by], ids=lambda f: f.name)
+def test_the_listing_s_owner_names_the_family(family: ServerFamily) -> None:
+    for owner in family.owned_by:
+        entries = [{"id": "m", "owned_by": "someone-else"}, {"id": "n", "owned_by": owner}]
+        assert detect(entries) is family
+
+
+def test_a_listing_no_family_claims_is_the_generic_server() -> None:
+    assert detect([{"id": "m", "owned_by": "acme"}]) is GENERIC
+    assert detect([]) is GENERIC and not GENERIC.request_extras and GENERIC.metrics is None
+
+
+def test_only_llama_server_and_dynamo_add_fields_and_they_are_json() -> None:
+    adding = {f.name: f.request_extras for f in FAMILIES if f.request_extras}
+    assert set(adding) == {"llama-server", "Dynamo"}
+    assert json.loads(json.dumps(adding["Dynamo"])) == {
+        "nvext": {"extra_fields": ["worker_id", "timing"]}
+    }
+
+
+@pytest.mark.parametrize(
+    ("folder", "engine", "page", "queue_s"),
+    [
+        ("sglang", "SGLang", "/metrics", 0.3),
+        ("tensorrt-llm", "TensorRT-LLM", "/prometheus/metrics", 0.5),
+    ],
+)
+def test_a_familys_page_is_read_with_its_own_names(
+    folder: str, engine: str, page: str, queue_s: float
+) -> None:
+    scrape = parse((FIXTURES / folder / "metrics-1-before.txt").read_text())
+    assert scrape is not None and scrape.engine == engine and scrape.source == f"{engine} {page}"
+    assert scrape.get("queue_s") == queue_s

@@ -1,0 +1,105 @@
+"""A remote TTFT as a waterfall (telemetry/waterfall.py), on figures worked out by hand,
+chosen so that the neighbouring formulas (the TTFT less the server's parts without the
+send, or the server's parts against the whole TTFT) give other answers; and what the
+verdict makes of it (telemetry/verdict.py `wait`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.telemetry.verdict import wait
+from phasechat.telemetry.waterfall import (
+    CONNECT,
+    OTHER,
+    PREFILL,
+    QUEUED,
+    REST,
+    SENT,
+    waterfall,
+    waterfall_of,
+)
+
+
+def parts(ttft: float, **kw: float | None) -> dict[str, float | None]:
+    return {s.name: s.ms for s in waterfall(ttft, **kw).steps}  # type: ignore[arg-type]
+
+
+def test_each_part_in_order_and_the_rest_is_after_the_send() -> None:
+    # sent at 3 ms (connect 2, writing 1): the server had 247 ms, used 40 + 120
+    got = waterfall(250.0, connect_ms=2.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=120.0)
+    assert [s.name for s in got.steps] == [CONNECT, SENT, QUEUED, PREFILL, REST]
+    assert [s.ms for s in got.steps] == [2.0, 1.0, 40.0, 120.0, 87.0]  # not 90: the send
+    assert sum(s.ms or 0 for s in got.steps) == 250.0
+    assert got.contradiction is None
+
+
+def test_the_servers_own_ttft_beyond_its_parts_is_its_other_time() -> None:
+    got = parts(
+        250.0, connect_ms=0.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=120.0, server_ttft_ms=180.0
+    )
+    assert got[OTHER] == 20.0
+    assert got[REST] == 67.0  # 247 - 180, not 247 - 160
+    assert got[CONNECT] == 0.0 and got[SENT] == 3.0  # a kept-alive connection
+
+
+def test_without_the_servers_figures_the_rest_is_all_after_the_send() -> None:
+    got = parts(250.0, connect_ms=5.0, sent_ms=6.0)
+    assert got == {CONNECT: 5.0, SENT: 1.0, REST: 244.0}
+
+
+def test_server_parts_that_together_outlast_the_clients_wait_are_a_contradiction() -> None:
+    # each fits in the 97 ms the server can have had (with the clocks' slack), together
+    # (120 ms) they do not: both are unknown, and so is the rest
+    got = waterfall(100.0, connect_ms=0.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=80.0)
+    assert got.contradiction is not None and "queued + prefill 120 ms" in got.contradiction
+    assert "97 ms" in got.contradiction
+    assert {s.name: s.ms for s in got.steps}[QUEUED] is None
+    assert {s.name: s.ms for s in got.steps}[PREFILL] is None
+    assert {s.name: s.ms for s in got.steps}[REST] is None
+
+
+def test_one_part_longer_than_the_whole_wait_is_named() -> None:
+    got = waterfall(250.0, sent_ms=3.0, queue_ms=300.0, prefill_ms=10.0, source="SGLang")
+    assert got.contradiction is not None
+    assert got.contradiction.startswith("contradiction: SGLang says queued 300 ms")
+
+
+def test_a_part_within_the_clocks_slack_is_believed_and_leaves_no_rest() -> None:
+    got = parts(100.0, sent_ms=3.0, queue_ms=100.0)  # 100 <= 97 x 1.05 + 1
+    assert got[QUEUED] == 100.0 and got[REST] == 0.0
+
+
+@pytest.mark.parametrize(("queue", "dominant"), [(200.0, QUEUED), (110.0, None)])
+def test_a_part_of_half_the_ttft_or_more_dominates(queue: float, dominant: str | None) -> None:
+    # 110 + 20 leaves 118 of the 248 after the send: no part reaches 125
+    got = waterfall(250.0, sent_ms=2.0, queue_ms=queue, prefill_ms=20.0)
+    top = got.dominant()
+    assert (top.name if top else None) == dominant
+
+
+def remote(**fields: object) -> dict[str, object]:
+    base = {"backend": "openai", "model": "m", "ttft_ms": 250.0, "e2e_ms": 900.0}
+    return {**base, "headers_ms": 5.0, "connect_ms": 1.0, "sent_ms": 2.0, **fields}
+
+
+def test_the_verdict_names_the_queue_when_it_dominates() -> None:
+    m = metrics_from_dict(remote(server_queue_ms=200.0, server_prompt_ms=30.0))
+    assert wait(m).startswith("the queue: 200 of the 250 ms TTFT")
+
+
+def test_the_verdict_names_the_transport_only_where_the_server_accounts_for_its_part() -> None:
+    said = metrics_from_dict(remote(server_queue_ms=10.0, server_prompt_ms=30.0))
+    assert wait(said).startswith("the transport: 210 of the 250 ms TTFT")  # 1 + 1 + 208
+    assert wait(metrics_from_dict(remote())) == ""  # the server said nothing of itself
+
+
+def test_the_verdict_names_split_workers() -> None:
+    m = metrics_from_dict(
+        remote(server_prompt_ms=30.0, server_prefill_worker="7", server_decode_worker="9")
+    )
+    assert wait(m).endswith("prefill on worker 7, decode on worker 9 (disaggregated)")
+
+
+def test_a_local_answer_has_no_waterfall() -> None:
+    assert waterfall_of(metrics_from_dict({"backend": "local", "ttft_ms": 50.0})) is None
