@@ -37,6 +37,7 @@ from phasechat.backends.events import GenerationRequest
 from phasechat.backends.openai import RemoteBackend
 from phasechat.telemetry.metrics import Metrics, compute, itl_ms
 from phasechat.telemetry.recorder import Trace
+from phasechat.telemetry.waterfall import waterfall_of
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on
     from opentelemetry.metrics import Histogram
@@ -259,6 +260,8 @@ class TurnExporter:
             child = self._tracer.start_span(
                 name, context=parent, kind=SpanKind.INTERNAL, start_time=start + off
             )
+            if name == "prefill":
+                child.set_attributes(_wait(metrics))
             child.end(end_time=end + off)
         span.set_attributes({**_answered_by(o.peer, trace), **_usage(trace, metrics)})
         if self.capture_content:
@@ -410,6 +413,29 @@ def _input_tokens(metrics: Metrics) -> int | None:
 
 def _output_tokens(metrics: Metrics) -> int | None:
     return None if metrics.output_tokens_estimated else metrics.output_tokens
+
+
+def _wait(metrics: Metrics) -> dict[str, Any]:
+    """A remote wait's waterfall (telemetry/waterfall.py) on the prefill span, one
+    `phasechat.wait.*_ms` per part known: durations, not spans of their own, as the
+    server says how long its parts took, never when they began."""
+    fall = waterfall_of(metrics)
+    if fall is None:
+        return {}
+    out: dict[str, Any] = {
+        f"phasechat.wait.{_slug(step.name)}_ms": step.ms
+        for step in fall.steps
+        if step.ms is not None
+    }
+    if fall.contradiction is not None:
+        out["phasechat.wait.contradiction"] = fall.contradiction
+    return out
+
+
+def _slug(name: str) -> str:
+    """A waterfall part's name as an attribute key's part: "server, other" is
+    "server_other"."""
+    return "_".join(name.replace(",", " ").split())
 
 
 def _answered_by(peer: Peer, trace: Trace) -> dict[str, str]:

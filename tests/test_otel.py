@@ -205,6 +205,15 @@ async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
     assert "gen_ai.response.model" not in a  # the server's own name for it is not read
     times_match(root, children, trace)
     checked_metrics(otlp, trace, m)
+    # The wait's waterfall on the prefill span: no server account here, so what is not
+    # the connection and the request's writing is the rest (ttft - body sent, by hand).
+    wait = attributes(children["prefill"].attributes)
+    assert m.connect_ms is not None and m.sent_ms is not None and m.ttft_ms is not None
+    assert wait["phasechat.wait.connect_ms"] == m.connect_ms
+    assert wait["phasechat.wait.the_rest_ms"] == pytest.approx(m.ttft_ms - m.sent_ms, abs=1e-9)
+    assert wait["phasechat.wait.request_sent_ms"] == pytest.approx(m.sent_ms - m.connect_ms)
+    assert not any(k.startswith("phasechat.wait.queued") for k in wait)
+    assert attributes(children["decode"].attributes) == {}
 
     # The chat request carried the span's W3C context (the model listing did not).
     chat = [h for h in server.headers if "traceparent" in h]
@@ -353,6 +362,10 @@ async def test_a_turn_on_llama_server_carries_the_servers_own_counts(
     assert a["gen_ai.usage.output_tokens"] == m.output_tokens
     assert a["server.port"] == int(real_llama_server.rsplit(":", 1)[1].split("/")[0])
     times_match(root, children, trace)
+    # llama-server's own prefill time (its `timings`) in the wait's waterfall
+    assert m.server_prompt_ms is not None and m.server_prompt_ms > 0
+    wait = attributes(children["prefill"].attributes)
+    assert wait["phasechat.wait.prefill_ms"] == m.server_prompt_ms
 
 
 @pytest.mark.server
