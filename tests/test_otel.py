@@ -362,10 +362,15 @@ async def test_a_turn_on_llama_server_carries_the_servers_own_counts(
     assert a["gen_ai.usage.output_tokens"] == m.output_tokens
     assert a["server.port"] == int(real_llama_server.rsplit(":", 1)[1].split("/")[0])
     times_match(root, children, trace)
-    # llama-server's own prefill time (its `timings`) in the wait's waterfall
+    # llama-server's own prefill time (its `timings`) in the wait's waterfall; on a
+    # loaded machine the client may stamp the body's end after the server began, and
+    # the waterfall then names a contradiction instead of a part it cannot place
     assert m.server_prompt_ms is not None and m.server_prompt_ms > 0
     wait = attributes(children["prefill"].attributes)
-    assert wait["phasechat.wait.prefill_ms"] == m.server_prompt_ms
+    if "phasechat.wait.contradiction" in wait:
+        assert "phasechat.wait.prefill_ms" not in wait
+    else:
+        assert wait["phasechat.wait.prefill_ms"] == m.server_prompt_ms
 
 
 @pytest.mark.server
