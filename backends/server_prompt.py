@@ -1,4 +1,4 @@
-"""A prompt as the server reads it, from the server itself.
+"""A prompt as the server reads it, rendered and tokenized by llama-server or vLLM itself.
 
 llama-server: `POST /apply-template` renders the messages with the model's chat
 template, `POST /tokenize` (`with_pieces`) gives each token's text; a piece that is not

@@ -139,8 +139,14 @@ class CacheBreak:
             what = f"message {self.message_index}"
         else:
             what = "the prompt"
-        # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's
-        at = f"‹{self.held}› (now ‹{self.sent}›)" if self.held else f"‹{self.sent}› (as sent now)"
+        # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's. A
+        # server's answer tokens are not seen: the same text read again is most likely
+        # split otherwise, but that cannot be confirmed
+        at = (
+            f"‹{self.held}› (now ‹{self.sent}›)"
+            if self.held
+            else f"‹{self.sent}› (as sent now; its own tokens not seen: not confirmed)"
+        )
         again = (
             f", {self.tokens_read_again:,} tokens read again"
             if self.tokens_read_again is not None

@@ -274,7 +274,8 @@ def test_a_server_whose_answer_tokens_are_unknown_is_placed_by_its_cached_count(
     assert brk is not None and brk.kind == "retokenized" and brk.in_answer
     assert (brk.held, brk.sent, brk.char_offset) == ("", "C| rocks", 2)
     assert brk.line() == (
-        "the previous answer was tokenized differently at ‹C| rocks› (as sent now), "
+        "the previous answer was tokenized differently at ‹C| rocks› "
+        "(as sent now; its own tokens not seen: not confirmed), "
         "5 tokens read again"
     )
     # the answer's text changed (a thinking block dropped, say): not a re-tokenization
@@ -468,7 +469,8 @@ def test_an_anatomy_read_back_and_each_kind_of_break_in_words() -> None:
         == "cache broke before the first message: `a` -> `b`"
     )
     assert CacheBreak(2, 0, "", "K|V", 3, False, "retokenized").line() == (
-        "message 2 was tokenized differently at ‹K|V› (as sent now), 3 tokens read again"
+        "message 2 was tokenized differently at ‹K|V› "
+        "(as sent now; its own tokens not seen: not confirmed), 3 tokens read again"
     )
     assert CacheBreak(None, 0, "A|B", "AB", None, False, "retokenized").line() == (
         "the prompt was tokenized differently at ‹A|B› (now ‹AB›)"
@@ -530,6 +532,7 @@ def test_a_break_read_back_keeps_its_block_size_and_an_old_one_has_none() -> Non
     with pytest.raises(Unreadable):
         anatomy_read_back(data)
     assert brk.line() == (
-        "the previous answer was tokenized differently at ‹K|V› (as sent now), "
+        "the previous answer was tokenized differently at ‹K|V› "
+        "(as sent now; its own tokens not seen: not confirmed), "
         "32 tokens read again (beyond whole blocks of 32)"
     )
