@@ -194,7 +194,12 @@ def _confirmed(
         common += 1
     if common < BREAK_MIN_TOKENS:  # nothing shared worth a claim
         return False
-    return reusable(common, grain) - CONFIRM_SLACK <= cached <= common
+    if grain > 1:
+        # whole blocks of what the two share (the last shared token may be re-read,
+        # as when a prompt is held whole); none at all confirms nothing
+        whole = (common - 1) // grain * grain
+        return 0 < whole <= cached <= common
+    return common - CONFIRM_SLACK <= cached <= common
 
 
 def cache_grain_of(backend: Backend, metrics: Metrics) -> int:

@@ -314,9 +314,9 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     rendered = RenderedPrompt(TEXT, PIECES[1:], "tokenizer")  # the server adds the BOS
     messages = [Message("system", "Be brief."), Message("user", "héllo")]
 
-    def brk(cached: int) -> object:
+    def brk(cached: int, grain: int = 1) -> object:
         m = metrics_from_dict({"prompt_tokens": 9, "cached_tokens": cached, "cache_reported": True})
-        a = anatomy_of(messages, rendered, m, held)
+        a = anatomy_of(messages, rendered, m, held, grain)
         assert a is not None
         return a.cache_break
 
@@ -326,6 +326,11 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     assert confirmed.char_offset == 1 and confirmed.tokens_read_again == 4  # "u" -> "é"
     assert brk(0) is None  # the engine held nothing of it (restarted)
     assert brk(7) is None  # more than the two share: it held something else
+    # an engine caching blocks of 4 reuses the shared 5's whole block: 4 confirms it;
+    # 0 does not (nothing reused; the slack of a prefix cache would have allowed 1)
+    assert isinstance(brk(4, 4), CacheBreak)
+    assert brk(0, 4) is None
+    assert brk(7, 4) is None
 
 
 @pytest.mark.parametrize(("read_again", "found"), [(3, False), (4, True), (5, True)])
