@@ -321,7 +321,7 @@ class RemoteBackend:
 
     async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
         """The prompt as the server reads it, where its family can say (llama-server
-        renders and tokenizes exactly); None where it cannot."""
+        and vLLM render and tokenize exactly); None where it cannot."""
         render = self.family.render
         if render is None or self._state != "ready":
             return None

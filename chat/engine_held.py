@@ -4,9 +4,11 @@ parts, the engine's rendering of them, the answer's counts and times, and what t
 held before this request (the previous one on the same backend: its prompt and answer).
 
 The rendering is asked of the backend when the request starts (the local model's
-tokenizer on its own thread, llama-server's /apply-template and /tokenize), so the panel
-can name the section a long prefill is reading; the sections' cached and read counts
-follow from the engine's own count once it is known.
+tokenizer on its own thread, llama-server's /apply-template and /tokenize, vLLM's
+/tokenize and /detokenize), so the panel can name the section a long prefill is
+reading; the sections' cached and read counts follow from the engine's own count once
+it is known. An engine that caches whole blocks (`cache_grain_of`: the block size its
+/metrics states, else its server family's) is held to reuse only those.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from phasechat.backends.base import Backend, RenderedPrompt
 from phasechat.backends.events import AnswerTokens, Message
+from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.tokens import estimate_once
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.trim.types import SUMMARY_HEADER
@@ -27,6 +30,7 @@ from phasechat.telemetry.anatomy import (
     Part,
     find_break,
     locate,
+    reusable,
     split_estimated,
     split_exact,
 )
@@ -98,9 +102,11 @@ def anatomy_of(
     rendered: RenderedPrompt | None,
     metrics: Metrics,
     held: Held | None,
+    grain: int = 1,
 ) -> Anatomy | None:
     """The sections of a finished request (None: its prompt count is unknown, a request
-    refused before it was read), with the cache break against `held` if there was one."""
+    refused before it was read), with the cache break against `held` if there was one.
+    `grain`: the engine caches whole blocks of this many tokens (1: any prefix)."""
     total = metrics.prompt_tokens
     if not total:
         return None
@@ -128,16 +134,21 @@ def anatomy_of(
             return anatomy
         # rendered as this prompt was: a BOS the rendering does not show, as b"" too
         held = replace(held, pieces=sent[: len(sent) - len(rendered.pieces)] + held.pieces)
-        if not _confirmed(held, sent, cached):
+        if not _confirmed(held, sent, cached, grain):
             return anatomy
     if held.source is not None and (held.source == "estimate") != (anatomy.source == "estimate"):
         # one text is templated, the other is not: their difference says nothing
         return anatomy
-    again = held.tokens - cached if held.tokens is not None and cached is not None else None
+    again = None
+    if held.tokens is not None and cached is not None:
+        # the last, partial block of what it held is read again on every turn
+        again = reusable(held.tokens, grain) - cached
     tokens = None
     if sent is not None and held.pieces is not None:
         shift = max(0, len(b"".join(sent)) - len(anatomy.text.encode("utf-8")))
-        tokens = HeldTokens(held.pieces, sent, held.answer_known, held.answer_at, cached, shift)
+        tokens = HeldTokens(
+            held.pieces, sent, held.answer_known, held.answer_at, cached, shift, grain
+        )
     brk = find_break(
         held.text,
         anatomy.text,
@@ -146,6 +157,7 @@ def anatomy_of(
         again,
         estimated=anatomy.source == "estimate",
         tokens=tokens,
+        grain=grain,
     )
     return Anatomy(
         anatomy.sections,
@@ -165,9 +177,12 @@ def _pieces(rendered: RenderedPrompt | None, total: int) -> tuple[bytes, ...] | 
     return (b"",) * (total - len(rendered.pieces)) + rendered.pieces
 
 
-def _confirmed(held: Held, sent: tuple[bytes, ...] | None, cached: int | None) -> bool:
+def _confirmed(
+    held: Held, sent: tuple[bytes, ...] | None, cached: int | None, grain: int = 1
+) -> bool:
     """Whether the engine's cached count says it held `held` (a chat's last exchange,
-    inferred): it reused about as much of this prompt as the two share, token by token.
+    inferred): it reused about as much of this prompt as the two share, token by token
+    (as much as whole blocks of `grain` allow).
     An engine that held something else (nothing: a new local model; another chat)
     reused less, or more."""
     if sent is None or held.pieces is None or cached is None:
@@ -179,7 +194,24 @@ def _confirmed(held: Held, sent: tuple[bytes, ...] | None, cached: int | None) -
         common += 1
     if common < BREAK_MIN_TOKENS:  # nothing shared worth a claim
         return False
+    if grain > 1:
+        # whole blocks of what the two share (the last shared token may be re-read,
+        # as when a prompt is held whole); none at all confirms nothing
+        whole = (common - 1) // grain * grain
+        return 0 < whole <= cached <= common
     return common - CONFIRM_SLACK <= cached <= common
+
+
+def cache_grain_of(backend: Backend, metrics: Metrics) -> int:
+    """How finely `backend`'s engine reuses a cached prompt, in tokens: the block size
+    its own /metrics stated for this request, else its server family's (vLLM: 16 by
+    default), else 1 (any prefix: the local model, llama-server, or not known)."""
+    if metrics.server_kv_block_tokens:
+        return metrics.server_kv_block_tokens
+    family = getattr(backend, "family", None)  # a remote backend's server family
+    if isinstance(family, ServerFamily) and family.cache_grain:
+        return family.cache_grain
+    return 1
 
 
 def held_after(
@@ -283,7 +315,7 @@ class EngineHeld:
         opened, self.opened = self.opened, None  # the engine holds this request next
         if held is None and opened is not None:
             held = await _opened_held(backend, opened)
-        anatomy = anatomy_of(messages, rendered, metrics, held)
+        anatomy = anatomy_of(messages, rendered, metrics, held, cache_grain_of(backend, metrics))
         after = held_after(anatomy, answer.content, metrics, rendered, answer.tokens)
         if after is None:
             self._held.pop(name, None)

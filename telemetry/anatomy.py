@@ -19,6 +19,13 @@ llama-server's /tokenize) the two are compared token by token: a break whose tex
 same on both sides is a re-tokenization (a sampled answer that the tokenizer, reading its
 text again, splits otherwise), named as such; one whose text differs is an edit, and
 where the two texts first differ says which message changed and what changed there.
+
+An engine that caches in whole blocks (vLLM's KV blocks: a server family's
+`cache_grain`, or the block size its /metrics states) reuses at most the held tokens'
+whole blocks (`reusable`): the tokens of the last, partial block are read again on
+every turn, and are no break. Where neither side's tokens are known (an estimate), a
+held text that is the start of this prompt's says only that some of it was read again:
+the cause cannot be named without the server's tokens.
 """
 
 from __future__ import annotations
@@ -30,14 +37,26 @@ from typing import Any, Literal
 
 SectionKind = Literal["template", "system", "summary", "history", "new"]
 #: "edit": the text changed; "retokenized": the same text, other tokens; "other": the
-#: engine held something else since (a summary, a side trip on the same engine)
-BreakKind = Literal["edit", "retokenized", "other"]
+#: engine held something else since (a summary, a side trip on the same engine), its
+#: tokens agreeing; "unexplained": the held text is the start of this prompt's, but no
+#: tokens are known to say why the engine read some of it again
+BreakKind = Literal["edit", "retokenized", "other", "unexplained"]
 
 #: A break of fewer tokens than this is the template re-reading the end of the last
 #: answer (its end-of-turn marker, a trailing space), not a change.
 BREAK_MIN_TOKENS = 4
 #: Characters of each text shown around a break.
 AROUND = 24
+
+
+def reusable(held_tokens: int, grain: int) -> int:
+    """How many of `held_tokens` (a prompt and its answer) an engine that caches whole
+    blocks of `grain` tokens can reuse: the whole blocks of all but the last token (the
+    answer's last sampled token is never read back, so its KV is never written; vLLM).
+    Grain 1 (any prefix, llama.cpp) keeps them all: its re-read end is BREAK_MIN_TOKENS'."""
+    if grain <= 1:
+        return held_tokens
+    return max(0, held_tokens - 1) // grain * grain
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +95,9 @@ class CacheBreak:
     kind: BreakKind = "edit"
     #: a "retokenized" break lies in the answer the engine wrote last (after its prompt)
     in_answer: bool = False
+    #: the engine reuses whole blocks of this many tokens (1: any prefix); the tokens
+    #: read again are counted beyond the held tokens' last partial block
+    grain: int = 1
 
     def line(self) -> str:
         """One line for a person: "cache broke in message 3 at character 118: ...", or
@@ -86,7 +108,13 @@ class CacheBreak:
             again = (
                 f"; {self.tokens_read_again:,} tokens read again" if self.tokens_read_again else ""
             )
-            return f"cache broke: the engine held something else since{again}"
+            return f"cache broke: the engine held something else since{again}{self._blocks()}"
+        if self.kind == "unexplained":
+            n = f"{self.tokens_read_again:,} tokens" if self.tokens_read_again else "some"
+            return (
+                f"cache: {n} of what the engine held read again{self._blocks()}; "
+                "the cause is not known without the server's tokens"
+            )
         where = (
             f"in message {self.message_index} at character {self.char_offset}"
             if self.message_index is not None
@@ -98,7 +126,11 @@ class CacheBreak:
             else ""
         )
         approx = " (estimated)" if self.estimated else ""
-        return f"cache broke {where}: `{self.held}` -> `{self.sent}`{again}{approx}"
+        return f"cache broke {where}: `{self.held}` -> `{self.sent}`{again}{self._blocks()}{approx}"
+
+    def _blocks(self) -> str:
+        """Where the engine caches whole blocks: so the count is beyond its last one."""
+        return f" (beyond whole blocks of {self.grain:,})" if self.grain > 1 else ""
 
     def _retokenized_line(self) -> str:
         if self.in_answer:
@@ -107,14 +139,20 @@ class CacheBreak:
             what = f"message {self.message_index}"
         else:
             what = "the prompt"
-        # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's
-        at = f"‹{self.held}› (now ‹{self.sent}›)" if self.held else f"‹{self.sent}› (as sent now)"
+        # `held`: the engine's split ("K|VC"), where known; `sent`: this prompt's. A
+        # server's answer tokens are not seen: the same text read again is most likely
+        # split otherwise, but that cannot be confirmed
+        at = (
+            f"‹{self.held}› (now ‹{self.sent}›)"
+            if self.held
+            else f"‹{self.sent}› (as sent now; its own tokens not seen: not confirmed)"
+        )
         again = (
             f", {self.tokens_read_again:,} tokens read again"
             if self.tokens_read_again is not None
             else ""
         )
-        return f"{what} was tokenized differently at {at}{again}"
+        return f"{what} was tokenized differently at {at}{again}{self._blocks()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,13 +345,17 @@ def find_break(
     estimated: bool,
     *,
     tokens: HeldTokens | None = None,
+    grain: int = 1,
 ) -> CacheBreak | None:
     """Where `sent` (this prompt's text) first differs from `held` (the previous
     request's prompt and answer, as the engine held them); `spans` place the sections in
     `sent`. None when nothing the engine held was read again (a normal next turn), or
     fewer than BREAK_MIN_TOKENS of it. `tokens`: both sides' tokens, where known: a break
     there whose text is the same on both sides is a re-tokenization. A break with no
-    difference in the text or the tokens means the engine held something else since."""
+    difference in the text or the tokens means the engine held something else since;
+    with no tokens known, only that it read some again ("unexplained"). `grain`: the
+    engine's cache block (`reusable`), said with the break; `tokens_read_again` is
+    counted beyond the held tokens' whole blocks already."""
     if tokens_read_again is not None and tokens_read_again < BREAK_MIN_TOKENS:
         return None
     at = common_prefix(held, sent)
@@ -332,11 +374,15 @@ def find_break(
             estimated,
             "retokenized",
             in_answer,
+            grain,
         )
     if at == min(len(held), len(sent)):  # one is a prefix of the other
         if tokens_read_again is None or len(sent) < len(held):
             return None
-        return CacheBreak(None, 0, "", "", tokens_read_again, estimated, "other")
+        # the tokens agree as far as they are known: the engine held something else
+        # since; with none known, the held text's being a prefix says nothing of why
+        kind: BreakKind = "other" if tokens is not None else "unexplained"
+        return CacheBreak(None, 0, "", "", tokens_read_again, estimated, kind, grain=grain)
     message_index, offset = _place(at, spans, sections)
     lo = max(0, at - AROUND // 2)
     return CacheBreak(
@@ -346,6 +392,7 @@ def find_break(
         sent[lo : at + AROUND],
         tokens_read_again,
         estimated,
+        grain=grain,
     )
 
 
@@ -364,6 +411,8 @@ class HeldTokens:
     cached: int | None
     #: bytes before the text in both (a BOS whose piece the text does not show)
     shift: int = 0
+    #: the engine caches whole blocks of this many tokens (`reusable`)
+    grain: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,14 +438,17 @@ def _token_split(t: HeldTokens) -> _Split | None:
         # the held tokens may end before both sides meet again: the start agrees
         same = hb == sb or (k + len(held_run) == len(t.held) and sb.startswith(hb))
         return _Split(_char_of(t, k), _shown(held_run), _shown(sent_run), same)
-    if k < len(t.held) or t.answer_known or t.cached is None or t.cached < k:
+    grain = max(1, t.grain)
+    if k < len(t.held) or t.answer_known or t.cached is None or t.cached < k // grain * grain:
         return None
     # the held prompt agrees whole and its answer's tokens are not known (a server):
-    # the engine began reading at `cached`, inside the answer's text
-    if t.cached >= len(t.sent):
+    # the engine began reading at `cached`, inside the answer's text, or, caching whole
+    # blocks, at the start of the block the held prompt ends in: then from the answer
+    at = max(t.cached, k)
+    if at >= len(t.sent):
         return None
-    sent = _shown(t.sent[t.cached : t.cached + 2])
-    return _Split(_char_of(t, t.cached), "", sent, True, by_tokens=False)
+    sent = _shown(t.sent[at : at + 2])
+    return _Split(_char_of(t, at), "", sent, True, by_tokens=False)
 
 
 def _until_aligned(

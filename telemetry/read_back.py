@@ -153,7 +153,19 @@ def _cache_break(b: object) -> CacheBreak:
         bool(flags[0]),
         cast(BreakKind, kind),
         bool(flags[1]),
+        _grain(b),
     )
+
+
+def _grain(b: dict[str, object]) -> int:
+    """A break's cache block (1 where a chat saved before it was kept); raises
+    `Unreadable` for anything but a positive count."""
+    if b.get("grain") is None:
+        return 1
+    grain = _need(b, "grain")
+    if grain < 1:
+        raise Unreadable("its cache break's block size is 0")
+    return grain
 
 
 def _count(obj: dict[str, object], key: str, optional: bool) -> int | None:

@@ -27,10 +27,12 @@ from phasechat.telemetry.anatomy import (
     common_prefix,
     find_break,
     locate,
+    reusable,
     split_estimated,
     split_exact,
 )
 from phasechat.telemetry.metrics import metrics_from_dict
+from phasechat.telemetry.read_back import Unreadable, anatomy_read_back
 
 TEXT = "<s>sys: Be brief.</s><u>héllo</u><a>"
 #: The tokens of TEXT as an engine cuts them: a BOS with no text, "é" split in two.
@@ -113,9 +115,10 @@ def test_a_break_names_the_message_and_the_changed_words() -> None:
     assert "cache broke in message 0 at character 7" in brk.line()
     # the end of the last answer re-read (a few tokens, the same text): no break
     assert find_break(held, held + "more", spans, a.sections, 2, False) is None
-    # the engine held something else since (the text agrees, yet it read 50 again)
+    # the text agrees, yet it read 50 again: with no tokens, the cause is not known
     other = find_break(held, held + "more", spans, a.sections, 50, False)
     assert other is not None and other.message_index is None and other.tokens_read_again == 50
+    assert other.kind == "unexplained"
 
 
 def test_anatomy_of_a_turn_and_the_break_after_an_edit() -> None:
@@ -248,9 +251,9 @@ def test_the_same_text_split_otherwise_is_named_a_retokenization() -> None:
     assert brk.line() == (
         "the previous answer was tokenized differently at ‹K|VC› (now ‹KV|C›), 5 tokens read again"
     )
-    # by text alone the two agree: the engine "held something else"
+    # by text alone the two agree: it read some again, for a reason text cannot tell
     other = find_break(HELD, SENT, SPANS, _sections(), 5, False)
-    assert other is not None and other.kind == "other" and other.message_index is None
+    assert other is not None and other.kind == "unexplained" and other.message_index is None
 
 
 def test_a_token_split_over_changed_text_is_an_edit_found_by_its_text() -> None:
@@ -271,7 +274,8 @@ def test_a_server_whose_answer_tokens_are_unknown_is_placed_by_its_cached_count(
     assert brk is not None and brk.kind == "retokenized" and brk.in_answer
     assert (brk.held, brk.sent, brk.char_offset) == ("", "C| rocks", 2)
     assert brk.line() == (
-        "the previous answer was tokenized differently at ‹C| rocks› (as sent now), "
+        "the previous answer was tokenized differently at ‹C| rocks› "
+        "(as sent now; its own tokens not seen: not confirmed), "
         "5 tokens read again"
     )
     # the answer's text changed (a thinking block dropped, say): not a re-tokenization
@@ -280,6 +284,25 @@ def test_a_server_whose_answer_tokens_are_unknown_is_placed_by_its_cached_count(
     assert brk is not None and brk.kind == "edit" and brk.char_offset == 2
     # a few tokens read again (the template's end-of-turn): no break at all
     assert find_break(HELD, SENT, SPANS, _sections(), 2, False, tokens=tokens) is None
+
+
+def test_an_engine_caching_blocks_that_stopped_inside_the_held_prompt_read_its_answer_again() -> (
+    None
+):
+    # blocks of 2: the held prompt (2 tokens, "Q?A:") ends on a block, the engine
+    # reused 2 and read the answer again from "KV": placed at the answer's start
+    tokens = HeldTokens(HELD_PIECES[:2], SENT_PIECES, False, len("Q?A:"), 2, grain=2)
+    brk = find_break(HELD, SENT, SPANS, _sections(), 4, False, tokens=tokens, grain=2)
+    assert brk is not None and brk.kind == "retokenized" and brk.in_answer
+    assert (brk.sent, brk.char_offset) == ("KV|C", 0)
+    # blocks of 4: the prompt's 2 tokens fill none, so the engine reused 0, and the
+    # break is still the answer's (any prefix: 0 < 2 would say it held something else)
+    tokens = HeldTokens(HELD_PIECES[:2], SENT_PIECES, False, len("Q?A:"), 0, grain=4)
+    brk = find_break(HELD, SENT, SPANS, _sections(), 4, False, tokens=tokens, grain=4)
+    assert brk is not None and brk.kind == "retokenized" and brk.sent == "KV|C"
+    tokens = HeldTokens(HELD_PIECES[:2], SENT_PIECES, False, len("Q?A:"), 0)
+    brk = find_break(HELD, SENT, SPANS, _sections(), 4, False, tokens=tokens)
+    assert brk is not None and brk.kind == "other"
 
 
 def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
@@ -291,9 +314,9 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     rendered = RenderedPrompt(TEXT, PIECES[1:], "tokenizer")  # the server adds the BOS
     messages = [Message("system", "Be brief."), Message("user", "héllo")]
 
-    def brk(cached: int) -> object:
+    def brk(cached: int, grain: int = 1) -> object:
         m = metrics_from_dict({"prompt_tokens": 9, "cached_tokens": cached, "cache_reported": True})
-        a = anatomy_of(messages, rendered, m, held)
+        a = anatomy_of(messages, rendered, m, held, grain)
         assert a is not None
         return a.cache_break
 
@@ -303,6 +326,11 @@ def test_anatomy_of_confirms_a_held_chat_by_the_engines_cached_count() -> None:
     assert confirmed.char_offset == 1 and confirmed.tokens_read_again == 4  # "u" -> "é"
     assert brk(0) is None  # the engine held nothing of it (restarted)
     assert brk(7) is None  # more than the two share: it held something else
+    # an engine caching blocks of 4 reuses the shared 5's whole block: 4 confirms it;
+    # 0 does not (nothing reused; the slack of a prefix cache would have allowed 1)
+    assert isinstance(brk(4, 4), CacheBreak)
+    assert brk(0, 4) is None
+    assert brk(7, 4) is None
 
 
 @pytest.mark.parametrize(("read_again", "found"), [(3, False), (4, True), (5, True)])
@@ -413,8 +441,17 @@ def test_token_runs_are_shown_until_both_sides_meet_on_a_boundary() -> None:
 
 def test_a_prompt_the_same_as_what_was_held_yet_read_again_means_something_else_was_held() -> None:
     held = "<s>same</s>"
-    brk = find_break(held, held, [(3, 7, 0)], _sections(), 11, False)
+    pieces = (b"<s>", b"same", b"</s>")
+    tokens = HeldTokens(pieces, pieces, True, len(held), 0)
+    brk = find_break(held, held, [(3, 7, 0)], _sections(), 11, False, tokens=tokens)
     assert brk == CacheBreak(None, 0, "", "", 11, False, "other")
+    # by text alone (an estimate) the same agreement says only that it read some again
+    brk = find_break(held, held, [(3, 7, 0)], _sections(), 11, True)
+    assert brk == CacheBreak(None, 0, "", "", 11, True, "unexplained")
+    assert brk.line() == (
+        "cache: 11 tokens of what the engine held read again; "
+        "the cause is not known without the server's tokens"
+    )
     assert find_break(held, held, [(3, 7, 0)], _sections(), None, False) is None  # not said
     assert find_break(held + "more", held, [(3, 7, 0)], _sections(), 11, False) is None
 
@@ -437,8 +474,70 @@ def test_an_anatomy_read_back_and_each_kind_of_break_in_words() -> None:
         == "cache broke before the first message: `a` -> `b`"
     )
     assert CacheBreak(2, 0, "", "K|V", 3, False, "retokenized").line() == (
-        "message 2 was tokenized differently at ‹K|V› (as sent now), 3 tokens read again"
+        "message 2 was tokenized differently at ‹K|V› "
+        "(as sent now; its own tokens not seen: not confirmed), 3 tokens read again"
     )
     assert CacheBreak(None, 0, "A|B", "AB", None, False, "retokenized").line() == (
         "the prompt was tokenized differently at ‹A|B› (now ‹AB›)"
+    )
+
+
+def _second_turn(cached: int, grain: int) -> CacheBreak | None:
+    """A plain second turn, estimated: the engine held the first prompt and its answer
+    (28 + 24 = 52 tokens), whose text is the start of this 69-token prompt's."""
+    messages = [Message("system", "Be brief."), Message("user", "q1")]
+    m1 = metrics_from_dict({"prompt_tokens": 28, "cached_tokens": 0, "cache_reported": True})
+    first = anatomy_of(messages, None, m1, None)
+    m1 = metrics_from_dict({"prompt_tokens": 28, "output_tokens": 24})
+    held = held_after(first, "An answer.", m1)
+    assert held is not None and held.tokens == 52
+    messages += [Message("assistant", "An answer."), Message("user", "q2")]
+    m2 = metrics_from_dict({"prompt_tokens": 69, "cached_tokens": cached, "cache_reported": True})
+    a = anatomy_of(messages, None, m2, held, grain)
+    assert a is not None and a.source == "estimate"
+    return a.cache_break
+
+
+def test_an_engine_caching_whole_blocks_reuses_only_the_held_tokens_whole_blocks() -> None:
+    # held 52, blocks of 16: 48 reusable (the 52nd, the last sampled token, is never
+    # written, and the 49th-51st fill no block)
+    assert reusable(52, 16) == 48
+    assert reusable(64, 16) == 48  # 63 written: three whole blocks, not four
+    assert reusable(65, 16) == 64
+    assert reusable(52, 1) == 52  # any prefix: all of it (its re-read end: BREAK_MIN_TOKENS)
+    assert reusable(0, 16) == 0
+    assert _second_turn(48, 16) is None  # all it could reuse: a plain next turn
+    # 32 cached: 16 read again beyond the grain (without it: 20, and a break either way)
+    brk = _second_turn(32, 16)
+    assert brk is not None and brk.tokens_read_again == 16 and brk.grain == 16
+    assert brk.kind == "unexplained"  # an estimate: no tokens to say why
+    assert brk.line() == (
+        "cache: 16 tokens of what the engine held read again (beyond whole blocks of 16); "
+        "the cause is not known without the server's tokens"
+    )
+    # the same counts on an engine that reuses any prefix: 48 cached is 4 held tokens
+    # read again (BREAK_MIN_TOKENS: a break), 49 is 3 (the template's re-read end)
+    brk = _second_turn(48, 1)
+    assert brk is not None and brk.tokens_read_again == 4
+    assert _second_turn(49, 1) is None
+    brk = _second_turn(32, 1)
+    assert brk is not None and brk.tokens_read_again == 20 and brk.grain == 1
+    assert "blocks" not in brk.line()
+
+
+def test_a_break_read_back_keeps_its_block_size_and_an_old_one_has_none() -> None:
+    brk = CacheBreak(2, 0, "", "K|V", 32, False, "retokenized", True, 32)
+    a = split_estimated([Part("system", 0, "a b"), Part("new", 1, "c")], 5, 2, 1.5, len)
+    data = Anatomy(a.sections, "server", brk).as_dict()
+    assert anatomy_read_back(data).cache_break == brk
+    del data["cache_break"]["grain"]  # a chat saved before breaks kept it
+    back = anatomy_read_back(data).cache_break
+    assert back is not None and back.grain == 1
+    data["cache_break"]["grain"] = 0
+    with pytest.raises(Unreadable):
+        anatomy_read_back(data)
+    assert brk.line() == (
+        "the previous answer was tokenized differently at ‹K|V› "
+        "(as sent now; its own tokens not seen: not confirmed), "
+        "32 tokens read again (beyond whole blocks of 32)"
     )

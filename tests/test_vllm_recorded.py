@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -23,7 +24,11 @@ from phasechat.backends.events import (
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.server_metrics import CROWDED, Scrape, account, parse
+from phasechat.backends.server_prompt import render_on_vllm
 from phasechat.backends.servers import context_refusal
+from phasechat.backends.token_text import byte_level, pieces_of, sentencepiece
+from phasechat.chat.engine_held import parts_of
+from phasechat.telemetry.anatomy import split_exact
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 
@@ -302,3 +307,75 @@ async def test_a_client_s_own_overlapping_requests_are_not_read_for(vllm_dir: Pa
         assert acct.unknown == CROWDED and acct.prefill_ms is None
         assert acct.pool_tokens == 46_592  # the server's pool, from the last read
     assert paths.count("/metrics") == 2  # at the start, and once after both
+
+
+def render_with(vllm_dir: Path, **hostile: object) -> RenderedPrompt | None:
+    """vLLM's recorded /tokenize and /detokenize replies (08-*.json), the latter's
+    fields replaced by `hostile`'s where given, through `render_on_vllm`."""
+    tokenized = json.loads(read(vllm_dir, "08-tokenize.json"))
+    detokenized = {**json.loads(read(vllm_dir, "08-detokenize.json")), **hostile}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            # asked as a chat request renders it, with each token's vocabulary string
+            assert body["add_generation_prompt"] is True and body["return_token_strs"] is True
+            return httpx.Response(200, json=tokenized)
+        assert request.url.path == "/detokenize" and body == {"tokens": tokenized["tokens"]}
+        return httpx.Response(200, json=detokenized)
+
+    messages = (Message("system", "Be brief."), Message("user", "Héllo ☃ 😀"))
+
+    async def go() -> RenderedPrompt | None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await render_on_vllm(client, "http://vllm.test", {}, messages)
+
+    return asyncio.run(go())
+
+
+def test_vllm_s_tokens_are_read_as_bytes_that_spell_its_own_text(vllm_dir: Path) -> None:
+    rendered = render_with(vllm_dir)
+    assert rendered is not None and rendered.source == "server"
+    text = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHéllo ☃ 😀<|im_end|>\n"
+    assert rendered.text == text + "<|im_start|>assistant\n"
+    assert len(rendered.pieces) == 25  # the server's count
+    # byte-level BPE: "Ġ" a space, "Ċ" a newline, "Ã©" the two bytes of "é", and the
+    # snowman's three bytes over three tokens (" \xe2", "\x98", "\x83")
+    assert rendered.pieces[2] == b"\n" and rendered.pieces[4] == b" brief"
+    assert rendered.pieces[12] == "é".encode()
+    assert rendered.pieces[14:17] == (b" \xe2", b"\x98", b"\x83")
+    # the sections follow from them exactly: "é" is one token, not a count per character
+    parts = parts_of((Message("system", "Be brief."), Message("user", "Héllo ☃ 😀")))
+    a = split_exact(rendered.text, rendered.pieces, parts, None, None, "server")
+    assert a is not None and [s.tokens for s in a.sections] == [3, 8, 14]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"prompt": "<|im_start|>system\nBe brief!"},  # not what the tokens spell
+        {"prompt": None},
+        {"prompt": 7},
+    ],
+)
+def test_vllm_tokens_that_do_not_spell_its_own_text_give_no_rendering(
+    vllm_dir: Path, hostile: dict[str, object]
+) -> None:
+    assert render_with(vllm_dir, **hostile) is None
+
+
+def test_token_strings_in_either_spelling_are_read_as_their_bytes() -> None:
+    assert byte_level(["Ġhi", "Ċ", "Ã©", "ĠðŁĺ", "Ģ"]) == (
+        b" hi",
+        b"\n",
+        "é".encode(),
+        b" \xf0\x9f\x98",
+        b"\x80",
+    )
+    assert byte_level(["▁hi"]) is None  # "▁" is no byte-level character
+    # SentencePiece: "▁" a space, "<0x0A>" one byte
+    assert sentencepiece(["▁hi", "<0x0A>", "é"]) == (b" hi", b"\n", "é".encode())
+    # which one: the one whose bytes spell the server's own text
+    assert pieces_of(["▁hi", "<0x0A>"], " hi\n") == (b" hi", b"\n")
+    assert pieces_of(["Ġhi", "Ċ"], " hi\n") == (b" hi", b"\n")
+    assert pieces_of(["Ġhi", "Ċ"], " ho\n") is None

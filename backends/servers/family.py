@@ -88,7 +88,8 @@ class ServerFamily:
     chunk_timing: ChunkTiming | None = None
     header_timing: HeaderTiming | None = None
     #: the prompt as the server reads it, where it can say (llama-server's
-    #: /apply-template and /tokenize): (client, root, headers, messages)
+    #: /apply-template and /tokenize, vLLM's /tokenize and /detokenize):
+    #: (client, root, headers, messages)
     render: Render | None = None
     #: where its documentation says the above (shown in docs/backends.md's table)
     docs: str = ""

@@ -4,7 +4,8 @@ tokens" refusals; `vllm:` counters and histograms at /metrics (vLLM 0.32's
 server runs with `--enable-per-request-metrics`, the final usage chunk's `metrics`
 (`queue_time_ms`, `time_to_first_token_ms` from scheduling, so the prefill, and
 `generation_time_ms`: vllm/entrypoints/generate/base/serving.py,
-build_per_request_timing_metrics)."""
+build_per_request_timing_metrics); its own rendering and tokens of a prompt
+(`/tokenize`, `/detokenize`: backends/server_prompt.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 from typing import Any
 
 from phasechat.backends.events import ServerAccount
+from phasechat.backends.server_prompt import render_on_vllm
 from phasechat.backends.servers.family import PromNames, ServerFamily, checked_window, sizes
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields
@@ -74,5 +76,6 @@ FAMILY = ServerFamily(
     ),
     cache_grain=16,  # whole KV blocks (--block-size, 16 by default; /metrics says it)
     chunk_timing=chunk_timing,
+    render=render_on_vllm,  # /tokenize and /detokenize: the prompt's sections exact
     docs="docs.vllm.ai: Production Metrics; vllm/entrypoints/generate/base/serving.py",
 )
