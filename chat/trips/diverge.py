@@ -7,6 +7,12 @@ chat saved them (both sides read the same history), sent to A then B as a compar
 (chat/trips/compare.py). A's answer tokens are then read by both settings in one
 evaluation each (backends/teacher.py), so the divergence has no sampling in it: at
 temperature 0 two identical settings give KL 0 and agreement 1 over the whole chat.
+
+The sides may load two model files (`model=PATH`): another quantization of the same
+model shares its vocabulary, and its divergence is measured the same way. A model with
+another vocabulary reads A's token ids as other text: teacher forcing would compare
+nonsense, so the turns say so and carry the speed figures alone. A draft model
+(`draft=`) changes neither the model nor its numbers: its divergence is 0 by design.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phasechat.backends.events import Message
+from phasechat.backends.gguf import vocabulary
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.teacher import EngineSetting, forced_logits
 from phasechat.chat.conversation import Conversation
@@ -52,6 +59,20 @@ def chat_turns(conversation: Conversation) -> list[tuple[Message, ...]]:
     return out
 
 
+def vocabulary_differs(a: Path, b: Path) -> str | None:
+    """Why A's token ids mean nothing to model `b` (None: the same vocabulary)."""
+    if a == b:
+        return None
+    va, vb = vocabulary(a), vocabulary(b)
+    if va and va == vb:
+        return None
+    return (
+        f"the models' vocabularies differ ({a.name}: {va or 'none named'}; {b.name}: "
+        f"{vb or 'none named'}): B would read A's tokens as other text, so no divergence "
+        "is measured; the speed figures stand"
+    )
+
+
 def setting_of(backend: LocalBackend) -> EngineSetting:
     """What the teacher-forced evaluation of `backend`'s side uses: its KV type, the flash
     attention it loaded with, and its threads."""
@@ -67,18 +88,23 @@ async def diverge(
     on_turn: Callable[[Turn], None] | None = None,
 ) -> list[Turn]:
     """Every turn on A then B, and B's divergence from A over A's answer. Both sides must
-    be local backends on the same model file (the same tokens mean the same thing)."""
+    be local backends; on two model files of different vocabularies each turn says why
+    it has no divergence (`vocabulary_differs`)."""
     la, lb = a.backend, b.backend
     if not isinstance(la, LocalBackend) or not isinstance(lb, LocalBackend):
         raise ValueError("a divergence needs two local sides (their logits)")
-    model = la.model_path
-    if model is None or model != lb.model_path:
-        raise ValueError("a divergence needs one model file on both sides")
+    ma, mb = la.model_path, lb.model_path
+    if ma is None or mb is None:
+        raise ValueError("a divergence needs each side's model file")
+    differs = vocabulary_differs(ma, mb)
     out: list[Turn] = []
     for n, messages in enumerate(turns):
         comparison = Comparison(a, b, messages, together=False)
         ra, rb = await comparison.run_round(n)
-        turn = await _turn(n + 1, ra, rb, la, lb, model, messages)
+        if differs is not None:
+            turn = Turn(n + 1, ra, rb, None, differs)
+        else:
+            turn = await _turn(n + 1, ra, rb, la, lb, messages)
         out.append(turn)
         if on_turn is not None:
             on_turn(turn)
@@ -91,7 +117,6 @@ async def _turn(
     rb: Answer,
     la: LocalBackend,
     lb: LocalBackend,
-    model: Path,
     messages: tuple[Message, ...],
 ) -> Turn:
     ids = ra.trace.answer_tokens
@@ -100,8 +125,9 @@ async def _turn(
     prompt, _ = la.format_prompt(messages)
     sequence, start = [*prompt, *ids.ids], len(prompt)
     # each answer token's distribution, the first from the prompt's last position
-    ref = await asyncio.to_thread(forced_logits, model, setting_of(la), sequence, start)
-    other = await asyncio.to_thread(forced_logits, model, setting_of(lb), sequence, start)
+    assert la.model_path is not None and lb.model_path is not None
+    ref = await asyncio.to_thread(forced_logits, la.model_path, setting_of(la), sequence, start)
+    other = await asyncio.to_thread(forced_logits, lb.model_path, setting_of(lb), sequence, start)
     return Turn(number, ra, rb, compare_logits(ref, other))
 
 
