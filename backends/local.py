@@ -367,6 +367,20 @@ class LocalBackend:
             return None
         return RenderedPrompt(text, tuple(self._special_piece(t) for t in tokens), "tokenizer")
 
+    async def prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        """The prompt's token ids through the model's template, on the llama thread
+        (after any request in flight). None: not loaded, or the template refuses it."""
+        if self._state != "ready":
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._prompt_ids, messages)
+
+    def _prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        try:
+            return self.format_prompt(messages)[0]
+        except PromptRefused:
+            return None
+
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).
 

@@ -184,7 +184,9 @@ def derive(
 
 
 def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
-    """A few derived profiles of `spec` worth comparing against (the replay picker's)."""
+    """A few derived profiles of `spec` worth comparing against (the replay picker's):
+    another temperature; on a local model other threads, flash attention, a context half
+    as long and each other KV type."""
     out = [{"temperature": "0.8" if settings.temperature == 0 else "0"}]
     if spec.kind == "local":
         threads = spec.local.threads
@@ -195,4 +197,6 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
         else:
             out.append({"flash_attn": "off" if flash else "on"})
         out.append({"n_ctx": str(max(512, spec.local.n_ctx // 2))})
+        # the KV cache's other types: memory against the answer (the view's divergence)
+        out += [{"kv": kv} for kv in KV_TYPE_NAMES if kv != spec.local.kv_type]
     return out

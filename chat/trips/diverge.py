@@ -18,13 +18,16 @@ nonsense, so the turns say so and carry the speed figures alone. A draft model
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
 from phasechat.backends.gguf import vocabulary
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.teacher import EngineSetting, forced_logits
 from phasechat.chat.conversation import Conversation
 from phasechat.chat.trips.compare import Answer, Comparison, Side
@@ -73,12 +76,55 @@ def vocabulary_differs(a: Path, b: Path) -> str | None:
     )
 
 
-def setting_of(backend: LocalBackend) -> EngineSetting:
-    """What the teacher-forced evaluation of `backend`'s side uses: its KV type, the flash
-    attention it loaded with, and its threads."""
-    return EngineSetting(
-        kv=backend.config.kv_type, flash_attn=backend.flash_attn, threads=backend.threads
-    )
+@dataclass(frozen=True, slots=True)
+class Forced:
+    """What teacher forcing reads one side with: its model file and engine setting."""
+
+    model: Path
+    setting: EngineSetting
+
+
+def forced_of(backend: Backend) -> Forced | None:
+    """A local side's model file, its KV type, the flash attention it loaded with and
+    its threads (a `LocalBackend`, or the same in a child process); None: a remote
+    side, or a model not found."""
+    path = getattr(backend, "model_path", None)
+    config = getattr(backend, "config", None)
+    if not isinstance(path, Path) or not isinstance(config, LocalConfig):
+        return None
+    flash = getattr(backend, "flash_attn", None)
+    threads = getattr(backend, "threads", 0)
+    return Forced(path, EngineSetting(config.kv_type, flash, threads or None))
+
+
+async def prompt_ids(backend: Backend, messages: tuple[Message, ...]) -> list[int] | None:
+    """The prompt's token ids as a local side's model reads them (None: a remote side,
+    a model not loaded, a template that refuses the messages)."""
+    read = getattr(backend, "prompt_ids", None)
+    if read is None:
+        return None
+    ids: list[int] | None = await read(messages)
+    return ids
+
+
+def answer_divergence(
+    a: Forced,
+    b: Forced,
+    prompt: Sequence[int],
+    answer: Sequence[int],
+    progress: Callable[[str, int, int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> Divergence:
+    """B's divergence from A over `answer` (A's answer token ids after `prompt`), each
+    side reading the whole sequence once; blocking (run it in a thread).
+    `progress(side, read, total)` as each side reads ("A", then "B"); a set `stop` raises
+    `teacher.Stopped`. The caller has checked the vocabularies (`vocabulary_differs`)."""
+    sequence, start = [*prompt, *answer], len(prompt)
+    logits = []
+    for label, side in (("A", a), ("B", b)):
+        told = None if progress is None else partial(progress, label)
+        logits.append(forced_logits(side.model, side.setting, sequence, start, told, stop))
+    return compare_logits(*logits)
 
 
 async def diverge(
@@ -123,12 +169,11 @@ async def _turn(
     if not ra.complete or ids is None or not ids.ids:
         return Turn(number, ra, rb, None, "A gave no complete answer")
     prompt, _ = la.format_prompt(messages)
-    sequence, start = [*prompt, *ids.ids], len(prompt)
+    fa, fb = forced_of(la), forced_of(lb)
+    assert fa is not None and fb is not None  # local sides, their models found
     # each answer token's distribution, the first from the prompt's last position
-    assert la.model_path is not None and lb.model_path is not None
-    ref = await asyncio.to_thread(forced_logits, la.model_path, setting_of(la), sequence, start)
-    other = await asyncio.to_thread(forced_logits, lb.model_path, setting_of(lb), sequence, start)
-    return Turn(number, ra, rb, compare_logits(ref, other))
+    divergence = await asyncio.to_thread(answer_divergence, fa, fb, prompt, ids.ids)
+    return Turn(number, ra, rb, divergence)
 
 
 def overall(turns: Sequence[Turn]) -> Divergence | None:
