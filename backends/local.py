@@ -74,6 +74,9 @@ if TYPE_CHECKING:  # imported once llama.cpp is loaded: it subclasses llama.cpp'
 
 #: `draft=lookup`: prompt lookup, llama-cpp-python's draft without a model
 DRAFT_LOOKUP = "lookup"
+#: said when an answer with a draft is sampled: greedy verification keeps the answer the
+#: model's own; sampled, it would need the draft's probabilities too
+DRAFT_GREEDY_ONLY = "the draft speculates only at temperature 0: this answer decodes without it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,6 +531,8 @@ class LocalBackend:
         reason: FinishReason = "length"
         self._count = None
         if self._draft is None or temp != 0.0:  # a draft speculates only when greedy
+            if self._draft is not None:
+                emit(Notice(DRAFT_GREEDY_ONLY))
             gen = token_loop(llm, tokens, temp, on_prompt, on_batch)
         else:
             from phasechat.backends.draft import DraftCount, speculative_loop

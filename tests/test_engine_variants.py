@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.events import AnswerTokens, GenerationRequest, Message, ServerTimings
+from phasechat.backends.events import (
+    AnswerTokens,
+    GenerationRequest,
+    Message,
+    Notice,
+    ServerTimings,
+)
 from phasechat.backends.gguf import VOCAB_KEY, vocabulary
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local import DRAFT_GREEDY_ONLY, LocalBackend, LocalConfig
 from phasechat.backends.models import gemma3_model_path
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
@@ -77,7 +83,10 @@ def test_smollm2_and_gemma3_have_other_vocabularies(model_path: Path) -> None:
     assert why is not None and "49152 tokens" in why and "262144 tokens" in why
 
 
-async def greedy(draft: str | None, model_path: Path) -> tuple[tuple[int, ...], ServerTimings]:
+async def greedy(
+    draft: str | None, model_path: Path, temperature: float = 0.0
+) -> tuple[tuple[int, ...], ServerTimings, list[str]]:
+    """An answer's token ids, its timings and its notices (greedy unless told)."""
     backend = LocalBackend(
         LocalConfig(model_path=model_path, n_ctx=1024, threads=2, draft=draft, warmup=False)
     )
@@ -86,20 +95,23 @@ async def greedy(draft: str | None, model_path: Path) -> tuple[tuple[int, ...], 
     request = GenerationRequest(
         (Message("user", "List the first ten prime numbers, then say why 9 is not one."),),
         max_tokens=60,
-        temperature=0.0,
+        temperature=temperature,
     )
     ids: tuple[int, ...] = ()
     timings = None
+    notices: list[str] = []
     try:
         async for event in backend.stream(request):
             if isinstance(event, AnswerTokens):
                 ids = event.ids
             elif isinstance(event, ServerTimings):
                 timings = event
+            elif isinstance(event, Notice):
+                notices.append(event.text)
     finally:
         await backend.aclose()
     assert timings is not None
-    return ids, timings
+    return ids, timings, notices
 
 
 @pytest.mark.model
@@ -107,20 +119,26 @@ def test_a_draft_changes_the_speed_never_the_greedy_answer(model_path: Path) -> 
     """Speculative decoding keeps only the tokens the model would have chosen itself:
     with the model as its own draft, and with prompt lookup, the answer is the plain
     greedy one, token for token; the draft's counts come with the timings."""
-    plain, timings = asyncio.run(greedy(None, model_path))
+    plain, timings, _ = asyncio.run(greedy(None, model_path))
     assert len(plain) == 60 and timings.draft_n is None
     for draft in (str(model_path), "lookup"):
-        ids, t = asyncio.run(greedy(draft, model_path))
-        assert ids == plain, draft
+        ids, t, notices = asyncio.run(greedy(draft, model_path))
+        assert ids == plain and not notices, draft
         assert t.draft_n is not None and t.draft_n_accepted is not None
         assert 0 < t.draft_n_accepted <= t.draft_n, draft
         # the decode is the answer's tokens, not the batches that read the proposals
         assert t.predicted_n == len(plain) and t.prompt_n == timings.prompt_n
     # the model drafting for itself agrees with itself nearly always (4 proposals a step:
     # 60 tokens take about 12 steps, so about 48 proposals)
-    ids, t = asyncio.run(greedy(str(model_path), model_path))
+    ids, t, _ = asyncio.run(greedy(str(model_path), model_path))
     assert t.draft_n is not None and t.draft_n_accepted is not None
     assert t.draft_n_accepted >= 0.8 * t.draft_n and t.draft_n <= 4 * len(plain)
+
+
+@pytest.mark.model
+def test_a_sampled_answer_decodes_without_its_draft_and_says_so(model_path: Path) -> None:
+    ids, t, notices = asyncio.run(greedy("lookup", model_path, temperature=0.8))
+    assert ids and t.draft_n is None and notices == [DRAFT_GREEDY_ONLY]
 
 
 @pytest.mark.model

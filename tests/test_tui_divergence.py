@@ -4,6 +4,8 @@ shaded token by token, measured in a worker that Esc stops."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from textual.pilot import Pilot
@@ -136,3 +138,28 @@ async def test_esc_stops_the_teacher_forcing_and_leaves_the_view(
         assert app.screen is screen and view.stop.is_set()
         await pilot.press("escape")
         assert not isinstance(app.screen, CompareScreen)
+
+
+@pytest.mark.parametrize("other", ["moved.gguf", "gone.gguf"])
+async def test_the_view_says_why_it_measures_nothing(tmp_path: Path, other: str) -> None:
+    """Another vocabulary, or a model file gone since it loaded: a line that says so,
+    the answer's text unshaded, the app still there."""
+    from phasechat.backends.teacher import EngineSetting
+    from phasechat.chat.trips.diverge import Forced
+    from tests.scripted import ScriptedBackend
+    from tests.test_engine_variants import tiny_gguf
+
+    a = tiny_gguf(tmp_path / "a.gguf", ["<s>", "a", "bc"])
+    tiny_gguf(tmp_path / "moved.gguf", ["<s>", "ab", "c"])
+    forced = Forced(a, EngineSetting()), Forced(tmp_path / other, EngineSetting())
+    sides = ScriptedBackend("local"), ScriptedBackend("local")
+    app = PhasechatApp(settings=Settings(), backend=sides[0])
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = DivergenceView("B against A", sides, forced, (), ((1, 2), (b"a", b"bc")))
+        await app.push_screen(view)
+        await wait_for(pilot, lambda: view.status.startswith("no divergence"))
+        await pilot.pause()
+        head = str(view.query_one("#head", Static).render())
+        expected = "vocabularies differ" if other == "moved.gguf" else "model file not found"
+        assert expected in head and view.divergence is None
+        assert str(view.query_one("#text", Static).render()) == "abc"

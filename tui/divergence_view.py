@@ -149,19 +149,30 @@ class DivergenceView(ReportScreen):
 
     @work(exclusive=True, group="divergence")
     async def measure(self) -> None:
-        a, b = self.forced
-        why = await asyncio.to_thread(vocabulary_differs, a.model, b.model)
-        prompt = None if why else await prompt_ids(self.sides[0], self.messages)
-        if prompt is None:
-            why = (
-                why or "A's model did not read the prompt (not loaded, or refused by its template)"
-            )
-            self.status = f"no divergence: {why}"
-            self._redraw()
+        try:
+            self.divergence, why = await self._measured()
+        except Stopped:
             return
-        self.status = "loading A's model for teacher forcing"
+        except (OSError, ValueError, RuntimeError) as exc:  # a file gone, llama.cpp's load
+            self.divergence, why = None, str(exc)
+        if why is not None:
+            self.status = f"no divergence: {why}"
         self._redraw()
 
+    async def _measured(self) -> tuple[Divergence | None, str | None]:
+        """The divergence, or None and why not."""
+        a, b = self.forced
+        why = await asyncio.to_thread(vocabulary_differs, a.model, b.model)
+        if why is not None:
+            return None, why
+        prompt = await prompt_ids(self.sides[0], self.messages)
+        if prompt is None:
+            return (
+                None,
+                "A's model did not read the prompt (not loaded, or refused by its template)",
+            )
+        self.status = "loading A's model for teacher forcing"
+        self._redraw()
         loop = asyncio.get_running_loop()
 
         def told(side: str, read: int, total: int) -> None:
@@ -169,15 +180,10 @@ class DivergenceView(ReportScreen):
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(self._progress, side, read, total)
 
-        try:
-            self.divergence = await asyncio.to_thread(
-                answer_divergence, a, b, prompt, self.ids, told, self.stop
-            )
-        except Stopped:
-            return
-        except (OSError, ValueError, RuntimeError) as exc:  # llama.cpp failed to load
-            self.status = f"no divergence: {exc}"
-        self._redraw()
+        measured = await asyncio.to_thread(
+            answer_divergence, a, b, prompt, self.ids, told, self.stop
+        )
+        return measured, None
 
     def on_unmount(self) -> None:
         self.stop.set()  # the worker thread stops at its next batch
