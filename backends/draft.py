@@ -178,4 +178,12 @@ def speculative_loop(
         if held < n + len(batch):  # the rejected proposals leave the cache
             llm._ctx.kv_cache_seq_rm(-1, held, -1)
         llm.n_tokens = held
-        yield from kept
+        for j, kept_token in enumerate(kept):
+            try:
+                yield kept_token
+            except GeneratorExit:
+                # stopped here (a stop string, the token limit): the cache keeps what the
+                # answer has but this token, as the plain loop leaves it, not the rest
+                llm._ctx.kv_cache_seq_rm(-1, n + 1 + j, -1)
+                llm.n_tokens = n + 1 + j
+                raise

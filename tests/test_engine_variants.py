@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from phasechat.backends.events import (
     AnswerTokens,
     GenerationRequest,
+    KVStats,
     Message,
     Notice,
     ServerTimings,
@@ -83,10 +85,19 @@ def test_smollm2_and_gemma3_have_other_vocabularies(model_path: Path) -> None:
     assert why is not None and "49152 tokens" in why and "262144 tokens" in why
 
 
-async def greedy(
-    draft: str | None, model_path: Path, temperature: float = 0.0
-) -> tuple[tuple[int, ...], ServerTimings, list[str]]:
-    """An answer's token ids, its timings and its notices (greedy unless told)."""
+@dataclass
+class Greedy:
+    """What one answer left: its token ids, timings, notices, and the tokens the KV
+    cache held after it."""
+
+    ids: tuple[int, ...] = ()
+    timings: ServerTimings | None = None
+    notices: list[str] = field(default_factory=list)
+    held: int | None = None
+
+
+async def greedy(draft: str | None, model_path: Path, temperature: float = 0.0) -> Greedy:
+    """One answer on a fresh load (greedy unless told)."""
     backend = LocalBackend(
         LocalConfig(model_path=model_path, n_ctx=1024, threads=2, draft=draft, warmup=False)
     )
@@ -97,48 +108,52 @@ async def greedy(
         max_tokens=60,
         temperature=temperature,
     )
-    ids: tuple[int, ...] = ()
-    timings = None
-    notices: list[str] = []
+    out = Greedy()
     try:
         async for event in backend.stream(request):
             if isinstance(event, AnswerTokens):
-                ids = event.ids
+                out.ids = event.ids
             elif isinstance(event, ServerTimings):
-                timings = event
+                out.timings = event
             elif isinstance(event, Notice):
-                notices.append(event.text)
+                out.notices.append(event.text)
+            elif isinstance(event, KVStats):
+                out.held = event.used_tokens
     finally:
         await backend.aclose()
-    assert timings is not None
-    return ids, timings, notices
+    assert out.timings is not None
+    return out
 
 
 @pytest.mark.model
 def test_a_draft_changes_the_speed_never_the_greedy_answer(model_path: Path) -> None:
     """Speculative decoding keeps only the tokens the model would have chosen itself:
     with the model as its own draft, and with prompt lookup, the answer is the plain
-    greedy one, token for token; the draft's counts come with the timings."""
-    plain, timings, _ = asyncio.run(greedy(None, model_path))
-    assert len(plain) == 60 and timings.draft_n is None
+    greedy one, token for token; the draft's counts come with the timings, and the
+    cache holds what the plain answer leaves in it (not the proposals past its end)."""
+    plain = asyncio.run(greedy(None, model_path))
+    assert plain.timings is not None
+    assert len(plain.ids) == 60 and plain.timings.draft_n is None
     for draft in (str(model_path), "lookup"):
-        ids, t, notices = asyncio.run(greedy(draft, model_path))
-        assert ids == plain and not notices, draft
-        assert t.draft_n is not None and t.draft_n_accepted is not None
+        out = asyncio.run(greedy(draft, model_path))
+        assert out.ids == plain.ids and not out.notices, draft
+        assert out.held == plain.held, draft
+        t = out.timings
+        assert t is not None and t.draft_n is not None and t.draft_n_accepted is not None
         assert 0 < t.draft_n_accepted <= t.draft_n, draft
         # the decode is the answer's tokens, not the batches that read the proposals
-        assert t.predicted_n == len(plain) and t.prompt_n == timings.prompt_n
-    # the model drafting for itself agrees with itself nearly always (4 proposals a step:
-    # 60 tokens take about 12 steps, so about 48 proposals)
-    ids, t, _ = asyncio.run(greedy(str(model_path), model_path))
-    assert t.draft_n is not None and t.draft_n_accepted is not None
-    assert t.draft_n_accepted >= 0.8 * t.draft_n and t.draft_n <= 4 * len(plain)
+        assert t.predicted_n == len(plain.ids) and t.prompt_n == plain.timings.prompt_n
+        if draft != "lookup":
+            # the model drafting for itself agrees with itself nearly always (4 proposals
+            # a step: 60 tokens take about 12 steps, so about 48 proposals)
+            assert t.draft_n_accepted >= 0.8 * t.draft_n and t.draft_n <= 4 * len(plain.ids)
 
 
 @pytest.mark.model
 def test_a_sampled_answer_decodes_without_its_draft_and_says_so(model_path: Path) -> None:
-    ids, t, notices = asyncio.run(greedy("lookup", model_path, temperature=0.8))
-    assert ids and t.draft_n is None and notices == [DRAFT_GREEDY_ONLY]
+    out = asyncio.run(greedy("lookup", model_path, temperature=0.8))
+    assert out.timings is not None
+    assert out.ids and out.timings.draft_n is None and out.notices == [DRAFT_GREEDY_ONLY]
 
 
 @pytest.mark.model
