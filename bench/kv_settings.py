@@ -10,9 +10,10 @@ divergence columns do not depend on the machine):
 
 Printed: per setting B, the bytes a token takes in each side's KV cache and what it held
 at the end of the chat (MiB), the prefill and decode rates (medians over the turns,
-beside A's), the draft's accepted/proposed tokens (a draft side), and B's divergence from
-A over A's answers: KL mean and max, top-1 agreement, the first divergence (turn and
-token); "n/a" where no divergence was measured (another vocabulary).
+beside A's), the draft's accepted/proposed tokens (a draft side), in how many turns B
+wrote A's answer token for token, and B's divergence from A over A's answers: KL mean
+and max, top-1 agreement, the first divergence (turn and token); "n/a" where no
+divergence was measured (another vocabulary).
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def drafted(out: dict[str, Any]) -> str:
     return f"{accepted}/{proposed} ({accepted / proposed:.0%})" if proposed else "-"
 
 
+def same_answers(out: dict[str, Any]) -> str:
+    """In how many turns B wrote A's answer token for token."""
+    same = [t["same_answer"] for t in out["turns"] if t["same_answer"] is not None]
+    return f"{sum(same)}/{len(same)}"
+
+
 def divergence_cells(out: dict[str, Any]) -> str:
     d = out["divergence"]
     if d is None:
@@ -114,9 +121,10 @@ def main() -> int:
         print(f"chat {chat}: {len(QUESTIONS)} turns written by the bundled model, greedy\n")
         print(
             "| B | KV B/token (A / B) | KV MiB (A / B) | prefill tok/s (A / B) | decode tok/s"
-            " (A / B) | draft accepted | KL mean | KL max | top-1 | first divergence |"
+            " (A / B) | draft accepted | B's answers = A's | KL mean | KL max | top-1 |"
+            " first divergence |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for variant in args.variant or SETTINGS:
             out = compare(chat, variant, args.max_tokens, args.threads)
             per_a, per_b = out["kv_bytes_per_token"]
@@ -128,7 +136,7 @@ def main() -> int:
             print(
                 f"| {shown} | {per_a:,} / {per_b:,} | {kv_a:.2f} / {kv_b:.2f} | "
                 f"{prefill[0]:.0f} / {prefill[1]:.0f} | {decode[0]:.1f} / {decode[1]:.1f} | "
-                f"{drafted(out)} | {divergence_cells(out)} |",
+                f"{drafted(out)} | {same_answers(out)} | {divergence_cells(out)} |",
                 flush=True,
             )
     print(f"\nload after: {os.getloadavg()[0]:.2f}")

@@ -113,6 +113,17 @@ def drafted(turns: Sequence[Turn], side: int) -> tuple[int, int] | None:
     return (accepted, proposed) if proposed else None
 
 
+def same_answer(t: Turn) -> bool | None:
+    """Whether B wrote A's answer token for token (None: either's tokens unknown). A
+    draft, or any setting the teacher forcing cannot see, is judged by this: greedy
+    verification keeps the model's own choices in exact arithmetic, but its batches sum
+    in another order than one-token steps, and a near tie can flip."""
+    a, b = t.a.trace.answer_tokens, t.b.trace.answer_tokens
+    if a is None or b is None:
+        return None
+    return a.ids == b.ids
+
+
 def _drafted_text(counts: tuple[int, int] | None) -> str:
     if counts is None:
         return "-"
@@ -147,6 +158,10 @@ def _summary(
     d = overall(turns)
     said = "nothing compared" if d is None else _overall_text(d, turns)
     print(f"B against A over A's answers: {said}")
+    same = [same_answer(t) for t in turns]
+    known = [x for x in same if x is not None]
+    if known:
+        print(f"B's own answers token for token A's: {sum(known)} of {len(known)} turns")
     print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
 
 
@@ -214,6 +229,7 @@ def _record(
             }
         row["divergence"] = _divergence_record(t.divergence)
         row["why"] = t.why
+        row["same_answer"] = same_answer(t)
         rows.append(row)
     d = overall(turns)
     return {
