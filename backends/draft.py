@@ -16,6 +16,7 @@ Imported once llama.cpp is loaded (backends/local.py), as it subclasses its draf
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,24 +41,27 @@ Counters = tuple[float, float, int, int]
 
 @dataclass(slots=True)
 class DraftCount:
-    """Tokens drafted and accepted during one answer, and llama.cpp's counters once the
-    prompt was read (None: not yet)."""
+    """Tokens drafted and accepted during one answer, and llama.cpp's counters and the
+    clock once the prompt was read (None: not yet)."""
 
     drafted: int = 0
     accepted: int = 0
     read: Counters | None = None
+    read_ns: int | None = None
 
     def timings(self, before: Counters, after: Counters, cached: int, made: int) -> ServerTimings:
         """The answer's timings in llama-server's shape. llama.cpp counts every batch of
         more than one token as prompt, so a speculative step's batch is counted there:
-        the prompt is what was read before the first token, the decode everything after
-        (`made` tokens), as llama-server reports a speculative answer."""
+        the prompt is what was read before the first token; the decode is everything
+        after (`made` tokens) by the clock, the draft's own work included (the model's
+        counters leave out a draft model's context), as llama-server reports it."""
         read = self.read or after
+        end = time.perf_counter_ns()
         return ServerTimings(
             prompt_n=read[2] - before[2],
             prompt_ms=read[0] - before[0],
             predicted_n=made,
-            predicted_ms=(after[0] + after[1]) - (read[0] + read[1]),
+            predicted_ms=(end - (self.read_ns or end)) / 1e6,
             cache_n=cached,
             draft_n=self.drafted,
             draft_n_accepted=self.accepted,
@@ -146,7 +150,7 @@ def speculative_loop(
     import llama_cpp.llama_cpp as lib
 
     read_prompt(llm, tokens, on_prompt, on_batch)
-    count.read = perf_counters(llm)
+    count.read, count.read_ns = perf_counters(llm), time.perf_counter_ns()
     ctx, n_vocab, ids = llm.ctx, int(llm.n_vocab()), llm.input_ids
     room_max = min(int(llm.n_ctx()), int(llm.n_batch))
 

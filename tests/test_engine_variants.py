@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,8 @@ class Greedy:
     timings: ServerTimings | None = None
     notices: list[str] = field(default_factory=list)
     held: int | None = None
+    #: the stream's wall time, from the request to its last event
+    wall_ms: float = 0.0
 
 
 async def greedy(draft: str | None, model_path: Path, temperature: float = 0.0) -> Greedy:
@@ -109,6 +112,7 @@ async def greedy(draft: str | None, model_path: Path, temperature: float = 0.0) 
         temperature=temperature,
     )
     out = Greedy()
+    sent = time.perf_counter()
     try:
         async for event in backend.stream(request):
             if isinstance(event, AnswerTokens):
@@ -119,6 +123,7 @@ async def greedy(draft: str | None, model_path: Path, temperature: float = 0.0) 
                 out.notices.append(event.text)
             elif isinstance(event, KVStats):
                 out.held = event.used_tokens
+        out.wall_ms = (time.perf_counter() - sent) * 1000
     finally:
         await backend.aclose()
     assert out.timings is not None
@@ -143,6 +148,8 @@ def test_a_draft_changes_the_speed_never_the_greedy_answer(model_path: Path) -> 
         assert 0 < t.draft_n_accepted <= t.draft_n, draft
         # the decode is the answer's tokens, not the batches that read the proposals
         assert t.predicted_n == len(plain.ids) and t.prompt_n == plain.timings.prompt_n
+        # the decode by the clock, the draft's work in it: inside the stream's own time
+        assert t.predicted_ms is not None and 0 < t.predicted_ms < out.wall_ms
         if draft != "lookup":
             # the model drafting for itself agrees with itself nearly always (4 proposals
             # a step: 60 tokens take about 12 steps, so about 48 proposals)
