@@ -78,6 +78,8 @@ class Snapshot:
     flash_note: str
     #: when the load ended, stamped in the child (the clock every process reads)
     ready_ns: int | None = None
+    #: flash attention as loaded (None: not loaded)
+    flash_attn: bool | None = None
 
 
 def snapshot(backend: LocalBackend) -> Snapshot:
@@ -94,6 +96,7 @@ def snapshot(backend: LocalBackend) -> Snapshot:
         backend.model_bytes,
         backend.flash_note,
         backend.ready_ns,
+        backend.flash_attn,
     )
 
 
@@ -182,6 +185,10 @@ class EngineProcess:
     @property
     def model_bytes(self) -> int:
         return self._snap.model_bytes if self._snap else 0
+
+    @property
+    def flash_attn(self) -> bool | None:
+        return self._snap.flash_attn if self._snap else None
 
     @property
     def flash_note(self) -> str:
@@ -420,6 +427,17 @@ class EngineProcess:
             return None
         return rendered
 
+    async def prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        """The prompt's token ids as the child's model reads them (None: not loaded,
+        refused by the template, or the engine is gone)."""
+        if self._state != "ready":
+            return None
+        try:
+            ids: list[int] | None = await self._acall("prompt_ids", messages)
+        except EngineGone:
+            return None
+        return ids
+
     # -- generation -------------------------------------------------------------------
     async def stream(
         self, request: GenerationRequest, *, every_s: float | None = None
@@ -486,7 +504,7 @@ def _last_line(f: IO[bytes] | None) -> str:
 
 # -- the child --------------------------------------------------------------------------
 #: what the parent may call on the child's backend, and nothing else
-CALLS = frozenset({"count_tokens", "cached_prefix", "warm", "render"})
+CALLS = frozenset({"count_tokens", "cached_prefix", "warm", "render", "prompt_ids"})
 
 
 async def serve(conn: Connection) -> None:
@@ -555,7 +573,7 @@ async def serve(conn: Connection) -> None:
                 task.cancel()
         elif kind == "call":
             _, cid, method, args = message
-            if method in ("warm", "render"):  # on the llama thread: after any answer
+            if method in ("warm", "render", "prompt_ids"):  # the llama thread: after any answer
                 task = asyncio.create_task(call(cid, method, args))
                 background.add(task)
                 task.add_done_callback(background.discard)

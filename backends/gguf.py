@@ -8,12 +8,15 @@ clear message before llama.cpp sees it.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 GGUF_MAGIC = b"GGUF"
+#: the metadata key of the vocabulary's token strings, read as a digest of them all
+VOCAB_KEY = "tokenizer.ggml.tokens"
 
 # GGUF value types (ggml/include/gguf.h)
 _SCALARS: dict[int, str] = {
@@ -140,7 +143,7 @@ def _read(f: BinaryIO, size: int) -> tuple[dict[str, object], list[tuple[str, in
     for _ in range(n_kv):
         key = _string(f)
         (vtype,) = _unpack(f, "<I")
-        meta[key] = _value(f, vtype)
+        meta[key] = _vocab(f) if key == VOCAB_KEY and vtype == _ARRAY else _value(f, vtype)
     infos: list[tuple[str, int]] = []
     for _ in range(n_tensors):
         name = _string(f)
@@ -158,6 +161,8 @@ def _read(f: BinaryIO, size: int) -> tuple[dict[str, object], list[tuple[str, in
 def _tensor_sizes(infos: list[tuple[str, int]], data_bytes: int) -> dict[str, int]:
     """Each tensor's bytes from the offsets (sorted: a tensor ends where the next one
     begins); {} when they do not add up (an offset past the end, two at one place)."""
+    if not infos:  # a file of metadata alone
+        return {}
     ordered = sorted(infos, key=lambda info: info[1])
     ends = [offset for _, offset in ordered[1:]] + [data_bytes]
     sizes = {name: end - offset for (name, offset), end in zip(ordered, ends, strict=True)}
@@ -183,6 +188,30 @@ def _string(f: BinaryIO) -> str:
     if len(data) != n:
         raise EOFError
     return data.decode("utf-8", errors="replace")
+
+
+def _vocab(f: BinaryIO) -> str:
+    """The vocabulary's token strings as one line: their count and a digest of every
+    string in order (two models read the same token ids as the same text only when
+    these are equal)."""
+    (etype, count) = _unpack(f, "<IQ")
+    if etype != _STRING:
+        raise GGUFError(f"{VOCAB_KEY} is not an array of strings")
+    digest = hashlib.sha256()
+    for _ in range(count):
+        (n,) = _unpack(f, "<Q")
+        data = f.read(n)
+        if len(data) != n:
+            raise EOFError
+        digest.update(struct.pack("<Q", n) + data)
+    return f"<{count} tokens, sha256 {digest.hexdigest()[:16]}>"
+
+
+def vocabulary(path: Path) -> str:
+    """A model's vocabulary as `_vocab` writes it; "" when the file names none.
+    Raises GGUFError for a file that is not a readable GGUF model."""
+    value = read_metadata(path).get(VOCAB_KEY, "")
+    return value if isinstance(value, str) else ""
 
 
 def _value(f: BinaryIO, vtype: int) -> object:

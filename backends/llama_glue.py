@@ -126,12 +126,7 @@ def token_loop(
     import llama_cpp.llama_cpp as lib
     import numpy as np
 
-    start = reuse_prefix(llm, tokens)
-    on_prompt(start, len(tokens) - start)
-    step = int(llm.n_batch)
-    for i in range(start, len(tokens), step):
-        llm.eval(tokens[i : i + step])
-        on_batch(min(len(tokens), i + step) - start)
+    read_prompt(llm, tokens, on_prompt, on_batch)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
     if temp == 0.0:
         n_vocab, logits = int(llm.n_vocab()), lib.llama_get_logits_ith
@@ -164,6 +159,22 @@ def token_loop(
             raise RuntimeError(f"llama_decode returned {rc}")
         ids[llm.n_tokens] = token
         llm.n_tokens += 1
+
+
+def read_prompt(
+    llm: Any,
+    tokens: list[int],
+    on_prompt: Callable[[int, int], None],
+    on_batch: Callable[[int], None],
+) -> None:
+    """Evaluate the part of `tokens` the KV cache does not hold, one `n_batch` at a time
+    (`token_loop` says what the callbacks are told)."""
+    start = reuse_prefix(llm, tokens)
+    on_prompt(start, len(tokens) - start)
+    step = int(llm.n_batch)
+    for i in range(start, len(tokens), step):
+        llm.eval(tokens[i : i + step])
+        on_batch(min(len(tokens), i + step) - start)
 
 
 def reuse_prefix(llm: Any, tokens: list[int]) -> int:

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phasechat.backends.base import LoadState, PromptRefused, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
@@ -68,6 +68,16 @@ from phasechat.backends.stops import StopMatcher
 from phasechat.backends.think import ThinkSplitter
 from phasechat.backends.threads import CpuShare, DecodeThreads
 
+if TYPE_CHECKING:  # imported once llama.cpp is loaded: it subclasses llama.cpp's draft
+    from phasechat.backends.draft import DraftCount
+
+
+#: `draft=lookup`: prompt lookup, llama-cpp-python's draft without a model
+DRAFT_LOOKUP = "lookup"
+#: said when an answer with a draft is sampled: greedy verification keeps the answer the
+#: model's own; sampled, it would need the draft's probabilities too
+DRAFT_GREEDY_ONLY = "the draft speculates only at temperature 0: this answer decodes without it"
+
 
 @dataclass(frozen=True, slots=True)
 class LocalConfig:
@@ -88,6 +98,9 @@ class LocalConfig:
     #: the KV cache's type for keys and values (gguf.KV_TYPE_NAMES): f16, q8_0, q4_0; a
     #: quantized V cache needs flash attention, which it then turns on
     kv_type: str = "f16"
+    #: speculative decoding at temperature 0 (backends/draft.py): a draft GGUF with the
+    #: model's vocabulary, or "lookup" (prompt lookup); None: none
+    draft: str | None = None
     #: run the engine in a process of its own (backends/engine_process.py): the app's
     #: choice, so that its UI never holds the interpreter lock the engine needs
     own_process: bool = False
@@ -138,6 +151,9 @@ class LocalBackend:
         #: when the load ended (`perf_counter_ns`, on the llama thread): the end of the
         #: wait of a request sent while it loaded
         self._ready_ns: int | None = None
+        #: the draft it speculates with (backends/draft.py), and this answer's count
+        self._draft: Any = None
+        self._count: DraftCount | None = None
 
     # -- identity and state -------------------------------------------------------
     @property
@@ -262,6 +278,18 @@ class LocalBackend:
         self._threads = DecodeThreads.on_context(llm.ctx, self.threads, adaptive, self._cpu)
         if self.config.warmup:
             warm_up(llm)
+        if self.config.draft is not None:
+            from phasechat.backends.draft import make_draft  # subclasses llama.cpp's draft
+
+            try:
+                spec = self.config.draft
+                draft = None if spec == DRAFT_LOOKUP else Path(spec).expanduser()
+                self._draft = make_draft(
+                    draft, path, self.config.n_ctx, self.threads, self.gpu_layers
+                )
+            except BaseException:
+                llm.close()
+                raise
         self._llm = llm
         self._ready_ns = time.perf_counter_ns()
         where = f"GPU ({self.gpu_layers} layers)" if gpu else "CPU"
@@ -269,13 +297,25 @@ class LocalBackend:
         self._state = "ready"
         self._detail = (
             f"{path.name} · {self._format_name} · {self.threads} threads{adapt} · {where}"
-            f" · {self.flash_note}"
+            f" · {self.flash_note}{self.draft_note}"
         )
+
+    @property
+    def draft_note(self) -> str:
+        """The draft it speculates with, as the status detail ends ("" without one)."""
+        spec = self.config.draft
+        if spec is None:
+            return ""
+        return " · draft: prompt lookup" if spec == DRAFT_LOOKUP else f" · draft: {Path(spec).name}"
 
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None
+        draft, self._draft = self._draft, None
+        loop = asyncio.get_running_loop()
         if llm is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, llm.close)
+            await loop.run_in_executor(self._executor, llm.close)
+        if draft is not None and hasattr(draft, "close"):
+            await loop.run_in_executor(self._executor, draft.close)
         self._state, self._detail = "idle", "closed"
 
     # -- prompts -------------------------------------------------------------------
@@ -329,6 +369,20 @@ class LocalBackend:
         except PromptRefused:
             return None
         return RenderedPrompt(text, tuple(self._special_piece(t) for t in tokens), "tokenizer")
+
+    async def prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        """The prompt's token ids through the model's template, on the llama thread
+        (after any request in flight). None: not loaded, or the template refuses it."""
+        if self._state != "ready":
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._prompt_ids, messages)
+
+    def _prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        try:
+            return self.format_prompt(messages)[0]
+        except PromptRefused:
+            return None
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
         """Tokens of this prompt the KV cache already holds (None: not loaded).
@@ -418,7 +472,10 @@ class LocalBackend:
             return
         piece, ids = self._special_piece, tuple(answer_ids)
         emit(AnswerTokens(ids, tuple(piece(t) for t in ids), self.vocab))
-        timings = engine_timings(self._llm, before, cached)
+        if self._count is None:
+            timings = engine_timings(self._llm, before, cached)
+        else:  # speculative: its batches are not prompt; what was drafted and kept
+            timings = self._count.timings(before, perf_counters(self._llm), cached, len(ids))
         emit(timings)
         if (line := self._recheck_flash(timings)) is not None:
             emit(Notice(line))
@@ -472,7 +529,16 @@ class LocalBackend:
             llm.set_seed(request.seed)
         n = 0
         reason: FinishReason = "length"
-        gen = token_loop(llm, tokens, temp, on_prompt, on_batch)
+        self._count = None
+        if self._draft is None or temp != 0.0:  # a draft speculates only when greedy
+            if self._draft is not None:
+                emit(Notice(DRAFT_GREEDY_ONLY))
+            gen = token_loop(llm, tokens, temp, on_prompt, on_batch)
+        else:
+            from phasechat.backends.draft import DraftCount, speculative_loop
+
+            self._count = DraftCount()
+            gen = speculative_loop(llm, tokens, self._draft, self._count, on_prompt, on_batch)
         last = 0
         try:
             for token in gen:

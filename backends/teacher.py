@@ -10,7 +10,8 @@ flash attention in llama.cpp: `kv=q8_0` and `kv=q4_0` turn it on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,9 @@ import numpy.typing as npt
 
 from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES
 from phasechat.backends.llama_logs import quiet_llama, verbose
+
+#: tokens read per evaluation step (llama.cpp's batch): a step between progress reports
+BATCH = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +52,22 @@ class EngineSetting:
         return f"kv={self.kv}{flash}"
 
 
+class Stopped(Exception):
+    """The evaluation was asked to stop (`forced_logits`' `stop`)."""
+
+
 def forced_logits(
-    model: Path, setting: EngineSetting, tokens: Sequence[int], start: int
+    model: Path,
+    setting: EngineSetting,
+    tokens: Sequence[int],
+    start: int,
+    progress: Callable[[int, int], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> npt.NDArray[np.float32]:
     """The logits predicting `tokens[start:]`, each from the tokens before it, read in one
-    evaluation under `setting`: shape (len(tokens) - start, vocabulary)."""
+    evaluation under `setting`: shape (len(tokens) - start, vocabulary). The sequence is
+    read a batch at a time: `progress(read, total)` after each; a set `stop` raises
+    `Stopped` at the next batch (a view's Esc)."""
     if not 0 < start < len(tokens):
         raise ValueError(f"the answer starts at {start} of {len(tokens)} tokens")
     quiet_llama()
@@ -63,7 +78,7 @@ def forced_logits(
     llm = llama_cpp.Llama(
         model_path=str(model),
         n_ctx=-(-len(tokens) // 256) * 256,
-        n_batch=512,
+        n_batch=BATCH,
         n_gpu_layers=0,
         n_threads=setting.threads,
         n_threads_batch=setting.threads,
@@ -75,7 +90,13 @@ def forced_logits(
     )
     try:
         # the last token predicts nothing that is compared: it is not read
-        llm.eval(list(tokens[:-1]))
+        read = list(tokens[:-1])
+        for i in range(0, len(read), BATCH):
+            if stop is not None and stop.is_set():
+                raise Stopped
+            llm.eval(read[i : i + BATCH])
+            if progress is not None:
+                progress(min(i + BATCH, len(read)), len(read))
         return np.array(llm.scores[start - 1 : len(tokens) - 1], dtype=np.float32)
     finally:
         llm.close()

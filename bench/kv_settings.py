@@ -1,15 +1,19 @@
-"""The KV cache's type on a real chat (issue 39): a 10-turn chat written by the bundled
+"""Engine settings on a real chat (issue 39): a 10-turn chat written by the bundled
 model and saved (in a temporary data directory, never the user's), then
-`phasechat compare --chat ID --backend local --backend local:kv=X` for f16 (the check:
-KL 0), q8_0 and q4_0.
+`phasechat compare --chat ID --backend local --backend local:X` for each setting X: by
+default the KV types kv=f16 (the check: KL 0), kv=q8_0 and kv=q4_0; `--variant` names
+others (`draft=lookup`, `draft=PATH`, `model=PATH`, `flash_attn=on`, ...).
 
 Run alone (llama.cpp's threads spin-wait: a busy neighbour slows the speed columns; the
 divergence columns do not depend on the machine):
-    .venv/bin/python -m bench.kv_settings [--max-tokens 48] [--threads 2]
+    .venv/bin/python -m bench.kv_settings [--max-tokens 48] [--threads 2] [--variant X ...]
 
-Printed: per setting B, the KV cache it held at the end of the chat (MiB), its prefill
-and decode rates (medians over the turns, beside A's), and B's divergence from A over A's
-answers: KL mean and max, top-1 agreement, the first divergence (turn and token).
+Printed: per setting B, the bytes a token takes in each side's KV cache and what it held
+at the end of the chat (MiB), the prefill and decode rates (medians over the turns,
+beside A's), the draft's accepted/proposed tokens (a draft side), in how many turns B
+wrote A's answer token for token, and B's divergence from A over A's answers: KL mean
+and max, top-1 agreement, the first divergence (turn and token); "n/a" where no
+divergence was measured (another vocabulary).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow
 from phasechat.chat.turns import TurnController
 
-SETTINGS = ("f16", "q8_0", "q4_0")
+SETTINGS = ("kv=f16", "kv=q8_0", "kv=q4_0")
 
 
 async def write_chat(max_tokens: int, threads: int) -> int:
@@ -52,9 +56,9 @@ async def write_chat(max_tokens: int, threads: int) -> int:
     return chat
 
 
-def compare(chat: int, kv: str, max_tokens: int, threads: int) -> dict[str, Any]:
+def compare(chat: int, variant: str, max_tokens: int, threads: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "phasechat", "compare", "--chat", str(chat), "--json"]
-    cmd += ["--backend", "local", "--backend", f"local:kv={kv}", "--temperature", "0"]
+    cmd += ["--backend", "local", "--backend", f"local:{variant}", "--temperature", "0"]
     cmd += ["--max-tokens", str(max_tokens), "--threads", str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -81,10 +85,34 @@ def first_divergence(out: dict[str, Any]) -> str:
     return "none"
 
 
+def drafted(out: dict[str, Any]) -> str:
+    """B's draft tokens accepted of those proposed over the chat ("-": no draft)."""
+    proposed = sum(t["b"]["draft_n"] or 0 for t in out["turns"])
+    accepted = sum(t["b"]["draft_accepted"] or 0 for t in out["turns"])
+    return f"{accepted}/{proposed} ({accepted / proposed:.0%})" if proposed else "-"
+
+
+def same_answers(out: dict[str, Any]) -> str:
+    """In how many turns B wrote A's answer token for token."""
+    same = [t["same_answer"] for t in out["turns"] if t["same_answer"] is not None]
+    return f"{sum(same)}/{len(same)}"
+
+
+def divergence_cells(out: dict[str, Any]) -> str:
+    d = out["divergence"]
+    if d is None:
+        return "n/a | n/a | n/a | n/a"
+    return (
+        f"{d['kl_mean']:.5f} | {d['kl_max']:.4f} | {d['top1_agreement']:.1%} | "
+        f"{first_divergence(out)}"
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--variant", action="append", help="a setting of B (key=value); repeatable")
     args = p.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory() as data:
@@ -92,19 +120,23 @@ def main() -> int:
         chat = asyncio.run(write_chat(args.max_tokens, args.threads))
         print(f"chat {chat}: {len(QUESTIONS)} turns written by the bundled model, greedy\n")
         print(
-            "| B | KV MiB (A / B) | prefill tok/s (A / B) | decode tok/s (A / B) | KL mean"
-            " | KL max | top-1 | first divergence |"
+            "| B | KV B/token (A / B) | KV MiB (A / B) | prefill tok/s (A / B) | decode tok/s"
+            " (A / B) | draft accepted | B's answers = A's | KL mean | KL max | top-1 |"
+            " first divergence |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        for kv in SETTINGS:
-            out = compare(chat, kv, args.max_tokens, args.threads)
-            d = out["divergence"]
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for variant in args.variant or SETTINGS:
+            out = compare(chat, variant, args.max_tokens, args.threads)
+            per_a, per_b = out["kv_bytes_per_token"]
             kv_a, kv_b = out["kv_mib"]
+            key, _, value = variant.partition("=")
+            shown = f"{key}={value.rsplit('/', 1)[-1]}"  # a file by its name
+            prefill = [rates(out, side, "prefill_tok_s") for side in ("a", "b")]
+            decode = [rates(out, side, "decode_tok_s") for side in ("a", "b")]
             print(
-                f"| kv={kv} | {kv_a:.2f} / {kv_b:.2f} | {rates(out, 'a', 'prefill_tok_s'):.0f} / "
-                f"{rates(out, 'b', 'prefill_tok_s'):.0f} | {rates(out, 'a', 'decode_tok_s'):.1f} / "
-                f"{rates(out, 'b', 'decode_tok_s'):.1f} | {d['kl_mean']:.5f} | {d['kl_max']:.4f} | "
-                f"{d['top1_agreement']:.1%} | {first_divergence(out)} |",
+                f"| {shown} | {per_a:,} / {per_b:,} | {kv_a:.2f} / {kv_b:.2f} | "
+                f"{prefill[0]:.0f} / {prefill[1]:.0f} | {decode[0]:.1f} / {decode[1]:.1f} | "
+                f"{drafted(out)} | {same_answers(out)} | {divergence_cells(out)} |",
                 flush=True,
             )
     print(f"\nload after: {os.getloadavg()[0]:.2f}")

@@ -15,11 +15,17 @@ Figures, for the positions of one answer or of several together:
 
 Identical logits give KL exactly 0 (the same float64 operations on the same numbers) and
 agreement 1.
+
+A server gives only each position's top k log-probabilities (vLLM's `prompt_logprobs`,
+llama-server's `n_probs`: backends/teacher_remote.py). `compare_top` compares those: the
+KL over the tokens both sides list, each side's remaining mass in one "rest" bucket.
+Merging tokens into one bucket never raises a KL, so this is a lower bound of the full
+one; the top-1 agreement is exact (a top k holds its top 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +71,40 @@ def compare_logits(reference: Logits, other: Logits) -> Divergence:
     # rounding can leave -1e-17 where the distributions agree: a divergence is never negative
     kl = np.maximum(kl, 0.0)
     return _figures(kl, ref.argmax(axis=-1) == oth.argmax(axis=-1))
+
+
+#: a log-probability for one position's listed tokens: token id -> log-probability
+TopLogprobs = Mapping[int, float]
+#: the smallest "rest" mass a side is given: a top k that lists (nearly) all of the mass
+#: leaves ~0 for the rest, and a KL against 0 is infinite, not a measurement
+REST_FLOOR = 1e-12
+
+
+def compare_top(reference: Sequence[TopLogprobs], other: Sequence[TopLogprobs]) -> Divergence:
+    """The figures from each position's top log-probabilities on both sides (the same
+    positions, in order): KL(reference || other) over the tokens both sides list plus a
+    bucket for the rest of each side's mass, and top-1 agreement from each side's most
+    likely listed token."""
+    if len(reference) != len(other) or not reference:
+        raise ValueError(f"{len(reference)} and {len(other)} positions: not the same positions")
+    kl, agree = [], []
+    for a, b in zip(reference, other, strict=True):
+        both = sorted(a.keys() & b.keys())
+        pa = np.exp(np.array([a[t] for t in both], dtype=np.float64))
+        pb = np.exp(np.array([b[t] for t in both], dtype=np.float64))
+        pa = np.append(pa, max(1.0 - pa.sum(), REST_FLOOR))
+        pb = np.append(pb, max(1.0 - pb.sum(), REST_FLOOR))
+        kl.append(max(float((pa * np.log(pa / pb)).sum()), 0.0))
+        agree.append(max(a, key=a.__getitem__) == max(b, key=b.__getitem__))
+    return _figures(np.array(kl, dtype=np.float64), np.array(agree, dtype=bool))
+
+
+def top_of_logits(logits: Logits, k: int) -> list[dict[int, float]]:
+    """A local side's logits as a server gives them: each position's k most likely
+    tokens and their log-probabilities (to compare it with `compare_top`)."""
+    lp = log_softmax(logits)
+    top = np.argsort(-lp, axis=-1, kind="stable")[:, :k]
+    return [{int(t): float(row[t]) for t in ids} for row, ids in zip(lp, top, strict=True)]
 
 
 def combine(parts: Sequence[Divergence]) -> Divergence:

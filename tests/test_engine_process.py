@@ -221,3 +221,17 @@ async def test_an_answer_sent_before_the_load_waits_for_it_as_its_own_phase(
     # the load ended in the engine's process, after the send and before the first token
     assert sent < loaded.t_ns < first.t_ns
     assert isinstance(events[-1], Finished)
+
+
+async def test_it_gives_what_teacher_forcing_reads(
+    engine: EngineProcess, local_backend: LocalBackend, model_path: Path
+) -> None:
+    """The divergence view reads A's prompt ids, KV type, flash attention and threads
+    from the engine in its own process as from the one in the app's."""
+    from phasechat.backends.teacher import EngineSetting
+    from phasechat.chat.trips.diverge import Forced, forced_of
+
+    ids = await engine.prompt_ids(MSGS)
+    assert ids is not None and ids == local_backend.format_prompt(MSGS)[0]
+    # same(): flash attention set on, 2 threads (the fixture's own load measures flash)
+    assert forced_of(engine) == Forced(model_path, EngineSetting("f16", True, 2))

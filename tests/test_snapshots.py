@@ -8,6 +8,7 @@ every run). Update after an intended change with `pytest --snapshot-update`.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,3 +242,38 @@ def test_the_first_screen_teaches_until_the_first_answer(
 ) -> None:
     app = SteadyApp(settings=Settings(), backend=local_backend)
     assert snap_compare(app, terminal_size=(110, 36))
+
+
+def test_the_divergence_view_shades_each_token_by_its_kl(snap_compare: Any) -> None:
+    """B against A over A's answer, from fixed logits: KL 0 where both agree exactly, a
+    tenfold shade more for each tenfold KL, the first swapped top choice marked."""
+    import numpy as np
+
+    from phasechat.backends.teacher import EngineSetting
+    from phasechat.chat.trips.diverge import Forced
+    from phasechat.telemetry.divergence import compare_logits
+    from phasechat.tui.screens.divergence_view import DivergenceView
+
+    pieces = (b"Prefill", b" reads", b" the", b" prompt", b" in", b" one", b" pass", b".")
+    ref = np.zeros((len(pieces), 4))
+    ref[:, 0] = 4.0
+    other = ref.copy()
+    for i, shift in ((2, 0.01), (3, 0.15), (4, 0.5), (5, 1.5), (6, 5.0)):
+        other[i, 1] += shift  # a larger shift: a larger KL, the last one a swapped top
+    d = compare_logits(ref, other)
+    forced = Forced(Path("a.gguf"), EngineSetting()), Forced(Path("a.gguf"), EngineSetting("q4_0"))
+    sides = ScriptedBackend("local"), ScriptedBackend("local")
+    view = DivergenceView(
+        "B (local(kv=q4_0)) against A (local) over A's answer",
+        sides,
+        forced,
+        (Message("user", "What is prefill?"),),
+        (tuple(range(len(pieces))), pieces),
+        measured=d,
+    )
+
+    async def open_view(pilot: Pilot[None]) -> None:
+        await pilot.app.push_screen(view)
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(110, 24), run_before=open_view)

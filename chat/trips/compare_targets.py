@@ -7,8 +7,9 @@ On the command line a derived profile is written `NAME:key=value,key=value`
 (`local:threads=1`, `local:flash_attn=off`, `local:kv=q4_0`, `server:temperature=0`); the
 replay picker in the UI offers a few of them for the active backend. Engine keys (temperature,
 max_tokens, seed) apply to any backend and keep the same backend instance; load keys
-(threads, n_ctx, flash_attn, gpu_layers, kv: the KV cache's type) apply to a local model
-and load another copy.
+(threads, n_ctx, flash_attn, gpu_layers, kv: the KV cache's type, model: another GGUF file,
+draft: speculative decoding with a draft GGUF or `lookup`) apply to a local model and load
+another copy.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasechat.backends.gguf import KV_TYPE_NAMES
+from phasechat.backends.gguf import GGUF_MAGIC, KV_TYPE_NAMES
+from phasechat.backends.local import DRAFT_LOOKUP
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, load_problems
 from phasechat.chat.user_file import read_user_file
@@ -24,7 +26,17 @@ from phasechat.chat.user_file import read_user_file
 #: keys that change a request, on any backend
 ENGINE_KEYS = {"temperature": float, "max_tokens": int, "seed": int}
 #: keys that change how a local model is loaded (another instance of it)
-LOCAL_KEYS = {"threads": int, "n_ctx": int, "gpu_layers": int, "flash_attn": bool, "kv": str}
+LOCAL_KEYS = {
+    "threads": int,
+    "n_ctx": int,
+    "gpu_layers": int,
+    "flash_attn": bool,
+    "kv": str,
+    "model": Path,
+    "draft": str,
+}
+#: load keys whose value is a file
+FILE_KEYS = ("model", "draft")
 #: keys that change the prompt: the system prompt, or the message being compared; TEXT
 #: or @FILE (UTF-8; a text with a comma needs a file: commas separate the keys)
 PROMPT_KEYS = ("system", "prompt")
@@ -68,6 +80,10 @@ def _value(key: str, text: str) -> object:
         if text not in KV_TYPE_NAMES:
             raise ValueError(f"kv={text!r}: expected one of {', '.join(KV_TYPE_NAMES)}")
         return text
+    if key == "model":
+        return gguf_file(key, text)
+    if key == "draft":
+        return text if text == DRAFT_LOOKUP else str(gguf_file(key, text))
     if kind is bool:
         low = text.lower()
         if low not in _TRUE | _FALSE:
@@ -77,6 +93,20 @@ def _value(key: str, text: str) -> object:
         return kind(text)
     except ValueError:
         raise ValueError(f"{key}={text!r}: expected a number") from None
+
+
+def gguf_file(key: str, text: str) -> Path:
+    """A `model=` or `draft=` path: an existing file that starts as a GGUF model does
+    (its magic; llama.cpp reads the rest when it loads it). Raises ValueError."""
+    path = Path(text).expanduser()
+    try:
+        with path.open("rb") as f:
+            magic = f.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ValueError(f"{key}={text}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{key}={text}: not a GGUF model file (it starts with {magic!r})")
+    return path
 
 
 def prompt_text(key: str, text: str) -> str:
@@ -135,10 +165,13 @@ def derive(
     problems = settings.problems()
     if problems:
         raise ValueError(f"{problems[0][0]}: {problems[0][1]}")
-    shown = {k: _short(v) for k, v in overrides.items()}
+    # a model's path by its file's name
+    shown = {k: Path(v).name if k in FILE_KEYS else _short(v) for k, v in overrides.items()}
     name = f"{profile}({','.join(f'{k}={v}' for k, v in shown.items())})"
     if local:
         renamed = {"kv_type": local.pop("kv")} if "kv" in local else {}
+        if "model" in local:
+            renamed["model_path"] = local.pop("model")
         config = replace(spec.local, **local, **renamed)  # type: ignore[arg-type]
         for key, problem in load_problems(config.n_ctx, config.gpu_layers, config.threads):
             raise ValueError(f"{name}: {key}: {problem}")
@@ -149,7 +182,9 @@ def derive(
 
 
 def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
-    """A few derived profiles of `spec` worth comparing against (the replay picker's)."""
+    """A few derived profiles of `spec` worth comparing against (the replay picker's):
+    another temperature; on a local model other threads, flash attention, a context half
+    as long and each other KV type."""
     out = [{"temperature": "0.8" if settings.temperature == 0 else "0"}]
     if spec.kind == "local":
         threads = spec.local.threads
@@ -160,4 +195,6 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
         else:
             out.append({"flash_attn": "off" if flash else "on"})
         out.append({"n_ctx": str(max(512, spec.local.n_ctx // 2))})
+        # the KV cache's other types: memory against the answer (the view's divergence)
+        out += [{"kv": kv} for kv in KV_TYPE_NAMES if kv != spec.local.kv_type]
     return out

@@ -17,6 +17,7 @@ from phasechat.chat.text import one_line
 from phasechat.chat.trips.compare import Side, aligned, fmt, fmt_spread, metric_value, spread_of
 from phasechat.chat.trips.compare_targets import Target
 from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall
+from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_mib
 from phasechat.chat.turns import InputError
 from phasechat.cli.options import fail
 from phasechat.telemetry.divergence import Divergence
@@ -51,6 +52,7 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
             if backend.state == "failed":
                 return fail(f"{backend.name}: {backend.state_detail}")
         sides = Side(ta.name, a, ta.settings), Side(tb.name, b, tb.settings)
+        per_token = [kv_bytes_per_token(a), kv_bytes_per_token(b)]
         if not as_json:
             print(f"compare: chat {chat_id}, {len(turns)} turn(s), A then B each turn")
             for label, side in zip("AB", sides, strict=True):
@@ -64,9 +66,9 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
         await b.aclose()
     after = os.getloadavg()
     if as_json:
-        print(dumps(_record(chat_id, sides, done, before, after)))
+        print(dumps(_record(chat_id, sides, done, per_token, before, after)))
     else:
-        _summary(done, before, after)
+        _summary(done, per_token, before, after)
     return 0 if all(t.a.complete and t.b.complete for t in done) else 1
 
 
@@ -95,13 +97,50 @@ def _divergence_text(t: Turn) -> str:
 def _kv_mib(turns: Sequence[Turn], side: int) -> float | None:
     """The KV cache a side held at the end of the chat's last turn, MiB."""
     for t in reversed(turns):
-        m = (t.a, t.b)[side].metrics
-        if m is not None and m.kv_bytes is not None:
-            return m.kv_bytes / 2**20
+        if (mib := kv_mib((t.a, t.b)[side].metrics)) is not None:
+            return mib
     return None
 
 
-def _summary(turns: Sequence[Turn], before: tuple[float, ...], after: tuple[float, ...]) -> None:
+def drafted(turns: Sequence[Turn], side: int) -> tuple[int, int] | None:
+    """A side's draft tokens accepted and proposed over every turn (None: no draft)."""
+    accepted = proposed = 0
+    for t in turns:
+        m = (t.a, t.b)[side].metrics
+        if m is not None and m.server_draft_n is not None:
+            proposed += m.server_draft_n
+            accepted += m.server_draft_accepted or 0
+    return (accepted, proposed) if proposed else None
+
+
+def same_answer(t: Turn) -> bool | None:
+    """Whether B wrote A's answer token for token (None: either's tokens unknown). A
+    draft, or any setting the teacher forcing cannot see, is judged by this: greedy
+    verification keeps the model's own choices in exact arithmetic, but its batches sum
+    in another order than one-token steps, and a near tie can flip."""
+    a, b = t.a.trace.answer_tokens, t.b.trace.answer_tokens
+    if a is None or b is None:
+        return None
+    return a.ids == b.ids
+
+
+def _drafted_text(counts: tuple[int, int] | None) -> str:
+    if counts is None:
+        return "-"
+    accepted, proposed = counts
+    return f"{accepted:,}/{proposed:,} ({accepted / proposed:.0%})"
+
+
+def _count(n: int | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
+
+
+def _summary(
+    turns: Sequence[Turn],
+    per_token: Sequence[int | None],
+    before: tuple[float, ...],
+    after: tuple[float, ...],
+) -> None:
     cells = [["", "A median [min-max]", "B median [min-max]"]]
     for key, title, unit in PHASES:
         a, b = (
@@ -110,11 +149,19 @@ def _summary(turns: Sequence[Turn], before: tuple[float, ...], after: tuple[floa
         )
         cells.append([f"{title} ({unit})", fmt_spread(a, unit), fmt_spread(b, unit)])
     kv = [_kv_mib(turns, 0), _kv_mib(turns, 1)]
+    cells.append(["KV bytes/token", *(_count(n) for n in per_token)])
     cells.append(["KV cache (MiB)", *(fmt(v, "MiB") for v in kv)])
+    counts = [drafted(turns, 0), drafted(turns, 1)]
+    if any(counts):
+        cells.append(["draft accepted", *(_drafted_text(c) for c in counts)])
     print("\n" + "\n".join(aligned(cells, (16, 26, 26))))
     d = overall(turns)
     said = "nothing compared" if d is None else _overall_text(d, turns)
     print(f"B against A over A's answers: {said}")
+    same = [same_answer(t) for t in turns]
+    known = [x for x in same if x is not None]
+    if known:
+        print(f"B's own answers token for token A's: {sum(known)} of {len(known)} turns")
     print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
 
 
@@ -161,6 +208,7 @@ def _record(
     chat_id: int,
     sides: tuple[Side, Side],
     turns: Sequence[Turn],
+    per_token: Sequence[int | None],
     before: tuple[float, ...],
     after: tuple[float, ...],
 ) -> dict[str, Any]:
@@ -175,16 +223,20 @@ def _record(
                 "output_tokens": m.output_tokens if m else None,
                 "kv_bytes": m.kv_bytes if m else None,
                 "kv_tokens": m.kv_used_tokens if m else None,
+                "draft_n": m.server_draft_n if m else None,
+                "draft_accepted": m.server_draft_accepted if m else None,
                 "error": x.trace.error.message if x.trace.error else None,
             }
         row["divergence"] = _divergence_record(t.divergence)
         row["why"] = t.why
+        row["same_answer"] = same_answer(t)
         rows.append(row)
     d = overall(turns)
     return {
         "chat": chat_id,
         "sides": [{"name": s.name, "model": s.backend.model} for s in sides],
         "kv_mib": [_kv_mib(turns, 0), _kv_mib(turns, 1)],
+        "kv_bytes_per_token": list(per_token),
         "turns": rows,
         "divergence": _divergence_record(d),
         "loadavg_before": list(before),

@@ -35,8 +35,11 @@ from phasechat.chat.trips.compare import (
     fmt,
     fmt_ratio,
 )
+from phasechat.chat.trips.diverge import forced_of
+from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_text
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
+from phasechat.tui.screens.divergence_view import DivergenceView
 from phasechat.tui.widgets.chat_log import SHARED_HZ  # the chat's rate beside an engine on this CPU
 from phasechat.tui.widgets.clip import clipped_text
 
@@ -165,6 +168,7 @@ class CompareScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", id="compare-back"),
         Binding("n", "run_each", "Run each again", id="compare-run-each"),
+        Binding("d", "divergence", "Divergence", id="compare-divergence"),
     ]
 
     def __init__(
@@ -220,7 +224,31 @@ class CompareScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "run_each":
             return self.rerun > 0
+        if action == "divergence":  # two local sides: their logits can be read
+            return all(forced_of(side.backend) is not None for side in self.comparison.sides)
         return True
+
+    def action_divergence(self) -> None:
+        """B's divergence from A over A's newest answer, teacher-forced, in a view."""
+        c = self.comparison
+        answer = c.latest(0)
+        tokens = answer.trace.answer_tokens if answer is not None else None
+        if answer is None or not answer.complete or tokens is None or not tokens.ids:
+            self.notify("A has no finished answer to read yet", severity="warning")
+            return
+        fa, fb = (forced_of(side.backend) for side in c.sides)
+        if fa is None or fb is None:
+            return
+        a, b = c.sides
+        title = f"B ({one_line(b.name)}) against A ({one_line(a.name)}) over A's answer"
+        view = DivergenceView(
+            title,
+            (a.backend, b.backend),
+            (fa, fb),
+            answer.request.messages,
+            (tokens.ids, tokens.pieces),
+        )
+        self.app.push_screen(view)
 
     def action_run_each(self) -> None:
         """Run each side `rerun` times, cold, as `phasechat compare` does: the table
@@ -274,6 +302,9 @@ class CompareScreen(Screen[None]):
         else:
             rows = compare_metrics([a] if a else [], [b] if b else [])
         body = table(rows)
+        if any(kv_bytes_per_token(side.backend) is not None for side in c.sides):
+            kv = [f"{'AB'[n]} {kv_text(side.backend, sides[n])}" for n, side in enumerate(c.sides)]
+            body = Content.assemble(body, "\n".join(kv), "\n")
         if self.error:
             body = Content.assemble(body, ("\n" + one_line(self.error), "bold"))
         self.query_one("#compare-table", Static).update(body)

@@ -1,0 +1,189 @@
+"""An answer's divergence, drawn: B's next-token distributions against A's over A's
+answer, teacher-forced (chat/trips/diverge.py), each token shaded by its KL as the
+timeline shades its gaps (timeline_view.SHADE_COLOURS), the tokens where the two sides'
+most likely next tokens differ underlined, the first of them marked, and the summary
+line. The text came from a model: drawn as text, its control characters made visible.
+
+Teacher forcing loads each side's model again and reads the whole sequence: it runs in
+a worker thread, says how far it has read, and Esc stops it at its next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import codecs
+import contextlib
+import threading
+from collections.abc import Sequence
+from typing import ClassVar
+
+from textual import work
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.widgets import Static
+
+from phasechat.backends.base import Backend
+from phasechat.backends.events import Message
+from phasechat.backends.teacher import Stopped
+from phasechat.chat.text import visible_controls
+from phasechat.chat.trips.diverge import (
+    Forced,
+    answer_divergence,
+    prompt_ids,
+    vocabulary_differs,
+)
+from phasechat.telemetry.divergence import Divergence
+from phasechat.tui.screens.report_screen import ReportScreen
+from phasechat.tui.screens.timeline_view import SHADE_COLOURS
+from phasechat.tui.widgets.clip import clipped
+
+#: KL (nats) where each shade after the first begins: exactly or nearly the same
+#: distribution, then each tenfold more
+KL_BOUNDS = (1e-4, 1e-3, 1e-2, 1e-1)
+#: the mark before the first token whose most likely next tokens differ
+FIRST_MARK = "▶"
+
+
+def kl_shade(kl: float) -> int:
+    """The shade of a token's KL: 0 below KL_BOUNDS[0], ... 4 from KL_BOUNDS[-1] on."""
+    return bisect.bisect_right(KL_BOUNDS, kl)
+
+
+def token_texts(pieces: Sequence[bytes]) -> list[str]:
+    """Each token's text, its bytes decoded as they follow each other: a character split
+    over two tokens is the second token's (the first's text is "")."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    texts = [decoder.decode(piece) for piece in pieces]
+    if texts:
+        texts[-1] += decoder.decode(b"", final=True)
+    return texts
+
+
+def legend() -> Content:
+    parts: list[str | tuple[str, str]] = [("KL at each token (nats)  ", "bold")]
+    edges = ("0", *(f"{b:g}" for b in KL_BOUNDS))
+    for shade, low in enumerate(edges):
+        high = f"-{edges[shade + 1]}" if shade + 1 < len(edges) else " and more"
+        parts += [(" ", f"on {SHADE_COLOURS[shade]}"), f" {low}{high}  "]
+    parts.append((f"(underlined: the top choices differ; {FIRST_MARK} the first of them)", "dim"))
+    return Content.assemble(*parts)
+
+
+def summary_line(d: Divergence) -> Content:
+    """KL mean, p99 and max (at which token), top-1 agreement, the first divergence."""
+    first = "none" if d.first_divergence is None else f"token {d.first_divergence + 1}"
+    return Content(
+        f"{d.positions:,} tokens · KL mean {d.kl_mean:.4f}, p99 {d.kl_p99:.4f}, max "
+        f"{d.kl_max:.4f} at token {d.kl_max_at + 1} · top-1 agreement "
+        f"{d.top1_agreement:.1%} · first divergence {first}"
+    )
+
+
+def shaded_answer(pieces: Sequence[bytes], d: Divergence) -> Content:
+    """A's answer, each token shaded by B's KL from A at it; a very long answer's middle
+    is left out (clip.py), with a line that says so."""
+    parts: list[tuple[str, str]] = []
+    for i, text in enumerate(token_texts(pieces[: d.positions])):
+        if i == d.first_divergence:
+            parts.append((FIRST_MARK, "bold $error"))
+        style = f"on {SHADE_COLOURS[kl_shade(d.kl[i])]}"
+        if not d.agree[i]:
+            style += " underline"
+        parts.append((visible_controls(text), style))
+    return clipped(Content.assemble(*parts))
+
+
+class DivergenceView(ReportScreen):
+    """B's divergence from A over A's answer; Esc (or `d`) closes it, and stops the
+    teacher forcing if it still runs."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("d", "dismiss", "Close", show=False)]
+
+    def __init__(
+        self,
+        title: str,
+        sides: tuple[Backend, Backend],
+        forced: tuple[Forced, Forced],
+        messages: tuple[Message, ...],
+        answer: tuple[tuple[int, ...], tuple[bytes, ...]],
+        measured: Divergence | None = None,
+    ) -> None:
+        """`messages`: what A's answer answered; `answer`: its token ids and pieces;
+        `measured`: a divergence to draw instead of measuring one."""
+        super().__init__()
+        self.title_text, self.sides, self.forced = title, sides, forced
+        self.messages, (self.ids, self.pieces) = messages, answer
+        self.stop = threading.Event()
+        self.divergence = measured
+        #: what the view says while it measures, then why it could not (None: measured)
+        self.status = "reading the prompt through A's template"
+
+    def head(self) -> Content:
+        lines = [Content.styled(self.title_text, "bold")]
+        d = self.divergence
+        if d is None:
+            lines.append(Content(self.status))
+        else:
+            lines += [legend(), summary_line(d)]
+        return Content("\n").join(lines)
+
+    def body(self) -> Content:
+        if self.divergence is None:
+            return Content.assemble(*(visible_controls(t) for t in token_texts(self.pieces)))
+        return shaded_answer(self.pieces, self.divergence)
+
+    def on_mount(self) -> None:
+        if self.divergence is None:
+            self.measure()
+
+    def _redraw(self) -> None:
+        self.query_one("#head", Static).update(self.head())
+        self.query_one("#text", Static).update(self.body())
+
+    def _progress(self, side: str, read: int, total: int) -> None:
+        if not self.is_mounted or self.divergence is not None:
+            return
+        self.status = f"side {side} reads the answer, teacher-forced: {read:,} of {total:,} tokens"
+        self.query_one("#head", Static).update(self.head())
+
+    @work(exclusive=True, group="divergence")
+    async def measure(self) -> None:
+        try:
+            self.divergence, why = await self._measured()
+        except Stopped:
+            return
+        except (OSError, ValueError, RuntimeError) as exc:  # a file gone, llama.cpp's load
+            self.divergence, why = None, str(exc)
+        if why is not None:
+            self.status = f"no divergence: {why}"
+        self._redraw()
+
+    async def _measured(self) -> tuple[Divergence | None, str | None]:
+        """The divergence, or None and why not."""
+        a, b = self.forced
+        why = await asyncio.to_thread(vocabulary_differs, a.model, b.model)
+        if why is not None:
+            return None, why
+        prompt = await prompt_ids(self.sides[0], self.messages)
+        if prompt is None:
+            return (
+                None,
+                "A's model did not read the prompt (not loaded, or refused by its template)",
+            )
+        self.status = "loading A's model for teacher forcing"
+        self._redraw()
+        loop = asyncio.get_running_loop()
+
+        def told(side: str, read: int, total: int) -> None:
+            # never waits for the UI: a view closed meanwhile has no loop to wait on
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._progress, side, read, total)
+
+        measured = await asyncio.to_thread(
+            answer_divergence, a, b, prompt, self.ids, told, self.stop
+        )
+        return measured, None
+
+    def on_unmount(self) -> None:
+        self.stop.set()  # the worker thread stops at its next batch
