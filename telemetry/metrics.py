@@ -42,6 +42,7 @@ Every count says where it came from: `*_source` is "tokenizer" (the local model'
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -168,11 +169,15 @@ class Metrics:
         return d
 
 
+@functools.cache
+def _metric_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Metrics))
+
+
 def metrics_from_dict(data: dict[str, Any]) -> Metrics:
     """A `Metrics` back from `as_dict()` (e.g. from the chat database); unknown keys are
     ignored and missing ones are None, so records from older versions still load."""
-    names = {f.name for f in fields(Metrics)}
-    values: dict[str, Any] = {name: data.get(name) for name in names}
+    values: dict[str, Any] = {name: data.get(name) for name in _metric_names()}
     values["warnings"] = tuple(data.get("warnings") or ())
     values["ignored"] = tuple(data.get("ignored") or ())
     values["output_tokens"] = int(data.get("output_tokens") or 0)
