@@ -87,7 +87,7 @@ class TrimConfig:
 
     enabled: bool = True
     budget: int | None = None  # None: n_ctx - max_tokens - a margin
-    keep_last: int = 4  # recent turns always sent verbatim
+    keep_last: int = 4  # recent turns kept verbatim unless they alone exceed the goal
     summarizer: str | None = None  # a backend profile's name; None: the active backend
 
     def problems(self) -> list[tuple[str, str]]:
