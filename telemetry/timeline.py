@@ -57,23 +57,6 @@ class Timeline:
     whole: bool
     tokens_estimated: bool
 
-    @classmethod
-    def of_ticks(
-        cls,
-        ticks: Sequence[Tick],
-        bounds: tuple[float, ...],
-        median_ms: float | None,
-        whole: bool,
-        tokens_estimated: bool,
-    ) -> Timeline:
-        """A timeline of `ticks` (made one by one: a test's, a hand-made one)."""
-        columns = [list(column) for column in zip(*ticks, strict=True)] or [[]] * 6
-        texts, gaps, shades, stalled, thinking, tokens = columns
-        return cls(
-            texts, gaps, shades, stalled, thinking, tokens,
-            bounds, median_ms, whole, tokens_estimated,
-        )  # fmt: skip
-
     def __len__(self) -> int:
         return len(self.texts)
 

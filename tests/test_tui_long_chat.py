@@ -18,7 +18,7 @@ from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.store.database import ChatStore
 from phasechat.telemetry.anatomy import Anatomy, Section
 from phasechat.telemetry.metrics import metrics_from_dict
-from phasechat.telemetry.timeline import Tick, Timeline
+from phasechat.telemetry.timeline import Timeline
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.compare_screen import CompareScreen
 from phasechat.tui.screens.prompt_view import PromptView, marked_text
@@ -214,10 +214,10 @@ def test_a_long_prompt_is_drawn_clipped_with_its_notice() -> None:
 
 
 def test_a_long_timeline_is_drawn_clipped_with_its_notice() -> None:
-    ticks = tuple(
-        Tick(f"line {i:06d}\n", 10.0, 0, False, False, 1) for i in range(100_000)
-    )  # 12 characters each
-    timeline = Timeline.of_ticks(ticks, (10.0,), 10.0, True, False)
+    n = 100_000
+    texts = [f"line {i:06d}\n" for i in range(n)]  # 12 characters each
+    no = [False] * n
+    timeline = Timeline(texts, [10.0] * n, [0] * n, no, no, [1] * n, (10.0,), 10.0, True, False)
     plain = shaded_text(timeline).plain
     assert len(plain) < clip.VIEW_CHARS + 200
     assert plain.startswith("line 000000") and plain.endswith("line 099999\n")

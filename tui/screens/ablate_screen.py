@@ -32,12 +32,12 @@ REPEAT = 3
 class AblateScreen(ReportScreen):
     """Runs the ablation when shown; Esc stops it and goes back."""
 
-    def __init__(self, ablation: Ablation, plan: str) -> None:
+    def __init__(self, ablation: Ablation, plan: str, long: bool = False) -> None:
         super().__init__()
         self.ablation, self.plan = ablation, plan  # plan: chat/trips/ablate.plan_line
         self.runs = 0
         self.total = ablation.runs(REPEAT)
-        self.long = False  # whether to ask before starting (`planned`)
+        self.long = long  # whether to ask before starting (`planned`)
 
     @classmethod
     def planned(
@@ -49,9 +49,8 @@ class AblateScreen(ReportScreen):
         if len(ablation.variants) == 1:
             return None
         estimate = ablation.estimate_ms(REPEAT, rates)
-        screen = cls(ablation, plan_line(ablation, REPEAT, estimate))
-        screen.long = is_long(screen.total, estimate)
-        return screen
+        plan = plan_line(ablation, REPEAT, estimate)
+        return cls(ablation, plan, is_long(ablation.runs(REPEAT), estimate))
 
     def head(self) -> Content:
         return Content.assemble(
