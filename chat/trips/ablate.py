@@ -294,9 +294,11 @@ def _answer(row: Row) -> str:
 def ablation_title(ablation: Ablation, repeat: int) -> str:
     backend = ablation.backend
     approx = "~" if ablation.anatomy is not None and ablation.anatomy.source == "estimate" else ""
+    tokens = ablation.prompt_tokens
+    prompt = f"prompt {approx}{tokens} tokens" if tokens is not None else "prompt not counted yet"
     return (
         f"{one_line(backend.name)} ({one_line(backend.model)}), {repeat} cold runs of each "
-        f"variant, medians; prompt {approx}{ablation.prompt_tokens} tokens"
+        f"variant, medians; {prompt}"
     )
 
 
