@@ -55,6 +55,7 @@ from phasechat.backends.servers import (
     header_account,
 )
 from phasechat.backends.sse import SSEParser
+from phasechat.backends.teacher_remote import Forcing, Server
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body, root_of
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
@@ -326,6 +327,17 @@ class RemoteBackend:
         if render is None or self._state != "ready":
             return None
         return await render(self._http(), root_of(self.base_url), self._plain_headers(), messages)
+
+    def teacher(self) -> tuple[Forcing, Server] | None:
+        """How this server reads a given token sequence, teacher-forced (its family's
+        `Forcing`), and where it is; None: its family cannot, or it is not ready."""
+        forcing = self.family.forcing
+        if forcing is None or self._state != "ready":
+            return None
+        server = Server(
+            self._http(), self.base_url, self._plain_headers(), self._model, self._scrub
+        )
+        return forcing, server
 
     async def aclose(self) -> None:
         if self._client is not None:

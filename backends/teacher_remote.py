@@ -16,7 +16,14 @@ that comes next (telemetry/divergence.py `compare_top` compares two sides' lists
   (a request then reads the whole prefix again: slower, the same numbers).
 
 Both need the sequence as token ids of the server's own vocabulary: a local model's
-ids mean the same only on a server of the same model's tokenizer (the caller checks).
+ids mean the same only on a server of the same model's tokenizer (the caller checks,
+with `tokenize` and `detokenize`). A server's answer comes as text (neither sends the
+ids it sampled on the stream phasechat reads): `tokenize` splits it with the server's
+own tokenizer, which a sampler may have split otherwise (`prompt_tokens` gives the
+prompt's ids as the server's template renders it).
+
+`FORCING` holds, per family, the four reads (`Forcing`); a family without one
+(Ollama, OpenAI, ...) gives no log-probabilities of tokens it did not sample itself.
 Every number from the server is checked: a log-probability that is not a finite number
 at most 0, or a position's listed probabilities adding up to more than 1, is refused
 with the reason (`TeacherError`), never compared.
@@ -25,10 +32,18 @@ with the reason (`TeacherError`), never compared.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from phasechat.backends.events import Message
+from phasechat.backends.teacher import Stopped
+from phasechat.backends.token_text import pieces_of
+from phasechat.backends.windows import root_of
+from phasechat.backends.wire_text import as_text
 
 #: the top log-probabilities asked for at each position (vLLM's default --max-logprobs)
 TOP_K = 20
@@ -41,25 +56,68 @@ class TeacherError(ValueError):
     why, in one line."""
 
 
+@dataclass(frozen=True, slots=True)
+class Server:
+    """Where one server is and how to ask it: its client, base URL (with or without
+    /v1), the headers of a plain request (the API key, where there is one), the model
+    asked for, and what takes the key out of a text (an error body that echoes it)."""
+
+    client: httpx.AsyncClient
+    base_url: str
+    headers: Mapping[str, str]
+    model: str
+    scrub: Callable[[str], str] = str
+
+    @property
+    def root(self) -> str:
+        return root_of(self.base_url)
+
+    @property
+    def v1(self) -> str:
+        return f"{self.root}/v1"
+
+
+#: A position's listed log-probabilities: token id -> log-probability.
+Listed = dict[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Forcing:
+    """What a family's server does for teacher forcing: the top k predicting
+    `tokens[start:]` (`top`), a text's ids and each one's bytes without special tokens
+    (`tokenize`), ids' text (`detokenize`), and a chat's prompt ids as its template
+    renders them (`prompt_tokens`). `cannot`: what its figures cannot be, shown beside
+    them."""
+
+    top: Callable[
+        [Server, Sequence[int], int, Callable[[int, int], None] | None, threading.Event | None],
+        Awaitable[list[Listed]],
+    ]
+    tokenize: Callable[[Server, str], Awaitable[tuple[list[int], tuple[bytes, ...]]]]
+    detokenize: Callable[[Server, Sequence[int]], Awaitable[str]]
+    prompt_tokens: Callable[[Server, tuple[Message, ...]], Awaitable[list[int]]]
+    cannot: str
+
+
 async def vllm_top(
-    client: httpx.AsyncClient,
-    base_url: str,
-    model: str,
+    server: Server,
     tokens: Sequence[int],
     start: int,
+    progress: Callable[[int, int], None] | None = None,
+    stop: threading.Event | None = None,
     k: int = TOP_K,
-) -> list[dict[int, float]]:
-    """The top-`k` log-probabilities predicting `tokens[start:]` on a vLLM at `base_url`
-    (ending in /v1), one request."""
+) -> list[Listed]:
+    """The top-`k` log-probabilities predicting `tokens[start:]` on a vLLM, one request
+    (`progress` once, when it is read; `stop` cannot cut one request short)."""
     _check_span(tokens, start)
     body = {
-        "model": model,
+        "model": server.model,
         "prompt": list(tokens),
         "max_tokens": 1,
         "temperature": 0,
         "prompt_logprobs": k,
     }
-    answer = await _post(client, f"{base_url.rstrip('/')}/completions", body)
+    answer = await _post(server, f"{server.v1}/completions", body)
     try:
         positions = answer["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -72,25 +130,29 @@ async def vllm_top(
         if not isinstance(entry, dict):
             raise TeacherError(f"vLLM's prompt_logprobs[{i}] is not an object")
         out.append(_checked({_token_id(key): _field(v, "logprob") for key, v in entry.items()}, i))
+    if progress is not None:
+        progress(len(out), len(out))
     return out
 
 
 async def llama_server_top(
-    client: httpx.AsyncClient,
-    base_url: str,
+    server: Server,
     tokens: Sequence[int],
     start: int,
-    k: int = TOP_K,
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[int, float]]:
-    """The top-`k` log-probabilities predicting `tokens[start:]` on a llama-server at
-    `base_url` (its root, or its /v1), one request per position; `progress(done, total)`
-    after each."""
+    stop: threading.Event | None = None,
+    k: int = TOP_K,
+) -> list[Listed]:
+    """The top-`k` log-probabilities predicting `tokens[start:]` on a llama-server, one
+    request per position; `progress(done, total)` after each, a set `stop` raises
+    `Stopped` before the next."""
     _check_span(tokens, start)
-    url = f"{base_url.rstrip('/').removesuffix('/v1')}/completion"
+    url = f"{server.root}/completion"
     out = []
     total = len(tokens) - start
     for i in range(start, len(tokens)):
+        if stop is not None and stop.is_set():
+            raise Stopped
         body = {
             "prompt": list(tokens[:i]),
             "n_predict": 1,
@@ -98,7 +160,7 @@ async def llama_server_top(
             "cache_prompt": True,
             "temperature": 0,
         }
-        answer = await _post(client, url, body)
+        answer = await _post(server, url, body)
         try:
             top = answer["completion_probabilities"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
@@ -114,18 +176,135 @@ async def llama_server_top(
     return out
 
 
+async def vllm_tokenize(server: Server, text: str) -> tuple[list[int], tuple[bytes, ...]]:
+    """`text`'s ids on vLLM, no special tokens added, and each one's bytes."""
+    body = {
+        "model": server.model,
+        "prompt": text,
+        "add_special_tokens": False,
+        "return_token_strs": True,
+    }
+    said = await _post(server, f"{server.root}/tokenize", body)
+    ids = _ids(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
+    strs = said.get("token_strs")
+    if (
+        not isinstance(strs, list)
+        or len(strs) != len(ids)
+        or not all(isinstance(x, str) for x in strs)
+    ):
+        raise TeacherError("vLLM's /tokenize sent no token_strs for its tokens")
+    pieces = pieces_of([as_text(x) for x in strs], text)
+    if pieces is None:
+        raise TeacherError("vLLM's tokens do not spell the text they were made of")
+    return ids, pieces
+
+
+async def vllm_detokenize(server: Server, ids: Sequence[int]) -> str:
+    said = await _post(
+        server, f"{server.root}/detokenize", {"model": server.model, "tokens": list(ids)}
+    )
+    text = said.get("prompt") if isinstance(said, dict) else None
+    if not isinstance(text, str):
+        raise TeacherError("vLLM's /detokenize sent no text")
+    return as_text(text)
+
+
+async def vllm_prompt(server: Server, messages: tuple[Message, ...]) -> list[int]:
+    """The ids of `messages` as a chat request renders them (`add_generation_prompt`)."""
+    body = {
+        "model": server.model,
+        "messages": [{"role": m.role, "content": m.content} for m in messages],
+        "add_generation_prompt": True,
+    }
+    said = await _post(server, f"{server.root}/tokenize", body)
+    return _ids(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
+
+
+async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], tuple[bytes, ...]]:
+    """`text`'s ids on llama-server, no special token added nor parsed (an answer that
+    spells "<|im_end|>" is text), and each one's bytes."""
+    body = {"content": text, "add_special": False, "parse_special": False, "with_pieces": True}
+    said = await _post(server, f"{server.root}/tokenize", body)
+    listed = said.get("tokens") if isinstance(said, dict) else None
+    if not isinstance(listed, list):
+        raise TeacherError("llama-server's /tokenize sent no tokens")
+    ids, pieces = [], []
+    for token in listed:
+        piece = _field(token, "piece")
+        ids.append(_token_id(_field(token, "id")))
+        if isinstance(piece, str):
+            pieces.append(piece.encode("utf-8", "surrogatepass"))
+        elif isinstance(piece, list) and all(
+            isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in piece
+        ):
+            pieces.append(bytes(piece))
+        else:
+            raise TeacherError("llama-server's /tokenize sent a piece that is not text or bytes")
+    if b"".join(pieces) != text.encode("utf-8"):
+        raise TeacherError("llama-server's tokens do not spell the text they were made of")
+    return ids, tuple(pieces)
+
+
+async def llama_server_detokenize(server: Server, ids: Sequence[int]) -> str:
+    said = await _post(server, f"{server.root}/detokenize", {"tokens": list(ids)})
+    text = said.get("content") if isinstance(said, dict) else None
+    if not isinstance(text, str):
+        raise TeacherError("llama-server's /detokenize sent no text")
+    return as_text(text)
+
+
+async def llama_server_prompt(server: Server, messages: tuple[Message, ...]) -> list[int]:
+    """The ids of `messages` as a chat request reads them: its template (/apply-template),
+    then its tokenizer with special tokens parsed and added (as the server does)."""
+    body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
+    said = await _post(server, f"{server.root}/apply-template", body)
+    prompt = said.get("prompt") if isinstance(said, dict) else None
+    if not isinstance(prompt, str):
+        raise TeacherError("llama-server's /apply-template sent no prompt")
+    read = {"content": prompt, "add_special": True, "parse_special": True}
+    said = await _post(server, f"{server.root}/tokenize", read)
+    return _ids(said.get("tokens") if isinstance(said, dict) else None, "llama-server's /tokenize")
+
+
+VLLM_FORCING = Forcing(
+    top=vllm_top,
+    tokenize=vllm_tokenize,
+    detokenize=vllm_detokenize,
+    prompt_tokens=vllm_prompt,
+    cannot=f"vLLM lists each position's top {TOP_K} (its --max-logprobs): the KL is a lower bound",
+)
+LLAMA_SERVER_FORCING = Forcing(
+    top=llama_server_top,
+    tokenize=llama_server_tokenize,
+    detokenize=llama_server_detokenize,
+    prompt_tokens=llama_server_prompt,
+    cannot=(
+        f"llama-server gives only the top {TOP_K} of a token it generates: one request "
+        "per answer token, each read as one new token (not one prefill), and the KL is a "
+        "lower bound"
+    ),
+)
+
+
+def _ids(value: object, where: str) -> list[int]:
+    if not isinstance(value, list):
+        raise TeacherError(f"{where} sent no token ids")
+    return [_token_id(v) for v in value]
+
+
 def _check_span(tokens: Sequence[int], start: int) -> None:
     if not 0 < start < len(tokens):
         raise ValueError(f"the answer starts at {start} of {len(tokens)} tokens")
 
 
-async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+async def _post(server: Server, url: str, body: dict[str, Any]) -> Any:
     try:
-        response = await client.post(url, json=body)
+        response = await server.client.post(url, json=body, headers=dict(server.headers))
     except httpx.HTTPError as exc:
-        raise TeacherError(f"{url}: {type(exc).__name__}: {exc}") from None
+        raise TeacherError(server.scrub(f"{url}: {type(exc).__name__}: {exc}")) from None
     if response.status_code != 200:
-        raise TeacherError(f"{url}: HTTP {response.status_code}: {response.text[:200]!r}")
+        said = server.scrub(as_text(response.text[:200]))
+        raise TeacherError(server.scrub(f"{url}: HTTP {response.status_code}: {said!r}"))
     try:
         return response.json()
     except ValueError:

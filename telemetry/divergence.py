@@ -51,6 +51,16 @@ class Divergence:
     kl: tuple[float, ...]
     #: whether the most likely tokens agree, at every position
     agree: tuple[bool, ...]
+    #: None: whole distributions compared; k: only each side's k most likely tokens
+    #: (a server's), so every KL is a lower bound of the whole one
+    top_k: int | None = None
+
+    @property
+    def bound(self) -> str:
+        """ "" for whole distributions, else what the KL figures are (shown beside them)."""
+        if self.top_k is None:
+            return ""
+        return f"KL over each side's top {self.top_k} (a lower bound)"
 
 
 def log_softmax(logits: Logits) -> npt.NDArray[np.float64]:
@@ -96,7 +106,9 @@ def compare_top(reference: Sequence[TopLogprobs], other: Sequence[TopLogprobs]) 
         pb = np.append(pb, max(1.0 - pb.sum(), REST_FLOOR))
         kl.append(max(float((pa * np.log(pa / pb)).sum()), 0.0))
         agree.append(max(a, key=a.__getitem__) == max(b, key=b.__getitem__))
-    return _figures(np.array(kl, dtype=np.float64), np.array(agree, dtype=bool))
+    # the fewest tokens any position lists: what "top k" means for these figures
+    k = min(min(len(a), len(b)) for a, b in zip(reference, other, strict=True))
+    return _figures(np.array(kl, dtype=np.float64), np.array(agree, dtype=bool), k)
 
 
 def top_of_logits(logits: Logits, k: int) -> list[dict[int, float]]:
@@ -114,10 +126,13 @@ def combine(parts: Sequence[Divergence]) -> Divergence:
         raise ValueError("nothing to combine")
     kl = np.concatenate([np.asarray(p.kl, dtype=np.float64) for p in parts])
     agree = np.concatenate([np.asarray(p.agree, dtype=bool) for p in parts])
-    return _figures(kl, agree)
+    bounds = [p.top_k for p in parts if p.top_k is not None]
+    return _figures(kl, agree, min(bounds) if bounds else None)
 
 
-def _figures(kl: npt.NDArray[np.float64], agree: npt.NDArray[np.bool_]) -> Divergence:
+def _figures(
+    kl: npt.NDArray[np.float64], agree: npt.NDArray[np.bool_], top_k: int | None = None
+) -> Divergence:
     at = int(kl.argmax())
     wrong = np.flatnonzero(~agree)
     return Divergence(
@@ -130,4 +145,5 @@ def _figures(kl: npt.NDArray[np.float64], agree: npt.NDArray[np.bool_]) -> Diver
         first_divergence=int(wrong[0]) if wrong.size else None,
         kl=tuple(float(v) for v in kl),
         agree=tuple(bool(v) for v in agree),
+        top_k=top_k,
     )

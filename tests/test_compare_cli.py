@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,15 +218,18 @@ def saved_chat() -> int:
     return chat
 
 
-def compare_chat(chat: int, b: str) -> dict[str, object]:
+def compare_chat(chat: int, b: str, a: str = "local", *extra: str) -> dict[str, Any]:
+    """`compare --chat` of saved chat `chat`, A then B, greedy, 12 tokens an answer:
+    its --json."""
     r = phasechat(
         "compare",
         "--chat",
         str(chat),
         "--backend",
-        "local",
+        a,
         "--backend",
         b,
+        *extra,
         "--temperature",
         "0",
         "--max-tokens",
@@ -238,7 +242,7 @@ def compare_chat(chat: int, b: str) -> dict[str, object]:
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    out: dict[str, object] = json.loads(r.stdout)
+    out: dict[str, Any] = json.loads(r.stdout)
     return out
 
 

@@ -229,7 +229,7 @@ async def test_it_gives_what_teacher_forcing_reads(
     """The divergence view reads A's prompt ids, KV type, flash attention and threads
     from the engine in its own process as from the one in the app's."""
     from phasechat.backends.teacher import EngineSetting
-    from phasechat.chat.trips.diverge import Forced, forced_of
+    from phasechat.chat.trips.forced_sides import Forced, forced_of
 
     ids = await engine.prompt_ids(MSGS)
     assert ids is not None and ids == local_backend.format_prompt(MSGS)[0]

@@ -27,7 +27,7 @@ from phasechat.backends.models import gemma3_model_path
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare_targets import derive
-from phasechat.chat.trips.diverge import vocabulary_differs
+from phasechat.chat.trips.forced_sides import vocabulary_differs
 from tests.test_compare_cli import compare_chat, saved_chat
 
 
@@ -197,6 +197,6 @@ def test_a_saved_chat_with_a_draft_and_with_another_vocabulary(model_path: Path)
     assert other["divergence"] is None
     # gemma3-270m: 18 layers, 1 KV head of 256 values for K and V each, at f16
     assert other["kv_bytes_per_token"] == [23040, 18 * 1 * (256 + 256) * 2]
-    for t in other["turns"]:  # type: ignore[attr-defined]
+    for t in other["turns"]:
         assert t["divergence"] is None and "vocabularies differ" in t["why"]
         assert t["b"]["decode_tok_s"] is not None and t["b"]["decode_tok_s"] > 0

@@ -250,7 +250,7 @@ def test_the_divergence_view_shades_each_token_by_its_kl(snap_compare: Any) -> N
     import numpy as np
 
     from phasechat.backends.teacher import EngineSetting
-    from phasechat.chat.trips.diverge import Forced
+    from phasechat.chat.trips.forced_sides import Forced, Reader, Teaching
     from phasechat.telemetry.divergence import compare_logits
     from phasechat.tui.screens.divergence_view import DivergenceView
 
@@ -261,15 +261,18 @@ def test_the_divergence_view_shades_each_token_by_its_kl(snap_compare: Any) -> N
     for i, shift in ((2, 0.01), (3, 0.15), (4, 0.5), (5, 1.5), (6, 5.0)):
         other[i, 1] += shift  # a larger shift: a larger KL, the last one a swapped top
     d = compare_logits(ref, other)
-    forced = Forced(Path("a.gguf"), EngineSetting()), Forced(Path("a.gguf"), EngineSetting("q4_0"))
+    readers = (
+        Reader("llama.cpp here", forced=Forced(Path("a.gguf"), EngineSetting())),
+        Reader("llama.cpp here", forced=Forced(Path("a.gguf"), EngineSetting("q4_0"))),
+    )
     sides = ScriptedBackend("local"), ScriptedBackend("local")
     view = DivergenceView(
         "B (local(kv=q4_0)) against A (local) over A's answer",
         sides,
-        forced,
+        readers,
         (Message("user", "What is prefill?"),),
-        (tuple(range(len(pieces))), pieces),
-        measured=d,
+        (b"".join(pieces).decode(), None),
+        measured=(Teaching((1,), tuple(range(len(pieces))), pieces), d),
     )
 
     async def open_view(pilot: Pilot[None]) -> None:

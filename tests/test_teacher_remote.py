@@ -17,6 +17,7 @@ import pytest
 
 from phasechat.backends.teacher import EngineSetting, forced_logits
 from phasechat.backends.teacher_remote import (
+    Server,
     TeacherError,
     llama_server_top,
     vllm_top,
@@ -87,7 +88,7 @@ def vllm_answer(entries: list[Any]) -> dict[str, Any]:
 def test_what_vllm_sends_is_checked(entry: Any, why: str) -> None:
     async def read() -> None:
         async with answering(vllm_answer([entry])) as client:
-            await vllm_top(client, "http://x/v1", "m", [1, 2], 1)
+            await vllm_top(Server(client, "http://x/v1", {}, "m"), [1, 2], 1)
 
     with pytest.raises(TeacherError, match=why):
         asyncio.run(read())
@@ -97,9 +98,9 @@ def test_a_server_answer_of_the_wrong_shape_is_refused() -> None:
     async def read(body: Any, server: str) -> None:
         async with answering(body) as client:
             if server == "vllm":
-                await vllm_top(client, "http://x/v1", "m", [1, 2, 3], 1)
+                await vllm_top(Server(client, "http://x/v1", {}, "m"), [1, 2, 3], 1)
             else:
-                await llama_server_top(client, "http://x/v1", [1, 2, 3], 1)
+                await llama_server_top(Server(client, "http://x/v1", {}, ""), [1, 2, 3], 1)
 
     with pytest.raises(TeacherError, match="other than the 3 tokens"):
         asyncio.run(read(vllm_answer([{"7": {"logprob": -1.0}}]), "vllm"))
@@ -115,7 +116,7 @@ def test_a_server_answer_of_the_wrong_shape_is_refused() -> None:
 
     async def failing() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
-            await llama_server_top(client, "http://x", [1, 2], 1)
+            await llama_server_top(Server(client, "http://x", {}, ""), [1, 2], 1)
 
     with pytest.raises(TeacherError, match="HTTP 500"):
         asyncio.run(failing())
@@ -144,8 +145,9 @@ def test_llama_server_position_by_position_agrees_with_the_local_model(
 
     async def read() -> list[dict[int, float]]:
         async with httpx.AsyncClient(timeout=60) as client:
+            server = Server(client, real_llama_server, {}, "")
             return await llama_server_top(
-                client, real_llama_server, tokens, start, progress=lambda d, t: done.append((d, t))
+                server, tokens, start, progress=lambda d, t: done.append((d, t))
             )
 
     server = asyncio.run(read())
@@ -172,7 +174,7 @@ def test_vllm_reads_the_answer_in_one_request_the_same_twice(
 
     async def read() -> list[dict[int, float]]:
         async with httpx.AsyncClient(timeout=120) as client:
-            return await vllm_top(client, vllm.base_url, MODEL, tokens, start)
+            return await vllm_top(Server(client, vllm.base_url, {}, MODEL), tokens, start)
 
     first, second = asyncio.run(read()), asyncio.run(read())
     assert len(first) == len(tokens) - start
@@ -184,3 +186,20 @@ def test_vllm_reads_the_answer_in_one_request_the_same_twice(
     local = forced_logits(model_path, EngineSetting(kv="f16", threads=2), tokens, start)
     d = compare_top(top_of_logits(local, 20), first)
     assert d.kl_mean > 0 and d.top1_agreement >= 0.8
+
+
+def test_a_refusal_that_echoes_the_key_is_shown_without_it() -> None:
+    key = "sk-teacher-0123456789abcdef"
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, text=f"invalid key {request.headers['Authorization']}")
+
+    async def read() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
+            headers = {"Authorization": f"Bearer {key}"}
+            server = Server(client, "http://x/v1", headers, "m", lambda s: s.replace(key, "***"))
+            await vllm_top(server, [1, 2], 1)
+
+    with pytest.raises(TeacherError, match="HTTP 401") as said:
+        asyncio.run(read())
+    assert key not in str(said.value) and "***" in str(said.value)

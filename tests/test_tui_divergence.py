@@ -144,18 +144,23 @@ async def test_esc_stops_the_teacher_forcing_and_leaves_the_view(
 async def test_the_view_says_why_it_measures_nothing(tmp_path: Path, other: str) -> None:
     """Another vocabulary, or a model file gone since it loaded: a line that says so,
     the answer's text unshaded, the app still there."""
+    from phasechat.backends.events import AnswerTokens
     from phasechat.backends.teacher import EngineSetting
-    from phasechat.chat.trips.diverge import Forced
+    from phasechat.chat.trips.forced_sides import Forced, Reader
     from tests.scripted import ScriptedBackend
     from tests.test_engine_variants import tiny_gguf
 
     a = tiny_gguf(tmp_path / "a.gguf", ["<s>", "a", "bc"])
     tiny_gguf(tmp_path / "moved.gguf", ["<s>", "ab", "c"])
-    forced = Forced(a, EngineSetting()), Forced(tmp_path / other, EngineSetting())
+    readers = (
+        Reader("A", forced=Forced(a, EngineSetting())),
+        Reader("B", forced=Forced(tmp_path / other, EngineSetting())),
+    )
     sides = ScriptedBackend("local"), ScriptedBackend("local")
     app = PhasechatApp(settings=Settings(), backend=sides[0])
     async with app.run_test(size=(100, 30)) as pilot:
-        view = DivergenceView("B against A", sides, forced, (), ((1, 2), (b"a", b"bc")))
+        tokens = AnswerTokens((1, 2), (b"a", b"bc"), "a.gguf")
+        view = DivergenceView("B against A", sides, readers, (), ("abc", tokens))
         await app.push_screen(view)
         await wait_for(pilot, lambda: view.status.startswith("no divergence"))
         await pilot.pause()

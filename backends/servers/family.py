@@ -22,6 +22,7 @@ import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message, ServerAccount
+from phasechat.backends.teacher_remote import Forcing
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
@@ -91,6 +92,9 @@ class ServerFamily:
     #: /apply-template and /tokenize, vLLM's /tokenize and /detokenize):
     #: (client, root, headers, messages)
     render: Render | None = None
+    #: how it reads a given token sequence, teacher-forced (None: it gives no
+    #: log-probabilities of tokens it did not sample; backends/teacher_remote.py)
+    forcing: Forcing | None = None
     #: where its documentation says the above (shown in docs/backends.md's table)
     docs: str = ""
 

@@ -85,8 +85,9 @@ def add_parser(sub: Any) -> None:
         "--chat",
         metavar="ID",
         help="instead of a prompt: every turn of saved chat ID, A then B, with B's "
-        "divergence from A over A's answers (two settings of one local model: "
-        "local --backend local:kv=q4_0)",
+        "divergence from A over A's answers (two settings of one local model, "
+        "--backend local --backend local:kv=q4_0; or a vLLM or llama-server of the "
+        "same vocabulary, over each side's top 20)",
     )
     p.add_argument("prompt", nargs="?", help="the prompt ('-' reads stdin)")
 

@@ -1,8 +1,12 @@
 """`phasechat compare --chat ID --backend A --backend B`: a saved chat, every turn, on two
-settings of one local model (chat/trips/diverge.py): each side's phases per turn, the KV
-cache each holds, and B's divergence from A over A's answers, teacher-forced.
+sides (chat/trips/diverge.py): each side's phases per turn, the KV cache each holds, and
+B's divergence from A over A's answers, teacher-forced.
 
     phasechat compare --chat 3 --backend local --backend local:kv=q4_0 --temperature 0
+    phasechat compare --chat 3 --backend local --backend my-vllm --temperature 0
+
+Where a side is a server (vLLM, llama-server), the KL is over each side's top 20 and
+says so (a lower bound); a server's answer is its text split by its own tokenizer.
 """
 
 from __future__ import annotations
@@ -88,10 +92,13 @@ def _divergence_text(t: Turn) -> str:
     if d is None:
         return f"no divergence: {t.why}"
     first = "none" if d.first_divergence is None else f"token {d.first_divergence + 1}"
-    return (
+    said = (
         f"KL mean {d.kl_mean:.4f} max {d.kl_max:.4f} (token {d.kl_max_at + 1}), top-1 "
         f"{d.top1_agreement:.1%}, first divergence {first} of {d.positions}"
     )
+    if t.taught is not None and t.taught.retokenized:
+        said += " (A's answer re-tokenized from its text)"
+    return said
 
 
 def _kv_mib(turns: Sequence[Turn], side: int) -> float | None:
@@ -158,6 +165,8 @@ def _summary(
     d = overall(turns)
     said = "nothing compared" if d is None else _overall_text(d, turns)
     print(f"B against A over A's answers: {said}")
+    if d is not None and d.bound:
+        print(f"  ({d.bound}: a server lists no more)")
     same = [same_answer(t) for t in turns]
     known = [x for x in same if x is not None]
     if known:
@@ -200,6 +209,7 @@ def _divergence_record(d: Divergence | None) -> dict[str, Any] | None:
         "kl_max_at": d.kl_max_at,
         "top1_agreement": d.top1_agreement,
         "first_divergence": d.first_divergence,
+        "top_k": d.top_k,
         "kl": list(d.kl),
     }
 
@@ -229,6 +239,7 @@ def _record(
             }
         row["divergence"] = _divergence_record(t.divergence)
         row["why"] = t.why
+        row["retokenized"] = t.taught.retokenized if t.taught is not None else None
         row["same_answer"] = same_answer(t)
         rows.append(row)
     d = overall(turns)

@@ -35,7 +35,7 @@ from phasechat.chat.trips.compare import (
     fmt,
     fmt_ratio,
 )
-from phasechat.chat.trips.diverge import forced_of
+from phasechat.chat.trips.forced_sides import reader_of
 from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_text
 from phasechat.chat.turns import InputError
 from phasechat.telemetry.metrics import Metrics, compute
@@ -224,29 +224,28 @@ class CompareScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "run_each":
             return self.rerun > 0
-        if action == "divergence":  # two local sides: their logits can be read
-            return all(forced_of(side.backend) is not None for side in self.comparison.sides)
+        if action == "divergence":  # each side's distributions can be read here or there
+            return all(reader_of(side.backend) is not None for side in self.comparison.sides)
         return True
 
     def action_divergence(self) -> None:
         """B's divergence from A over A's newest answer, teacher-forced, in a view."""
         c = self.comparison
         answer = c.latest(0)
-        tokens = answer.trace.answer_tokens if answer is not None else None
-        if answer is None or not answer.complete or tokens is None or not tokens.ids:
+        if answer is None or not answer.complete or not answer.text:
             self.notify("A has no finished answer to read yet", severity="warning")
             return
-        fa, fb = (forced_of(side.backend) for side in c.sides)
-        if fa is None or fb is None:
+        ra, rb = (reader_of(side.backend) for side in c.sides)
+        if ra is None or rb is None:
             return
         a, b = c.sides
         title = f"B ({one_line(b.name)}) against A ({one_line(a.name)}) over A's answer"
         view = DivergenceView(
             title,
             (a.backend, b.backend),
-            (fa, fb),
+            (ra, rb),
             answer.request.messages,
-            (tokens.ids, tokens.pieces),
+            (answer.text, answer.trace.answer_tokens),
         )
         self.app.push_screen(view)
 
@@ -277,6 +276,7 @@ class CompareScreen(Screen[None]):
         finally:
             with contextlib.suppress(NoMatches):  # closed while it ran: nothing to draw
                 self.refresh_figures()
+                self.refresh_bindings()  # a server's family is known once it is started
 
     def refresh_figures(self) -> None:
         """Move new text in and redraw the table and the bars (REFRESH_HZ, or SHARED_HZ

@@ -4,8 +4,11 @@ timeline shades its gaps (timeline_view.SHADE_COLOURS), the tokens where the two
 most likely next tokens differ underlined, the first of them marked, and the summary
 line. The text came from a model: drawn as text, its control characters made visible.
 
-Teacher forcing loads each side's model again and reads the whole sequence: it runs in
-a worker thread, says how far it has read, and Esc stops it at its next batch.
+Teacher forcing reads the whole sequence on each side (chat/trips/forced_sides.py): the
+model here loads again and reads in a worker thread, a server answers requests; the view
+says how far each has read, and Esc stops it at its next batch or request. Where a side
+is a server, the summary says the KL is over each side's top k (a lower bound), and a
+server's answer is drawn as its server's tokenizer splits it.
 """
 
 from __future__ import annotations
@@ -24,15 +27,11 @@ from textual.content import Content
 from textual.widgets import Static
 
 from phasechat.backends.base import Backend
-from phasechat.backends.events import Message
+from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.teacher import Stopped
 from phasechat.chat.text import visible_controls
-from phasechat.chat.trips.diverge import (
-    Forced,
-    answer_divergence,
-    prompt_ids,
-    vocabulary_differs,
-)
+from phasechat.chat.trips import forced_sides
+from phasechat.chat.trips.forced_sides import Reader, Teaching, teaching, vocabulary_check
 from phasechat.telemetry.divergence import Divergence
 from phasechat.tui.screens.report_screen import ReportScreen
 from phasechat.tui.screens.timeline_view import SHADE_COLOURS
@@ -71,13 +70,15 @@ def legend() -> Content:
 
 
 def summary_line(d: Divergence) -> Content:
-    """KL mean, p99 and max (at which token), top-1 agreement, the first divergence."""
+    """KL mean, p99 and max (at which token), top-1 agreement, the first divergence;
+    over a top k, what the KL is."""
     first = "none" if d.first_divergence is None else f"token {d.first_divergence + 1}"
-    return Content(
+    said = (
         f"{d.positions:,} tokens · KL mean {d.kl_mean:.4f}, p99 {d.kl_p99:.4f}, max "
         f"{d.kl_max:.4f} at token {d.kl_max_at + 1} · top-1 agreement "
         f"{d.top1_agreement:.1%} · first divergence {first}"
     )
+    return Content(f"{said} · {d.bound}" if d.bound else said)
 
 
 def shaded_answer(pieces: Sequence[bytes], d: Divergence) -> Content:
@@ -104,18 +105,20 @@ class DivergenceView(ReportScreen):
         self,
         title: str,
         sides: tuple[Backend, Backend],
-        forced: tuple[Forced, Forced],
+        readers: tuple[Reader, Reader],
         messages: tuple[Message, ...],
-        answer: tuple[tuple[int, ...], tuple[bytes, ...]],
-        measured: Divergence | None = None,
+        answer: tuple[str, AnswerTokens | None],
+        measured: tuple[Teaching, Divergence] | None = None,
     ) -> None:
-        """`messages`: what A's answer answered; `answer`: its token ids and pieces;
-        `measured`: a divergence to draw instead of measuring one."""
+        """`messages`: what A's answer answered; `answer`: its text and, from the model
+        here, its tokens; `measured`: a sequence and its divergence to draw instead of
+        measuring one."""
         super().__init__()
-        self.title_text, self.sides, self.forced = title, sides, forced
-        self.messages, (self.ids, self.pieces) = messages, answer
+        self.title_text, self.sides, self.readers = title, sides, readers
+        self.messages, (self.text, self.tokens) = messages, answer
         self.stop = threading.Event()
-        self.divergence = measured
+        self.taught: Teaching | None = measured[0] if measured is not None else None
+        self.divergence: Divergence | None = measured[1] if measured is not None else None
         #: what the view says while it measures, then why it could not (None: measured)
         self.status = "reading the prompt through A's template"
 
@@ -129,9 +132,11 @@ class DivergenceView(ReportScreen):
         return Content("\n").join(lines)
 
     def body(self) -> Content:
-        if self.divergence is None:
-            return Content.assemble(*(visible_controls(t) for t in token_texts(self.pieces)))
-        return shaded_answer(self.pieces, self.divergence)
+        if self.divergence is not None and self.taught is not None:
+            return shaded_answer(self.taught.pieces, self.divergence)
+        if self.tokens is not None:
+            return Content.assemble(*(visible_controls(t) for t in token_texts(self.tokens.pieces)))
+        return Content(visible_controls(self.text))
 
     def on_mount(self) -> None:
         if self.divergence is None:
@@ -144,7 +149,10 @@ class DivergenceView(ReportScreen):
     def _progress(self, side: str, read: int, total: int) -> None:
         if not self.is_mounted or self.divergence is not None:
             return
-        self.status = f"side {side} reads the answer, teacher-forced: {read:,} of {total:,} tokens"
+        name = self.readers[side == "B"].name
+        self.status = (
+            f"side {side} ({name}) reads the answer, teacher-forced: {read:,} of {total:,} tokens"
+        )
         self.query_one("#head", Static).update(self.head())
 
     @work(exclusive=True, group="divergence")
@@ -161,17 +169,14 @@ class DivergenceView(ReportScreen):
 
     async def _measured(self) -> tuple[Divergence | None, str | None]:
         """The divergence, or None and why not."""
-        a, b = self.forced
-        why = await asyncio.to_thread(vocabulary_differs, a.model, b.model)
-        if why is not None:
+        a, b = self.readers
+        if (why := await vocabulary_check(a, b, None)) is not None:
             return None, why
-        prompt = await prompt_ids(self.sides[0], self.messages)
-        if prompt is None:
-            return (
-                None,
-                "A's model did not read the prompt (not loaded, or refused by its template)",
-            )
-        self.status = "loading A's model for teacher forcing"
+        try:
+            self.taught = await teaching(a, self.sides[0], self.messages, self.text, self.tokens)
+        except ValueError as exc:  # a server's refusal (TeacherError) included
+            return None, str(exc)
+        self.status = f"side A ({a.name}) reads the answer, teacher-forced"
         self._redraw()
         loop = asyncio.get_running_loop()
 
@@ -180,10 +185,7 @@ class DivergenceView(ReportScreen):
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(self._progress, side, read, total)
 
-        measured = await asyncio.to_thread(
-            answer_divergence, a, b, prompt, self.ids, told, self.stop
-        )
-        return measured, None
+        return await forced_sides.measure(a, b, self.taught, told, self.stop)
 
     def on_unmount(self) -> None:
         self.stop.set()  # the worker thread stops at its next batch
