@@ -2,11 +2,14 @@
 model and saved (in a temporary data directory, never the user's), then
 `phasechat compare --chat ID --backend local --backend local:X` for each setting X: by
 default the KV types kv=f16 (the check: KL 0), kv=q8_0 and kv=q4_0; `--variant` names
-others (`draft=lookup`, `draft=PATH`, `model=PATH`, `flash_attn=on`, ...).
+others (`draft=lookup`, `draft=PATH`, `model=PATH`, `flash_attn=on`, ...), and
+`--server URL` a vLLM or llama-server of the same model as B (its KL over each side's top
+20: a lower bound, marked ">=").
 
 Run alone (llama.cpp's threads spin-wait: a busy neighbour slows the speed columns; the
 divergence columns do not depend on the machine):
     .venv/bin/python -m bench.kv_settings [--max-tokens 48] [--threads 2] [--variant X ...]
+        [--server URL [--model NAME]]
 
 Printed: per setting B, the bytes a token takes in each side's KV cache and what it held
 at the end of the chat (MiB), the prefill and decode rates (medians over the turns,
@@ -56,9 +59,10 @@ async def write_chat(max_tokens: int, threads: int) -> int:
     return chat
 
 
-def compare(chat: int, variant: str, max_tokens: int, threads: int) -> dict[str, Any]:
+def compare(chat: int, b: list[str], max_tokens: int, threads: int) -> dict[str, Any]:
+    """`compare --chat` with A the local model and B `b` (a --backend and its options)."""
     cmd = [sys.executable, "-m", "phasechat", "compare", "--chat", str(chat), "--json"]
-    cmd += ["--backend", "local", "--backend", f"local:{variant}", "--temperature", "0"]
+    cmd += ["--backend", "local", "--backend", *b, "--temperature", "0"]
     cmd += ["--max-tokens", str(max_tokens), "--threads", str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -73,8 +77,13 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def rates(out: dict[str, Any], side: str, key: str) -> float:
-    return median([t[side][key] for t in out["turns"] if t[side][key] is not None])
+def rates(out: dict[str, Any], side: str, key: str, digits: int) -> str:
+    known = [t[side][key] for t in out["turns"] if t[side][key] is not None]
+    return f"{median(known):.{digits}f}" if known else "n/a"
+
+
+def count(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
 
 
 def first_divergence(out: dict[str, Any]) -> str:
@@ -95,15 +104,16 @@ def drafted(out: dict[str, Any]) -> str:
 def same_answers(out: dict[str, Any]) -> str:
     """In how many turns B wrote A's answer token for token."""
     same = [t["same_answer"] for t in out["turns"] if t["same_answer"] is not None]
-    return f"{sum(same)}/{len(same)}"
+    return f"{sum(same)}/{len(same)}" if same else "n/a"  # a server sends no token ids
 
 
 def divergence_cells(out: dict[str, Any]) -> str:
     d = out["divergence"]
     if d is None:
         return "n/a | n/a | n/a | n/a"
+    bound = ">=" if d["top_k"] is not None else ""  # over each side's top k
     return (
-        f"{d['kl_mean']:.5f} | {d['kl_max']:.4f} | {d['top1_agreement']:.1%} | "
+        f"{bound}{d['kl_mean']:.5f} | {bound}{d['kl_max']:.4f} | {d['top1_agreement']:.1%} | "
         f"{first_divergence(out)}"
     )
 
@@ -113,6 +123,8 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--variant", action="append", help="a setting of B (key=value); repeatable")
+    p.add_argument("--server", help="B: a vLLM or llama-server at this URL, after the variants")
+    p.add_argument("--model", help="the model to ask --server for")
     args = p.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory() as data:
@@ -125,17 +137,21 @@ def main() -> int:
             " first divergence |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for variant in args.variant or SETTINGS:
-            out = compare(chat, variant, args.max_tokens, args.threads)
+        sides = [(v, ["local:" + v]) for v in args.variant or ([] if args.server else SETTINGS)]
+        if args.server:
+            model = ["--model", args.model] if args.model else []
+            sides.append((f"server {args.server}", ["openai", "--base-url", args.server, *model]))
+        for variant, b in sides:
+            out = compare(chat, b, args.max_tokens, args.threads)
             per_a, per_b = out["kv_bytes_per_token"]
             kv_a, kv_b = out["kv_mib"]
             key, _, value = variant.partition("=")
-            shown = f"{key}={value.rsplit('/', 1)[-1]}"  # a file by its name
-            prefill = [rates(out, side, "prefill_tok_s") for side in ("a", "b")]
-            decode = [rates(out, side, "decode_tok_s") for side in ("a", "b")]
+            shown = f"{key}={value.rsplit('/', 1)[-1]}" if value else key  # a file by its name
+            prefill = " / ".join(rates(out, side, "prefill_tok_s", 0) for side in ("a", "b"))
+            decode = " / ".join(rates(out, side, "decode_tok_s", 1) for side in ("a", "b"))
             print(
-                f"| {shown} | {per_a:,} / {per_b:,} | {kv_a:.2f} / {kv_b:.2f} | "
-                f"{prefill[0]:.0f} / {prefill[1]:.0f} | {decode[0]:.1f} / {decode[1]:.1f} | "
+                f"| {shown} | {count(per_a, ',')} / {count(per_b, ',')} | "
+                f"{count(kv_a, '.2f')} / {count(kv_b, '.2f')} | {prefill} | {decode} | "
                 f"{drafted(out)} | {same_answers(out)} | {divergence_cells(out)} |",
                 flush=True,
             )

@@ -106,6 +106,8 @@ def test_a_saved_chat_against_llama_server_each_way_round(real_llama_server: str
             # flash attention on one side only: measured KL max 0.016 nats
             assert d["top1_agreement"] >= 0.9 and d["kl_max"] < 0.1
         assert out["divergence"]["top_k"] == TOP_K
+        (caveat,) = out["caveats"]  # what llama-server's figures cannot be
+        assert "a request of its own, as a batch of one" in caveat
 
 
 def sides_of(*backends: Any) -> tuple[Side, Side]:
@@ -181,5 +183,6 @@ async def test_d_on_a_comparison_with_llama_server(
             await pilot.pause()
             head = str(view.query_one("#head", Static).render())
             assert "top-1 agreement" in head and "a lower bound" in head
+            assert "a request of its own" in head  # llama-server's caveat
     finally:
         await remote.aclose()

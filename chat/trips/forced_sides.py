@@ -144,6 +144,12 @@ def reader_of(backend: Backend) -> Reader | None:
     return None
 
 
+def caveats(readers: Sequence[Reader | None]) -> list[str]:
+    """What the figures cannot be, once per server among `readers` (shown with them)."""
+    said = [r.forcing.cannot for r in readers if r is not None and r.forcing is not None]
+    return list(dict.fromkeys(said))
+
+
 def why_unread(backend: Backend) -> str:
     """Why `reader_of(backend)` is None, in one line."""
     if isinstance(backend, RemoteBackend):

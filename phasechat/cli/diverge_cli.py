@@ -21,6 +21,7 @@ from phasechat.chat.text import one_line
 from phasechat.chat.trips.compare import Side, aligned, fmt, fmt_spread, metric_value, spread_of
 from phasechat.chat.trips.compare_targets import Target
 from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall
+from phasechat.chat.trips.forced_sides import caveats, reader_of
 from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_mib
 from phasechat.chat.turns import InputError
 from phasechat.cli.options import fail
@@ -57,6 +58,7 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
                 return fail(f"{backend.name}: {backend.state_detail}")
         sides = Side(ta.name, a, ta.settings), Side(tb.name, b, tb.settings)
         per_token = [kv_bytes_per_token(a), kv_bytes_per_token(b)]
+        notes = caveats([reader_of(a), reader_of(b)])
         if not as_json:
             print(f"compare: chat {chat_id}, {len(turns)} turn(s), A then B each turn")
             for label, side in zip("AB", sides, strict=True):
@@ -70,9 +72,9 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
         await b.aclose()
     after = os.getloadavg()
     if as_json:
-        print(dumps(_record(chat_id, sides, done, per_token, before, after)))
+        print(dumps(_record(chat_id, sides, done, per_token, notes, before, after)))
     else:
-        _summary(done, per_token, before, after)
+        _summary(done, per_token, notes, before, after)
     return 0 if all(t.a.complete and t.b.complete for t in done) else 1
 
 
@@ -145,6 +147,7 @@ def _count(n: int | None) -> str:
 def _summary(
     turns: Sequence[Turn],
     per_token: Sequence[int | None],
+    notes: Sequence[str],
     before: tuple[float, ...],
     after: tuple[float, ...],
 ) -> None:
@@ -166,7 +169,8 @@ def _summary(
     said = "nothing compared" if d is None else _overall_text(d, turns)
     print(f"B against A over A's answers: {said}")
     if d is not None and d.bound:
-        print(f"  ({d.bound}: a server lists no more)")
+        for note in notes:  # what a server's figures cannot be
+            print(f"  ({note})")
     same = [same_answer(t) for t in turns]
     known = [x for x in same if x is not None]
     if known:
@@ -219,6 +223,7 @@ def _record(
     sides: tuple[Side, Side],
     turns: Sequence[Turn],
     per_token: Sequence[int | None],
+    notes: Sequence[str],
     before: tuple[float, ...],
     after: tuple[float, ...],
 ) -> dict[str, Any]:
@@ -250,6 +255,7 @@ def _record(
         "kv_bytes_per_token": list(per_token),
         "turns": rows,
         "divergence": _divergence_record(d),
+        "caveats": list(notes),
         "loadavg_before": list(before),
         "loadavg_after": list(after),
     }

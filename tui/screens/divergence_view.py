@@ -31,7 +31,13 @@ from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.teacher import Stopped
 from phasechat.chat.text import visible_controls
 from phasechat.chat.trips import forced_sides
-from phasechat.chat.trips.forced_sides import Reader, Teaching, teaching, vocabulary_check
+from phasechat.chat.trips.forced_sides import (
+    Reader,
+    Teaching,
+    caveats,
+    teaching,
+    vocabulary_check,
+)
 from phasechat.telemetry.divergence import Divergence
 from phasechat.tui.screens.report_screen import ReportScreen
 from phasechat.tui.screens.timeline_view import SHADE_COLOURS
@@ -129,6 +135,7 @@ class DivergenceView(ReportScreen):
             lines.append(Content(self.status))
         else:
             lines += [legend(), summary_line(d)]
+            lines += [Content.styled(c, "dim") for c in caveats(self.readers)]
         return Content("\n").join(lines)
 
     def body(self) -> Content:
