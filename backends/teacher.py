@@ -28,17 +28,22 @@ BATCH = 512
 @dataclass(frozen=True, slots=True)
 class EngineSetting:
     """What one side of a comparison changes: the KV cache type, flash attention (None:
-    on for a quantized cache, llama.cpp's choice otherwise), threads."""
+    on for a quantized cache, llama.cpp's choice otherwise), threads, and how many
+    tokens one evaluation step reads (`batch`: 1 reads the sequence as decode does, a
+    token a step; the default as a prefill does)."""
 
     kv: str = "f16"
     flash_attn: bool | None = None
     threads: int | None = None
+    batch: int = BATCH
 
     def __post_init__(self) -> None:
         if self.kv not in KV_TYPE_NAMES:
             raise ValueError(f"kv={self.kv!r}: one of {', '.join(KV_TYPE_NAMES)}")
         if self.kv != "f16" and self.flash_attn is False:
             raise ValueError(f"kv={self.kv} needs flash attention (llama.cpp's quantized V cache)")
+        if not 1 <= self.batch <= BATCH:
+            raise ValueError(f"batch={self.batch}: 1 to {BATCH} tokens a step")
 
     @property
     def bytes_per_value(self) -> float:
@@ -49,7 +54,8 @@ class EngineSetting:
         flash = (
             "" if self.flash_attn is None else f" flash_attn={'on' if self.flash_attn else 'off'}"
         )
-        return f"kv={self.kv}{flash}"
+        batch = "" if self.batch == BATCH else f" batch={self.batch}"
+        return f"kv={self.kv}{flash}{batch}"
 
 
 class Stopped(Exception):
@@ -78,7 +84,7 @@ def forced_logits(
     llm = llama_cpp.Llama(
         model_path=str(model),
         n_ctx=-(-len(tokens) // 256) * 256,
-        n_batch=BATCH,
+        n_batch=setting.batch,
         n_gpu_layers=0,
         n_threads=setting.threads,
         n_threads_batch=setting.threads,
@@ -91,12 +97,13 @@ def forced_logits(
     try:
         # the last token predicts nothing that is compared: it is not read
         read = list(tokens[:-1])
-        for i in range(0, len(read), BATCH):
+        step = setting.batch
+        for i in range(0, len(read), step):
             if stop is not None and stop.is_set():
                 raise Stopped
-            llm.eval(read[i : i + BATCH])
+            llm.eval(read[i : i + step])
             if progress is not None:
-                progress(min(i + BATCH, len(read)), len(read))
+                progress(min(i + step, len(read)), len(read))
         return np.array(llm.scores[start - 1 : len(tokens) - 1], dtype=np.float32)
     finally:
         llm.close()

@@ -4,7 +4,8 @@ model and saved (in a temporary data directory, never the user's), then
 default the KV types kv=f16 (the check: KL 0), kv=q8_0 and kv=q4_0; `--variant` names
 others (`draft=lookup`, `draft=PATH`, `model=PATH`, `flash_attn=on`, ...), and
 `--server URL` a vLLM or llama-server of the same model as B (its KL over each side's top
-20: a lower bound, marked ">=").
+20: a lower bound, marked ">="). `--floor` adds the engine's floor: A against itself,
+read a token a step (what the order of the sums alone moves).
 
 Run alone (llama.cpp's threads spin-wait: a busy neighbour slows the speed columns; the
 divergence columns do not depend on the machine):
@@ -59,9 +60,11 @@ async def write_chat(max_tokens: int, threads: int) -> int:
     return chat
 
 
-def compare(chat: int, b: list[str], max_tokens: int, threads: int) -> dict[str, Any]:
-    """`compare --chat` with A the local model and B `b` (a --backend and its options)."""
+def compare(chat: int, b: list[str], max_tokens: int, threads: int, floor: bool) -> dict[str, Any]:
+    """`compare --chat` with A the local model and B `b` (a --backend and its options);
+    `floor`: with the engine's floor (A read a token a step)."""
     cmd = [sys.executable, "-m", "phasechat", "compare", "--chat", str(chat), "--json"]
+    cmd += ["--floor"] if floor else []
     cmd += ["--backend", "local", "--backend", *b, "--temperature", "0"]
     cmd += ["--max-tokens", str(max_tokens), "--threads", str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -118,6 +121,14 @@ def divergence_cells(out: dict[str, Any]) -> str:
     )
 
 
+def floor_cell(out: dict[str, Any]) -> str:
+    """The engine's floor over the chat: A against itself read a token a step."""
+    f = out["floor"]
+    if f is None:
+        return "n/a"
+    return f"{f['kl_mean']:.5f} / {f['kl_max']:.4f}, {f['top1_agreement']:.1%}"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--max-tokens", type=int, default=48)
@@ -125,6 +136,11 @@ def main() -> int:
     p.add_argument("--variant", action="append", help="a setting of B (key=value); repeatable")
     p.add_argument("--server", help="B: a vLLM or llama-server at this URL, after the variants")
     p.add_argument("--model", help="the model to ask --server for")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also A against itself read a token a step (the engine's floor), a last column",
+    )
     args = p.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average, {os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory() as data:
@@ -134,15 +150,18 @@ def main() -> int:
         print(
             "| B | KV B/token (A / B) | KV MiB (A / B) | prefill tok/s (A / B) | decode tok/s"
             " (A / B) | draft accepted | B's answers = A's | KL mean | KL max | top-1 |"
-            " first divergence |"
+            " first divergence |" + (" floor: KL mean / max, top-1 |" if args.floor else "")
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        print(
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            + ("---|" if args.floor else "")
+        )
         sides = [(v, ["local:" + v]) for v in args.variant or ([] if args.server else SETTINGS)]
         if args.server:
             model = ["--model", args.model] if args.model else []
             sides.append((f"server {args.server}", ["openai", "--base-url", args.server, *model]))
         for variant, b in sides:
-            out = compare(chat, b, args.max_tokens, args.threads)
+            out = compare(chat, b, args.max_tokens, args.threads, args.floor)
             per_a, per_b = out["kv_bytes_per_token"]
             kv_a, kv_b = out["kv_mib"]
             key, _, value = variant.partition("=")
@@ -152,7 +171,8 @@ def main() -> int:
             print(
                 f"| {shown} | {count(per_a, ',')} / {count(per_b, ',')} | "
                 f"{count(kv_a, '.2f')} / {count(kv_b, '.2f')} | {prefill} | {decode} | "
-                f"{drafted(out)} | {same_answers(out)} | {divergence_cells(out)} |",
+                f"{drafted(out)} | {same_answers(out)} | {divergence_cells(out)} |"
+                + (f" {floor_cell(out)} |" if args.floor else ""),
                 flush=True,
             )
     print(f"\nload after: {os.getloadavg()[0]:.2f}")

@@ -99,6 +99,11 @@ def test_derived_profile_text_table() -> None:
     assert "load average" in lines[-1]
 
 
+def test_the_floor_goes_with_a_chat() -> None:
+    r = phasechat("compare", "Hi", "--backend", "local", "--backend", "local", "--floor")
+    assert r.returncode == 2 and "--floor goes with --chat ID" in r.stderr
+
+
 def test_compare_needs_two_backends() -> None:
     r = phasechat("compare", "Hi", "--backend", "local")
     assert r.returncode == 2 and "--backend twice" in r.stderr
@@ -252,7 +257,7 @@ def test_a_saved_chat_on_two_kv_settings_every_turn() -> None:
     q4_0 KV cache moves the distributions (KL above 0) and holds a token in 18 bytes of
     f16's 64."""
     chat = saved_chat()
-    same = compare_chat(chat, "local:kv=f16")
+    same = compare_chat(chat, "local:kv=f16", "local", "--floor")
     turns = same["turns"]
     assert isinstance(turns, list) and [t["turn"] for t in turns] == [1, 2, 3]
     for t in turns:
@@ -264,6 +269,14 @@ def test_a_saved_chat_on_two_kv_settings_every_turn() -> None:
     overall = same["divergence"]
     assert isinstance(overall, dict) and overall["kl_mean"] == 0.0
     assert overall["positions"] == sum(t["a"]["output_tokens"] for t in turns)
+    # the engine's floor: A read a token a step against A's own read, the same positions;
+    # the order of the sums moves the distributions a little (measured here: KL mean
+    # 0.004), never the way a position off by one would
+    for t in turns:
+        f = t["floor"]
+        assert f["positions"] == t["divergence"]["positions"]
+        assert f["kl_max"] < 0.1 and f["top1_agreement"] >= 0.9
+    assert same["floor"]["positions"] == overall["positions"]
 
     q4 = compare_chat(chat, "local:kv=q4_0")
     overall = q4["divergence"]

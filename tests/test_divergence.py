@@ -80,6 +80,10 @@ def test_bad_shapes_are_refused() -> None:
         EngineSetting(kv="q5_1")
     with pytest.raises(ValueError, match="needs flash attention"):
         EngineSetting(kv="q4_0", flash_attn=False)
+    for batch in (0, 513):
+        with pytest.raises(ValueError, match="1 to 512 tokens a step"):
+            EngineSetting(batch=batch)
+    assert EngineSetting(batch=1).label == "kv=f16 batch=1" and EngineSetting().label == "kv=f16"
 
 
 def test_log_softmax_survives_huge_logits() -> None:

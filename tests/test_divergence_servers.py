@@ -184,5 +184,7 @@ async def test_d_on_a_comparison_with_llama_server(
             head = str(view.query_one("#head", Static).render())
             assert "top-1 agreement" in head and "a lower bound" in head
             assert "a request of its own" in head  # llama-server's caveat
+            # the floor reads A again here: A is the model here, so `f` is offered
+            assert view.check_action("floor", ()) is True
     finally:
         await remote.aclose()

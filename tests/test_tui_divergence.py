@@ -118,7 +118,15 @@ async def test_d_on_the_compare_view_shades_the_answer_by_its_kl(
         assert d.kl_mean > 0  # a q4_0 cache moves the distributions
         await pilot.pause()
         head = str(view.query_one("#head", Static).render())
-        assert "KL mean" in head and "top-1 agreement" in head
+        assert "KL mean" in head and "top-1 agreement" in head and "floor" not in head
+        # f: the engine's floor, A against itself read a token a step, over the same tokens
+        await pilot.press("f")
+        await wait_for(pilot, lambda: view.floor is not None)
+        assert view.floor is not None and view.floor.positions == d.positions
+        assert view.floor.top1_agreement >= 0.9 and view.check_action("floor", ()) is False
+        await pilot.pause()
+        head = str(view.query_one("#head", Static).render())
+        assert "floor, A against itself read a token a step: KL mean" in head
         await pilot.press("escape")
         assert isinstance(app.screen, CompareScreen)
 

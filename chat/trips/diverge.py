@@ -19,8 +19,9 @@ nonsense, so the turns say so and carry the speed figures alone. A draft model
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from phasechat.backends.events import Message
 from phasechat.chat.conversation import Conversation
@@ -28,6 +29,7 @@ from phasechat.chat.trips.compare import Answer, Comparison, Side
 from phasechat.chat.trips.forced_sides import (
     Reader,
     Teaching,
+    floor,
     measure,
     reader_of,
     teaching,
@@ -49,6 +51,9 @@ class Turn:
     why: str | None = None
     #: the sequence both sides read (None: none was made)
     taught: Teaching | None = None
+    #: A against itself read a token a step: the engine's floor (None: not asked, or
+    #: A is a server)
+    floor: Divergence | None = None
 
 
 def chat_turns(conversation: Conversation) -> list[tuple[Message, ...]]:
@@ -72,11 +77,13 @@ async def diverge(
     b: Side,
     turns: Sequence[tuple[Message, ...]],
     on_turn: Callable[[Turn], None] | None = None,
+    with_floor: bool = False,
 ) -> list[Turn]:
     """Every turn on A then B, and B's divergence from A over A's answer; a side that
     cannot be read teacher-forced (a server that gives no log-probabilities), or
     another vocabulary, leaves each turn's divergence out and says why. Sides are
-    started: their readers are asked once, before the first turn."""
+    started: their readers are asked once, before the first turn. `with_floor`: each
+    turn also measures the engine's floor where A is the model here (`floor`)."""
     ha, hb = reader_of(a.backend), reader_of(b.backend)
     if ha is None or hb is None:
         side, label = (a, "A") if ha is None else (b, "B")
@@ -91,6 +98,9 @@ async def diverge(
             turn = Turn(n + 1, ra, rb, None, why)
         else:
             turn = await _turn(n + 1, ra, rb, (ha, hb), a, messages)
+            if with_floor and turn.taught is not None:
+                below = await asyncio.to_thread(floor, ha, turn.taught)
+                turn = replace(turn, floor=below)
         out.append(turn)
         if on_turn is not None:
             on_turn(turn)
@@ -118,4 +128,10 @@ async def _turn(
 def overall(turns: Sequence[Turn]) -> Divergence | None:
     """The divergence over every compared position of every turn, in order."""
     parts = [t.divergence for t in turns if t.divergence is not None]
+    return combine(parts) if parts else None
+
+
+def overall_floor(turns: Sequence[Turn]) -> Divergence | None:
+    """The engine's floor over every turn that measured one, in order."""
+    parts = [t.floor for t in turns if t.floor is not None]
     return combine(parts) if parts else None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -279,6 +279,31 @@ async def measure(
         return compared(*sides), None
     except TeacherError as exc:
         return None, str(exc)
+
+
+def floor(
+    a: Reader,
+    t: Teaching,
+    progress: Callable[[str, int, int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> Divergence | None:
+    """The engine's own floor for `t`: A's setting reading A's sequence one token a
+    step (as decode reads) against the same setting reading it as a prefill does. The
+    same tokens, weights and setting; only the order of the sums differs. A setting's
+    divergence near this floor is not told apart from arithmetic (bench/README.md: on
+    the bundled model about as large as a q8_0 KV cache's). None: A is not the model
+    here. Blocking (run it in a thread); `progress` as `answer_divergence`'s, the
+    one-token read labelled "A, a token a step"."""
+    if a.forced is None:
+        return None
+    stepped = Forced(a.forced.model, replace(a.forced.setting, batch=1))
+    sides = [("A", a.forced), ("A, a token a step", stepped)]
+    logits = []
+    sequence, start = [*t.prompt, *t.ids], len(t.prompt)
+    for label, side in sides:
+        told = None if progress is None else partial(progress, label)
+        logits.append(forced_logits(side.model, side.setting, sequence, start, told, stop))
+    return compare_logits(*logits)
 
 
 def _remote(reader: Reader) -> tuple[Forcing, Server]:

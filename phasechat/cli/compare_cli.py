@@ -89,6 +89,12 @@ def add_parser(sub: Any) -> None:
         "--backend local --backend local:kv=q4_0; or a vLLM or llama-server of the "
         "same vocabulary, over each side's top 20)",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="with --chat and A the local model: also read A's answers on A a token a "
+        "step, against A's own read: the engine's floor, what arithmetic alone moves",
+    )
     p.add_argument("prompt", nargs="?", help="the prompt ('-' reads stdin)")
 
 
@@ -100,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--repeat must be 1 or more")
     if args.chat is not None:
         return _run_chat(args)
+    if args.floor:
+        return fail("--floor goes with --chat ID")
     if args.prompt is None:
         return fail("compare needs a prompt, or --chat ID")
     try:
@@ -124,7 +132,7 @@ def _run_chat(args: argparse.Namespace) -> int:
         targets = _targets(args)
     except (ConfigError, ModelNotFound, OSError, ValueError) as exc:
         return fail(str(exc))
-    return asyncio.run(run_chat(chat_id, targets, args.json))
+    return asyncio.run(run_chat(chat_id, targets, args.json, args.floor))
 
 
 def _targets(args: argparse.Namespace) -> tuple[Target, Target]:

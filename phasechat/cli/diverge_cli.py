@@ -20,8 +20,8 @@ from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
 from phasechat.chat.text import one_line
 from phasechat.chat.trips.compare import Side, aligned, fmt, fmt_spread, metric_value, spread_of
 from phasechat.chat.trips.compare_targets import Target
-from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall
-from phasechat.chat.trips.forced_sides import caveats, reader_of
+from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall, overall_floor
+from phasechat.chat.trips.forced_sides import caveats, forced_of, reader_of
 from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_mib
 from phasechat.chat.turns import InputError
 from phasechat.cli.options import fail
@@ -36,8 +36,11 @@ PHASES = (
 )
 
 
-async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) -> int:
-    """Compare the two targets over every turn of saved chat `chat_id`."""
+async def run_chat(
+    chat_id: int, targets: tuple[Target, Target], as_json: bool, with_floor: bool = False
+) -> int:
+    """Compare the two targets over every turn of saved chat `chat_id` (`with_floor`:
+    and A against itself read a token a step, the engine's floor)."""
     try:
         with ChatStore(readonly=True) as store:
             saved = store.open_chat(chat_id)
@@ -56,6 +59,8 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
             await backend.start()
             if backend.state == "failed":
                 return fail(f"{backend.name}: {backend.state_detail}")
+        if with_floor and forced_of(a) is None:
+            return fail("--floor reads A a token a step: A must be the local model")
         sides = Side(ta.name, a, ta.settings), Side(tb.name, b, tb.settings)
         per_token = [kv_bytes_per_token(a), kv_bytes_per_token(b)]
         notes = caveats([reader_of(a), reader_of(b)])
@@ -64,7 +69,8 @@ async def run_chat(chat_id: int, targets: tuple[Target, Target], as_json: bool) 
             for label, side in zip("AB", sides, strict=True):
                 print(f"{label} = {one_line(side.name)} · {one_line(side.backend.model)}")
         try:
-            done = await diverge(*sides, turns, on_turn=None if as_json else _turn_line)
+            told = None if as_json else _turn_line
+            done = await diverge(*sides, turns, on_turn=told, with_floor=with_floor)
         except (InputError, ValueError) as exc:
             return fail(str(exc))
     finally:
@@ -171,11 +177,21 @@ def _summary(
     if d is not None and d.bound:
         for note in notes:  # what a server's figures cannot be
             print(f"  ({note})")
+    below = overall_floor(turns)
+    if below is not None:
+        print(f"A against itself, read a token a step (the engine's floor): {_figures(below)}")
     same = [same_answer(t) for t in turns]
     known = [x for x in same if x is not None]
     if known:
         print(f"B's own answers token for token A's: {sum(known)} of {len(known)} turns")
     print(f"load average (1, 5, 15 min): before {_load(before)}, after {_load(after)}")
+
+
+def _figures(d: Divergence) -> str:
+    return (
+        f"{d.positions} tokens, KL mean {d.kl_mean:.4f}, p99 {d.kl_p99:.4f}, max "
+        f"{d.kl_max:.4f}, top-1 agreement {d.top1_agreement:.1%}"
+    )
 
 
 def _overall_text(d: Divergence, turns: Sequence[Turn]) -> str:
@@ -243,6 +259,7 @@ def _record(
                 "error": x.trace.error.message if x.trace.error else None,
             }
         row["divergence"] = _divergence_record(t.divergence)
+        row["floor"] = _divergence_record(t.floor)
         row["why"] = t.why
         row["retokenized"] = t.taught.retokenized if t.taught is not None else None
         row["same_answer"] = same_answer(t)
@@ -255,6 +272,7 @@ def _record(
         "kv_bytes_per_token": list(per_token),
         "turns": rows,
         "divergence": _divergence_record(d),
+        "floor": _divergence_record(overall_floor(turns)),
         "caveats": list(notes),
         "loadavg_before": list(before),
         "loadavg_after": list(after),

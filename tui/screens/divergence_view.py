@@ -101,11 +101,24 @@ def shaded_answer(pieces: Sequence[bytes], d: Divergence) -> Content:
     return clipped(Content.assemble(*parts))
 
 
+def floor_line(f: Divergence) -> Content:
+    """The engine's floor (A against itself read a token a step), in one line."""
+    return Content(
+        f"floor, A against itself read a token a step: KL mean {f.kl_mean:.4f}, max "
+        f"{f.kl_max:.4f} · top-1 agreement {f.top1_agreement:.1%} (what the order of the "
+        "sums alone moves)"
+    )
+
+
 class DivergenceView(ReportScreen):
     """B's divergence from A over A's answer; Esc (or `d`) closes it, and stops the
-    teacher forcing if it still runs."""
+    teacher forcing if it still runs; `f` (A the model here) measures the engine's
+    floor beside it."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("d", "dismiss", "Close", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "dismiss", "Close", show=False),
+        Binding("f", "floor", "Floor"),
+    ]
 
     def __init__(
         self,
@@ -127,6 +140,9 @@ class DivergenceView(ReportScreen):
         self.divergence: Divergence | None = measured[1] if measured is not None else None
         #: what the view says while it measures, then why it could not (None: measured)
         self.status = "reading the prompt through A's template"
+        #: the engine's floor, once `f` measured it; what `f` says while it measures
+        self.floor: Divergence | None = None
+        self.floor_status = ""
 
     def head(self) -> Content:
         lines = [Content.styled(self.title_text, "bold")]
@@ -136,6 +152,10 @@ class DivergenceView(ReportScreen):
         else:
             lines += [legend(), summary_line(d)]
             lines += [Content.styled(c, "dim") for c in caveats(self.readers)]
+        if self.floor is not None:
+            lines.append(floor_line(self.floor))
+        elif self.floor_status:
+            lines.append(Content(self.floor_status))
         return Content("\n").join(lines)
 
     def body(self) -> Content:
@@ -173,6 +193,7 @@ class DivergenceView(ReportScreen):
         if why is not None:
             self.status = f"no divergence: {why}"
         self._redraw()
+        self.refresh_bindings()  # `f` once there is a sequence to read again
 
     async def _measured(self) -> tuple[Divergence | None, str | None]:
         """The divergence, or None and why not."""
@@ -193,6 +214,42 @@ class DivergenceView(ReportScreen):
                 loop.call_soon_threadsafe(self._progress, side, read, total)
 
         return await forced_sides.measure(a, b, self.taught, told, self.stop)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "floor":  # A's sequence read again here, a token a step
+            return self.readers[0].whole and self.taught is not None and self.floor is None
+        return True
+
+    @work(exclusive=True, group="floor")
+    async def action_floor(self) -> None:
+        """A against itself, read a token a step: what arithmetic alone moves."""
+        if self.taught is None or self.floor is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def told(side: str, read: int, total: int) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._floor_progress, side, read, total)
+
+        self.floor_status = "floor: reading A's answer again"
+        self._redraw()
+        try:
+            self.floor = await asyncio.to_thread(
+                forced_sides.floor, self.readers[0], self.taught, told, self.stop
+            )
+        except Stopped:
+            return
+        except (OSError, ValueError, RuntimeError) as exc:
+            self.floor_status = f"no floor: {exc}"
+        if self.is_mounted:
+            self._redraw()
+            self.refresh_bindings()
+
+    def _floor_progress(self, side: str, read: int, total: int) -> None:
+        if not self.is_mounted or self.floor is not None:
+            return
+        self.floor_status = f"floor: {side} reads the answer, {read:,} of {total:,} tokens"
+        self.query_one("#head", Static).update(self.head())
 
     def on_unmount(self) -> None:
         self.stop.set()  # the worker thread stops at its next batch
