@@ -20,12 +20,13 @@ header, key or URL with credentials is ever an attribute.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ import httpx
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest
+from phasechat.backends.httplog import redact_url
 from phasechat.backends.openai import RemoteBackend
 from phasechat.telemetry.metrics import Metrics, compute, itl_ms
 from phasechat.telemetry.recorder import Trace
@@ -88,6 +90,42 @@ def from_env() -> TurnExporter | None:
     return TurnExporter(capture_content=captures_content(os.environ))
 
 
+def collector() -> str:
+    """The endpoint the spans go to, as it may be shown (no credentials, no query)."""
+    said = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
+    )
+    return redact_url(said.strip())
+
+
+def _exporters(refused: Callable[[], None]) -> tuple[Any, Any]:
+    """The SDK's OTLP/HTTP span and metric exporters, each calling `refused()` when
+    the collector did not take a batch (after the SDK's own retries)."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    class Spans(OTLPSpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            result = super().export(spans)
+            if result is not SpanExportResult.SUCCESS:
+                refused()
+            return result
+
+    class Points(OTLPMetricExporter):
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float | None = 10000, **kwargs: Any
+        ) -> MetricExportResult:
+            result = super().export(metrics_data, timeout_millis, **kwargs)
+            if result is not MetricExportResult.SUCCESS:
+                refused()
+            return result
+
+    return Spans(), Points()
+
+
 def captures_content(environ: Mapping[str, str]) -> bool:
     """Whether the conventions' switch asks for the messages in the span."""
     return environ.get(CONTENT_ENV, "").strip().lower() in CONTENT_ON
@@ -136,8 +174,6 @@ class TurnExporter:
     collector."""
 
     def __init__(self, *, capture_content: bool = False) -> None:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
@@ -160,8 +196,15 @@ class TurnExporter:
         self.tracer_provider: TracerProvider = TracerProvider(
             resource=resource, shutdown_on_exit=False
         )
-        self.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        #: the last error of the background thread or the last batch the collector did
+        #: not take (None: none), shown by the app and `ask`
+        self.problem: str | None = None
+        # the exporters' own warnings (each retry, each failed batch) would fill `ask`'s
+        # stderr: phasechat says it once, from `problem` (the app: a toast)
+        logging.getLogger("opentelemetry.exporter.otlp.proto.http").setLevel(logging.CRITICAL)
+        spans, points = _exporters(self._refused)
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(spans))
+        reader = PeriodicExportingMetricReader(points)
         self.meter_provider: MeterProvider = MeterProvider(
             metric_readers=[reader], resource=resource, shutdown_on_exit=False
         )
@@ -184,8 +227,6 @@ class TurnExporter:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._work, name="otel", daemon=True).start()
         self._closed = False
-        #: the last error of the background thread (None: none), for a bug report
-        self.problem: str | None = None
 
     # -- the request's life ------------------------------------------------------------
     def request_sent(self, trace: Trace, request: GenerationRequest, backend: Backend) -> None:
@@ -298,6 +339,12 @@ class TurnExporter:
         self._send()
 
     # -- sending -----------------------------------------------------------------------
+    def _refused(self) -> None:
+        self.problem = (
+            f"the OpenTelemetry collector at {collector()} refused the spans or metric "
+            "points, or did not answer (the SDK retried; what it held is dropped)"
+        )
+
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:

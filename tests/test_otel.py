@@ -24,7 +24,7 @@ import pytest
 
 from phasechat.backends.events import Event, GenerationRequest, StreamError, TextDelta
 from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, TrimConfig
@@ -521,3 +521,76 @@ async def test_a_failed_send_does_not_stop_the_ones_after_it(
     assert ws.tracing.problem == "RuntimeError: exporter bug"
     assert len([s for s in otlp.spans() if not s.parent_span_id]) == 2
     await ws.aclose()
+
+
+async def test_a_collector_that_refuses_is_said_without_its_credentials(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens on the discard port: after the SDK's retries (1 s here) the
+    exporter says which collector did not take the batch, with no password in it."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:s3cret-pw@127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    ws = Workspace(Config(), remote(server.base_url, "ok-3"))
+    await ws.backend.start()
+    assert ws.tracing is not None and ws.tracing.problem is None
+    await one_turn(ws, "hello")
+    await asyncio.to_thread(ws.tracing.flush)
+    problem = ws.tracing.problem
+    assert problem is not None and "collector at http://" in problem
+    assert "127.0.0.1:9 refused the spans or metric points" in problem
+    assert "s3cret-pw" not in problem
+    await ws.aclose()
+
+
+def test_ask_warns_of_a_collector_that_refuses() -> None:
+    from tests.fault_server import fault_server_thread
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    env["OTEL_EXPORTER_OTLP_TIMEOUT"] = "1"
+    with fault_server_thread() as server:
+        args = ["--backend", "openai", "--base-url", server.base_url, "--model", "ok-3"]
+        r = subprocess.run(
+            [sys.executable, "-m", "phasechat", *args, "ask", "--no-save", "hi"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stderr.strip().splitlines()  # the SDK's own retries and failures: quiet
+    assert line.startswith("phasechat: warning: the OpenTelemetry collector at http://127.0.0.1:9")
+
+
+async def test_the_app_says_once_that_the_collector_refuses(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phasechat.chat.config.settings import Settings
+    from phasechat.tui.app import TRACING_CHECK_S, PhasechatApp
+    from tests.helpers import wait_for
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model="ok-3"))
+    app = PhasechatApp(settings=Settings(), backend=backend)
+
+    told: list[str] = []
+    notify = app.notify
+
+    def said() -> list[str]:
+        return [line for line in told if "collector" in line]
+
+    def recorded(message: str, **kwargs: Any) -> None:
+        told.append(message)  # every toast, also those gone from the screen since
+        notify(message, **kwargs)
+
+    monkeypatch.setattr(app, "notify", recorded)
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: backend.state == "ready")
+        app.send("hi")
+        await wait_for(pilot, lambda: bool(said()))
+        await pilot.pause(3 * TRACING_CHECK_S)  # later checks find the same problem
+        (line,) = said()
+        assert line.startswith("the OpenTelemetry collector at http://127.0.0.1:9 refused")
+    await backend.aclose()

@@ -113,6 +113,9 @@ async def run(args: argparse.Namespace) -> int:
         if store is not None and store.error:
             print(f"phasechat: warning: {visible_controls(store.error)}", file=sys.stderr)
         await workspace.aclose()
+        tracing = workspace.tracing  # closed: the last batch was sent, or refused
+        if tracing is not None and tracing.problem:
+            print(f"phasechat: warning: {visible_controls(tracing.problem)}", file=sys.stderr)
     metrics = exchange.metrics
     assert metrics is not None
     if args.json:
