@@ -20,6 +20,7 @@ from phasechat.backends.events import (
 from phasechat.telemetry.live import RECENT, Live, finished, snapshot, threads_note
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace
+from tests.near import near
 
 MS = 1_000_000
 
@@ -54,8 +55,8 @@ def test_every_field_of_a_decoding_snapshot_that_one_slow_gap_does_not_make_slow
         tokens=11,
         unit="tokens",
         tokens_estimated=False,
-        decode_tok_s=pytest.approx(10 / 1.090),
-        chars_per_s=pytest.approx(20 / 1.090),  # the first token's 2 characters are out
+        decode_tok_s=near(10 / 1.090),
+        chars_per_s=near(20 / 1.090),  # the first token's 2 characters are out
         recent_itl_ms=(10.0,) * 9 + (1000.0,),
         since_last_ms=210.0,
         stall="slow",
@@ -129,7 +130,7 @@ def test_every_field_of_a_thinking_snapshot_after_a_load_and_a_prefill_progress(
         tokens=3,
         unit="tokens",
         tokens_estimated=False,
-        decode_tok_s=pytest.approx(2 / 0.020),
+        decode_tok_s=near(2 / 0.020),
         chars_per_s=None,
         recent_itl_ms=(20.0,),
         since_last_ms=30.0,

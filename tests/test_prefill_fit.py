@@ -9,6 +9,7 @@ import pytest
 
 from phasechat.telemetry.forecast import Rates, fit_prefill, forecast, measured_rates
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
+from tests.near import near
 
 #: (new tokens, cached before them, the engine's prompt ms) at 2 ms a token and 0.01 ms
 #: a token per cached token: 10 + 0: 20; 10 + 1,000: 20 + 0.01 x 10 x 1,000; 100 + 0:
@@ -37,11 +38,11 @@ def engine_answer(n: int, cached: int, ms: float, fixed: float = 5.0, **more: fl
 
 def test_the_fit_tells_a_tokens_cost_from_its_attention_to_those_before_it() -> None:
     c, k, b = fit_prefill(POINTS) or (0.0, 0.0, 0.0)
-    assert (c, k, b) == (pytest.approx(2.0), pytest.approx(0.01), 0.0)  # no long read
+    assert (c, k, b) == (near(2.0), near(0.01), 0.0)  # no long read
     # at one depth the two cannot be told apart: one cost a token, weighted by the tokens
     # read (through the origin: (20 x 60 + 40 x 130) / (20² + 40²) = 3.2), not the mean
     # of the two rates (3 and 3.25 ms a token)
-    assert fit_prefill([(20, 300, 60.0), (40, 300, 130.0)]) == (pytest.approx(3.2), 0.0, 0.0)
+    assert fit_prefill([(20, 300, 60.0), (40, 300, 130.0)]) == (near(3.2), 0.0, 0.0)
     assert fit_prefill([]) is None and fit_prefill([(20, 0, 0.0)]) is None
 
 
@@ -56,9 +57,9 @@ def test_a_long_read_shows_the_new_tokens_attention_among_themselves() -> None:
     # c and k from the short reads, then b from the long one, in turn (4 rounds: within
     # a part in 10,000)
     assert fit_prefill([*GRID, LONG]) == (
-        pytest.approx(4.0, rel=1e-4),
-        pytest.approx(0.004, rel=1e-4),
-        pytest.approx(0.0012, rel=1e-4),
+        near(4.0, rel=1e-4),
+        near(0.004, rel=1e-4),
+        near(0.0012, rel=1e-4),
     )
     # short turns only: that term cannot be told from noise, and is 0 (not fitted to
     # the 0.25 ms it adds to each); the others as before, nearly

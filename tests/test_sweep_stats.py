@@ -39,6 +39,7 @@ from phasechat.telemetry.sweep_stats import (
     steps,
     summarize,
 )
+from tests.near import near
 from tests.scripted import ScriptedBackend
 
 
@@ -255,7 +256,7 @@ def test_a_spread_is_the_median_and_p10_p90_of_the_repeats() -> None:
     # min-max spread would stay 8.3 however many repeats came)
     five = RepeatSpread((49.0, 40.7, 45.0, 45.0, 46.0))
     assert five.median == 45.0
-    assert (five.p10, five.p90) == (pytest.approx(42.42), pytest.approx(47.8))
+    assert (five.p10, five.p90) == (near(42.42), near(47.8))
     assert five.width == pytest.approx(5.38)
     assert RepeatSpread((10.0, 20.0)).median == 15.0  # an even count: the middle two's mean
     assert RepeatSpread((10.0, 20.0)).width == pytest.approx(8.0)  # 11 to 19
@@ -554,13 +555,13 @@ def test_a_spread_of_repeats_in_any_order_and_a_step_of_their_medians() -> None:
     # repeats arrive 30, 10, 20, 40: p10 13, median 25, p90 37 (in arrival order: p10
     # 22, median 15, p90 37)
     low = RepeatSpread((30.0, 10.0, 20.0, 40.0))
-    assert (low.median, low.p10, low.p90) == (25.0, pytest.approx(13.0), pytest.approx(37.0))
+    assert (low.median, low.p10, low.p90) == (25.0, near(13.0), near(37.0))
     assert low.width == pytest.approx(24.0)
     high = RepeatSpread((60.0, 40.0))  # median 50, p10 42, p90 58: width 16
     step = Step(2, 8, low, high)  # two doublings
     assert step.change == 25.0
     assert step.growth == pytest.approx(2**0.5 - 1)  # 25 -> 50 over two doublings
-    assert (step.noise, step.high_noisy, step.inside_noise) == (pytest.approx(24.0), False, False)
+    assert (step.noise, step.high_noisy, step.inside_noise) == (near(24.0), False, False)
     assert not step.impossible and not needs_repeat(step)
     wide = Step(2, 8, low, RepeatSpread((20.0, 80.0)))  # median 50, width 48 > the step (25)
     assert wide.high_noisy and wide.inside_noise and needs_repeat(wide)
