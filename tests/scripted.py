@@ -13,7 +13,7 @@ class ScriptedBackend:
     exact_token_counts = False
     serial = False
     shares_cpu = False
-    context_window = None
+    context_window: int | None = None
     context_source = None
 
     def __init__(self, name: str = "scripted", text: str = "Hello.") -> None:

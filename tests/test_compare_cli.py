@@ -281,6 +281,6 @@ def test_a_saved_chat_on_two_kv_settings_every_turn() -> None:
     q4 = compare_chat(chat, "local:kv=q4_0")
     overall = q4["divergence"]
     assert isinstance(overall, dict) and overall["kl_mean"] > 0 and overall["kl_max"] > 0
-    last = q4["turns"][-1]  # type: ignore[index]
+    last = q4["turns"][-1]
     per_token = [last[s]["kv_bytes"] / last[s]["kv_tokens"] for s in ("a", "b")]
     assert per_token == [23040, 6480]  # 30 layers x 3 KV heads x 128 values; x 18/64

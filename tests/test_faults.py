@@ -27,8 +27,8 @@ from phasechat.backends.openai import TLS_OFF, RemoteBackend, RemoteConfig
 from phasechat.backends.sse import SSEEvent, SSEParser
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
-from tests.conftest import free_port
 from tests.fault_server import FaultServer
+from tests.llama_server import free_port
 
 SECRET = "sk-phasechat-test-9f8e7d6c5b4a39281706"
 

@@ -14,6 +14,7 @@ from phasechat.backends import flash, flash_cache
 from phasechat.backends.events import GenerationRequest, Message, Notice
 from phasechat.backends.flash import FlashChoice, Measured
 from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.measured import write_entries
 
 STAMP = "2026-01-02T03:04:05Z"
 
@@ -145,7 +146,7 @@ def test_an_entry_from_before_the_share_was_noted_is_measured_again_silently(
     trusted: measured once more, no notice."""
     key = flash.cache_key(model, 2)
     legacy = {"flash_attn": False, "on_ms": 62.0, "off_ms": 49.0, "measured_at": STAMP}
-    flash_cache.write_entries(flash.cache_file(), {key: legacy, "other|key": {"x": 1}})
+    write_entries(flash.cache_file(), {key: legacy, "other|key": {"x": 1}})
     fake = Fake(QUIET_ON)
     choice, notice = flash.choose(model, 2, fake)
     assert (choice.flash_attn, notice, fake.calls) == (True, None, 1)
@@ -187,7 +188,7 @@ async def test_the_model_loads_beside_a_tampered_entry_and_says_so(
     loads, measures again, and its first answer carries the notice naming the file."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     key = flash.cache_key(model_path, 1)
-    flash_cache.write_entries(flash.cache_file(), {key: {**GOOD, "off_ms": 0}})
+    write_entries(flash.cache_file(), {key: {**GOOD, "off_ms": 0}})
     backend = LocalBackend(LocalConfig(model_path=model_path, n_ctx=512, threads=1))
     try:
         await backend.start()
@@ -209,7 +210,7 @@ async def test_an_answer_far_faster_than_the_kept_choice_marks_it_stale(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     key = flash.cache_key(model_path, 1)
     slow = {**GOOD, "flash_attn": True, "on_ms": 1000.0, "off_ms": 1100.0}
-    flash_cache.write_entries(flash.cache_file(), {key: slow})
+    write_entries(flash.cache_file(), {key: slow})
     backend = LocalBackend(LocalConfig(model_path=model_path, n_ctx=512, threads=1))
     try:
         await backend.start()

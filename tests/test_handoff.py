@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 
-from phasechat.backends.events import Finished, PromptEvaluated, TextDelta
+from phasechat.backends.events import Event, Finished, PromptEvaluated, TextDelta
 from phasechat.backends.handoff import Handoff
 
 
@@ -27,7 +27,7 @@ async def test_ordinary_events_wake_the_loop_at_most_every_wake_s() -> None:
     thread = threading.Thread(target=produce)
     thread.start()
     batches: list[tuple[float, int]] = []
-    events = []
+    events: list[Event] = []
     while not events or not isinstance(events[-1], Finished):
         got = await handoff.take()
         batches.append((time.monotonic(), len(got)))

@@ -46,7 +46,9 @@ async def test_usage_timings_and_cached_prefix(real_llama_server: str) -> None:
     assert timings, "llama-server sends `timings` on the last chunk"
     last = timings[-1]
     # The server's own prompt count: the chat template around the two messages.
-    assert usage.prompt_tokens > 10
+    assert usage.prompt_tokens is not None and usage.prompt_tokens > 10
+    assert usage.completion_tokens is not None and last.prompt_n is not None
+    assert last.prompt_ms is not None and last.predicted_ms is not None
     assert last.prompt_n + (last.cache_n or 0) == usage.prompt_tokens
     assert last.predicted_n == usage.completion_tokens > 0
     assert last.prompt_ms > 0 and last.predicted_ms > 0
@@ -67,6 +69,7 @@ async def test_usage_timings_and_cached_prefix(real_llama_server: str) -> None:
     (usage2,) = [e for e in second if isinstance(e, Usage)]
     timings2 = [e for e in second if isinstance(e, ServerTimings)][-1]
     assert timings2.cache_n is not None and timings2.cache_n > 0
+    assert timings2.prompt_n is not None and usage2.prompt_tokens is not None
     assert usage2.cached_tokens == timings2.cache_n
     assert timings2.prompt_n + timings2.cache_n == usage2.prompt_tokens > usage.prompt_tokens
 
@@ -149,4 +152,5 @@ async def test_its_metrics_account_matches_its_timings(
     # 3.3 ms short of `prompt_ms` on 12 and 23 ms prefills here (not traced further), so
     # llama-server's timings stay the figure shown and /metrics only its cross-check.
     assert account.decode_ms == pytest.approx(timings.predicted_ms, rel=1e-3)
+    assert timings.prompt_ms is not None
     assert account.prefill_ms is not None and 0 < account.prefill_ms <= timings.prompt_ms

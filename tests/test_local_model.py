@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
+from phasechat.backends.handoff import Handoff
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
@@ -62,6 +64,7 @@ async def test_cancel_stops_within_a_few_tokens_and_next_request_works(
     local_backend: LocalBackend,
 ) -> None:
     stream = local_backend.stream(req("Write a long story about a dragon.", max_tokens=400))
+    assert isinstance(stream, AsyncGenerator)  # closed below, before it ends
     seen = 0
     async for event in stream:
         if isinstance(event, TextDelta):
@@ -167,9 +170,10 @@ async def test_tokens_are_handed_over_in_batches_as_often_as_the_consumer_reads(
 
     woken: list[int] = []  # per request: the wake-ups a token asked for (not urgent events)
 
-    class Counted(local.Handoff):
+    class Counted(Handoff):
         def __init__(self, loop: asyncio.AbstractEventLoop, wake_s: float) -> None:
             self._counting = Loop(loop)
+            # a stand-in, not an event loop: call_soon_threadsafe is all Handoff calls
             super().__init__(self._counting, wake_s)  # type: ignore[arg-type]
             woken.append(0)
 

@@ -19,12 +19,13 @@ from phasechat.backends.measured import (
     shown,
     write_entries,
 )
+from phasechat.backends.threads import CpuShare
 
 
-class IdleShare:
+class IdleShare(CpuShare):
     """A CPU meter whose next reading says the others left `idle` of the CPUs idle."""
 
-    def __init__(self, idle: float | None, order: list[str]) -> None:
+    def __init__(self, idle: float | None, order: list[str]) -> None:  # reads no /proc/stat
         self.idle, self.order = idle, order
         order.append("meter started")
 
@@ -45,7 +46,7 @@ def test_the_others_share_is_what_they_left_busy(idle: float | None, others: flo
         return "result"
 
     meter = lambda: IdleShare(idle, order)  # noqa: E731
-    result, share = others_during(measure, meter)  # type: ignore[arg-type,return-value]
+    result, share = others_during(measure, meter)
     assert (result, share) == ("result", others)
     # the meter spans the measurement: started before it, read after it
     assert order == ["meter started", "measured", "meter read"]

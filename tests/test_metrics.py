@@ -24,6 +24,7 @@ from phasechat.telemetry.forecast import Rates, fit_line, forecast, measured_rat
 from phasechat.telemetry.live import snapshot
 from phasechat.telemetry.metrics import Metrics, compute, metrics_from_dict, percentile
 from phasechat.telemetry.recorder import MAX_TIMES, Trace
+from tests.near import near
 
 MS = 1_000_000
 
@@ -54,6 +55,7 @@ def test_known_answers() -> None:
     # the character rates use the decode window too: the first token's 2 chars are out
     assert m.chars == 22 and m.chars_per_token == 2.0
     assert m.chars_per_s == pytest.approx(200.0)
+    assert m.decode_tok_s is not None
     assert m.chars_per_s == pytest.approx(m.chars_per_token * m.decode_tok_s)
     assert m.prefill_share == pytest.approx(200 / 305)
     assert m.kv_used_tokens == 111 and m.kv_capacity_tokens == 2048
@@ -120,7 +122,8 @@ def test_japanese_chars_per_second_counts_characters_not_bytes() -> None:
     # after the first token: "、世界" and "。" in 0.1 s, 2 tokens
     assert m.chars_per_s == pytest.approx(4 / 0.1)
     assert m.chars_per_token == pytest.approx(2.0)
-    assert m.chars_per_s == pytest.approx(m.chars_per_token * (m.decode_tok_s or 0))
+    assert m.chars_per_token is not None and m.decode_tok_s is not None
+    assert m.chars_per_s == pytest.approx(m.chars_per_token * m.decode_tok_s)
 
 
 def test_truncated_prompt_warning_from_server_timings() -> None:
@@ -362,8 +365,8 @@ def test_a_forecast_decodes_all_but_the_first_token() -> None:
     # 10 ms fixed + 100 new tokens at 100 tok/s = 1,010 ms to the first token; the other
     # 10 of 11 tokens at 50 tok/s take 200 ms more (the first came with the prefill)
     f = forecast(Rates(100.0, 50.0, 3, overhead_ms=10.0), 130, 30, 11, False)
-    assert (f.ttft_ms, f.total_ms) == (pytest.approx(1010.0), pytest.approx(1210.0))
-    assert (f.new_tokens, f.overhead_ms, f.prefill_ms) == (100, 10.0, pytest.approx(1000.0))
+    assert (f.ttft_ms, f.total_ms) == (near(1010.0), near(1210.0))
+    assert (f.new_tokens, f.overhead_ms, f.prefill_ms) == (100, 10.0, near(1000.0))
 
 
 def remote_trace(visible: int, counted: int, reason: FinishReason, silent_ms: int | None) -> Trace:
@@ -435,7 +438,7 @@ def test_forecast_decode_rate_is_the_median_of_the_newest_eight_answers() -> Non
 
 def test_a_prefill_line_with_a_negative_intercept_has_no_overhead() -> None:
     # (100, 50) and (200, 250): 2 ms a token, intercept -150 ms, clamped to 0
-    assert fit_line([(100.0, 50.0), (200.0, 250.0)]) == (0.0, pytest.approx(2.0))
+    assert fit_line([(100.0, 50.0), (200.0, 250.0)]) == (0.0, near(2.0))
     history = [
         metrics_from_dict(
             {
@@ -543,8 +546,8 @@ def test_token_times_are_kept_from_the_send_and_halved_exactly_at_the_cap() -> N
 
 
 def test_cancel_ends_only_a_running_request_at_the_time_given() -> None:
-    running, finished = local_trace(), local_trace()
-    running.t_done, running.finish = None, None
+    running, finished = Trace("local", "m"), local_trace()
+    running.observe(TextDelta("ab", 1), 200 * MS)  # a token, and no end yet
     running.cancel(900 * MS)
     finished.cancel(900 * MS)
     assert (running.t_done, running.finish) == (900 * MS, "cancelled")
@@ -567,7 +570,7 @@ def test_two_tokens_have_a_tpot_and_a_character_rate_per_token() -> None:
     t.observe(TextDelta("cdef", 1), 210 * MS)
     t.observe(Finished("stop"), 215 * MS)
     m = compute(t)
-    assert (m.tpot_ms, m.chars_per_token) == (pytest.approx(10.0), 4.0)
+    assert (m.tpot_ms, m.chars_per_token) == (near(10.0), 4.0)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [(40, 10), (41, 10), (43, 11), (6, 2)])

@@ -174,7 +174,8 @@ async def test_a_local_turn_is_a_genai_span_with_its_phases_and_the_client_metri
     }  # no reasoning tokens: SmolLM2 does not think (None is never sent as a value)
     assert m.reasoning_tokens is None and m.cached_tokens is not None
     # the local engine counts with its tokenizer: the prompt is the templated chat
-    assert m.prompt_tokens_source == "tokenizer" and m.prompt_tokens > 5
+    assert m.prompt_tokens_source == "tokenizer"
+    assert m.prompt_tokens is not None and m.prompt_tokens > 5
     times_match(root, children, trace)
     checked_metrics(otlp, trace, m)
     assert otlp.resources()[0]["service.name"] == "phasechat"

@@ -89,7 +89,11 @@ async def test_break_and_edit_forecast_are_visible_at_three_sizes(
 
         for width, height in ((80, 24), (120, 40), (200, 50)):
             await pilot.resize_terminal(width, height)
-            await wait_for(pilot, lambda w=width: panel.size.width == w - 2)  # its padding
+
+            def fitted(w: int = width) -> bool:
+                return panel.size.width == w - 2  # its padding
+
+            await wait_for(pilot, fitted)
             shown = await screen_rows(pilot, panel.region.y, panel.region.height)
             visible = "".join("".join(shown).split())  # wrapped rows, spaces aside
             size = f"{width}x{height}"

@@ -5,7 +5,7 @@ the time a token was made) moves a figure well past rounding."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
 import pytest
@@ -137,7 +137,9 @@ async def test_recording_stamps_from_the_send_and_an_abandoned_stream_is_closed(
             closed.append(True)
 
     t = Trace("local", "m")
-    async with aclosing(record(stream(), t)) as recording:
+    recording = record(stream(), t)
+    assert isinstance(recording, AsyncGenerator)  # closable: an async generator
+    async with aclosing(recording):
         async for event in recording:
             assert event == TextDelta("a", 1)
             break  # the consumer leaves after the first event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -27,10 +28,12 @@ from phasechat.telemetry.recorder import Trace, record
 REQUEST = GenerationRequest((Message("user", "hi"),), max_tokens=100)
 
 
-def replay(body: bytes, status: int = 200, ctype: str = "text/event-stream", chunk: int = 0):
+def replay(
+    body: bytes, status: int = 200, ctype: str = "text/event-stream", chunk: int = 0
+) -> httpx.MockTransport:
     """A transport that answers every request with `body`, in reads of `chunk` bytes."""
 
-    async def stream_body():
+    async def stream_body() -> AsyncIterator[bytes]:
         step = chunk or len(body) or 1
         for i in range(0, len(body), step):
             yield body[i : i + step]

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -60,6 +61,7 @@ async def test_cancel_closes_the_response(llama_server: str) -> None:
     await backend.start()
     req = GenerationRequest((Message("user", "Write a long poem."),), max_tokens=300)
     stream = backend.stream(req)
+    assert isinstance(stream, AsyncGenerator)  # closed below, before it ends
     n = 0
     async for event in stream:
         if isinstance(event, TextDelta):

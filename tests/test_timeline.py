@@ -109,7 +109,8 @@ async def test_t_on_an_answer_opens_its_timeline() -> None:
         assert "first token" in str(app.screen.query_one("#head").render())
         await pilot.press("escape")
         await pilot.press("up")  # the question: no timeline offered there
-        assert isinstance(app.focused, MessageView) and app.focused.message.role == "user"
+        question = pilot.app.focused  # (mypy still takes app.focused for the answer)
+        assert isinstance(question, MessageView) and question.message.role == "user"
         await pilot.press("t")
         await pilot.pause()
         assert not isinstance(app.screen, TimelineView)

@@ -184,7 +184,8 @@ async def test_an_answer_held_in_another_split_is_named_a_retokenization(
     assert brk.held.replace("|", "") == brk.sent.replace("|", "") and brk.held != brk.sent
     m = again.metrics
     assert m is not None and first.metrics is not None
-    held = first.metrics.prompt_tokens + first.metrics.output_tokens  # type: ignore[operator]
+    assert first.metrics.prompt_tokens is not None and m.cached_tokens is not None
+    held = first.metrics.prompt_tokens + first.metrics.output_tokens
     assert brk.tokens_read_again == held - m.cached_tokens
 
 
@@ -237,6 +238,7 @@ async def test_llama_server_holding_an_answer_in_another_split_names_the_retoken
     assert brk.line().startswith("the previous answer was tokenized differently at ‹")
     m, held = second.metrics, first.metrics
     assert m is not None and held is not None and held.prompt_tokens is not None
+    assert m.cached_tokens is not None
     # the server kept the prompt and the answer up to the split, and read the rest again
     assert held.prompt_tokens + at <= m.cached_tokens < held.prompt_tokens + len(answer)
     assert brk.tokens_read_again == held.prompt_tokens + held.output_tokens - m.cached_tokens

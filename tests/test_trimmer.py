@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.base import RenderedPrompt, TokenCount
+from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import Event, GenerationRequest, Message, StreamError
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
@@ -298,7 +298,8 @@ class BrokenSummarizer:
     name, model = "broken", "none"
     exact_token_counts = serial = shares_cpu = False
     context_window = context_source = None
-    state, state_detail = "ready", "scripted"
+    state: LoadState = "ready"
+    state_detail = "scripted"
 
     def __init__(self, raises: bool) -> None:
         self.raises = raises

@@ -121,7 +121,9 @@ async def test_a_server_that_says_nothing_has_an_unknown_window_the_user_can_set
 async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
     def reply(request: dict[str, object]) -> bytes:
         # Ollama keeps what fits num_ctx (2048) and reports that as prompt_tokens.
-        words = sum(len(str(m["content"]).split()) for m in request["messages"])  # type: ignore[index, union-attr, attr-defined]
+        messages = request["messages"]
+        assert isinstance(messages, list)
+        words = sum(len(str(m["content"]).split()) for m in messages)
         kept = min(words + 10, 2030)
         return answer(4, {"prompt_tokens": kept, "completion_tokens": 4})
 
@@ -133,7 +135,8 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
         async for _ in turns.send(prompt):
             pass
         m = turns.exchanges[-1].metrics
-        assert m is not None and len(m.warnings) == alarms, m.warnings
+        assert m is not None
+        assert len(m.warnings) == alarms, m.warnings
         if alarms:
             assert "window is 2,048 tokens" in m.warnings[0] and "truncated" in m.warnings[0]
     await backend.aclose()

@@ -104,14 +104,14 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         app.turns.update_settings(max_tokens=300)
         await pilot.press("f5")
         await pick(pilot, "local(temperature=0.8)")
-        screen = app.screen
-        assert isinstance(screen, CompareScreen)
+        replay = pilot.app.screen  # (app.screen: mypy still takes it for the palette)
+        assert isinstance(replay, CompareScreen)
         await wait_for(
-            pilot, lambda: (x := screen.comparison.latest(0)) is not None and x.trace.tokens >= 3
+            pilot, lambda: (x := replay.comparison.latest(0)) is not None and x.trace.tokens >= 3
         )
         await pilot.press("escape")
-        a = screen.comparison.latest(0)
-        assert a is not None and a.trace.finish == "cancelled" and a.done
+        stopped = replay.comparison.latest(0)
+        assert stopped is not None and stopped.trace.finish == "cancelled" and stopped.done
         app.turns.update_settings(max_tokens=8)
         app.send("Another colour?")
         await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.generating)

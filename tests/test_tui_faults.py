@@ -164,11 +164,11 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
         for i in range(50):
             assert app.send(f"Tell me a long story, number {i}.")
             if i % 2 == 0:  # stop mid-answer, once text has arrived
-                await wait_for(
-                    lambda i=i: (
-                        len(app.turns.exchanges) > i and app.turns.exchanges[i].trace.tokens >= 1
-                    ),
-                )
+
+                def streaming(i: int = i) -> bool:
+                    return len(app.turns.exchanges) > i and app.turns.exchanges[i].trace.tokens >= 1
+
+                await wait_for(streaming)
             else:  # stop a moment after sending: in prefill, or before the request
                 await asyncio.sleep(0.05)
             app.action_stop()
@@ -256,10 +256,11 @@ async def test_stop_right_after_send_leaves_the_app_usable(local_backend: LocalB
 # -- 5. switching backend mid-stream -----------------------------------------------------
 
 
-def remote(server: FaultServer, name: str, model: str, **config: object) -> BackendSpec:
-    return BackendSpec(
-        "openai", remote=RemoteConfig(base_url=server.base_url, model=model, name=name, **config)
-    )
+def remote(
+    server: FaultServer, name: str, model: str, api_key_env: str = RemoteConfig().api_key_env
+) -> BackendSpec:
+    config = RemoteConfig(base_url=server.base_url, model=model, name=name, api_key_env=api_key_env)
+    return BackendSpec("openai", remote=config)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from textual import events
+from textual._wrap import compute_wrap_offsets
 from textual.document import _wrapped_document
 from textual.document._wrapped_document import WrappedDocument
 from textual.pilot import Pilot
@@ -44,7 +45,7 @@ class Measured:
 @pytest.fixture
 def measured(monkeypatch: pytest.MonkeyPatch) -> Measured:
     counter = Measured()
-    wrap = _wrapped_document.compute_wrap_offsets
+    wrap = compute_wrap_offsets  # what _wrapped_document imported
     sections = WrappedDocument.get_sections
 
     def counted_wrap(text: str, *args: Any, **kwargs: Any) -> list[int]:
@@ -114,7 +115,12 @@ async def test_a_key_storm_ends_as_exactly_the_text_typed() -> None:
 async def test_enter_in_a_storm_sends_the_text_typed_before_it() -> None:
     app = PhasechatApp(backend=ScriptedBackend())
     sent: list[str] = []
-    app.send = lambda text: sent.append(text) is None  # type: ignore[method-assign]
+
+    def send(text: str) -> bool:
+        sent.append(text)
+        return True
+
+    app.send = send  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
         keys = [*map(key, "first line"), events.Key("enter", "\r"), *map(key, "next")]
         await typed(pilot, app, keys, "first linenext")

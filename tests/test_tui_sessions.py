@@ -18,7 +18,7 @@ from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.chats_screen import ChatsScreen
 from phasechat.tui.screens.settings_screen import SettingsScreen
 from phasechat.tui.widgets.chat_widgets import MessageView
-from tests.helpers import wait_for
+from tests.helpers import settled, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -120,7 +120,7 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
         assert app.turns.trimmer.budget == 160 and app.turns.trimmer.keep_last == 2
         for n in range(1, 9):
             app.send(f"Turn {n}: tell me one fact about the number {n}.")
-            await wait_for(pilot, lambda n=n: len(app.turns.exchanges) == n and not app.generating)
+            await settled(pilot, app, n)
             if app.turns.trimmer.summaries:
                 break
         await wait_for(pilot, lambda: not app.turns.trimmer.pending, limit_s=180)

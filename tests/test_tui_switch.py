@@ -12,7 +12,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.history_screen import HistoryScreen, export_dir
 from phasechat.tui.screens.switch_screen import SwitchScreen
-from tests.helpers import wait_for
+from tests.helpers import settled, wait_for
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -65,7 +65,7 @@ async def test_switch_screen_shows_measured_cost_and_history_exports(
     async with app.run_test(size=(110, 40)) as pilot:
         for n, prompt in enumerate(("Hello there, how are you today?", "What is the tallest?"), 1):
             app.send(prompt)
-            await wait_for(pilot, lambda n=n: len(app.turns.exchanges) == n and not app.generating)
+            await settled(pilot, app, n)
         await app.switch_to("server")
         await wait_for(pilot, lambda: app.backend.state == "ready")
         await pilot.press("ctrl+b")

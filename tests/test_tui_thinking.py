@@ -30,7 +30,7 @@ async def test_thinking_phase_live_then_a_folded_block() -> None:
             assert app.send("hi")
             await wait_for(lambda: app.turns.current is not None)
             exchange = app.turns.exchanges[-1]
-            await wait_for(lambda: exchange.live().phase == "thinking" and exchange.reasoning)
+            await wait_for(lambda: exchange.live().phase == "thinking" and bool(exchange.reasoning))
             await wait_for(lambda: "thinking" in panel_text(app).split("\n")[0])
             panel = panel_text(app)
             assert "thinking chunks" in panel and "prefill | thinking | answer" in panel

@@ -4,7 +4,7 @@ where it branches, what the next request holds, and what listeners are told."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -228,12 +228,13 @@ async def test_one_turn_at_a_time_and_bad_edits_are_refused_before_anything_chan
     turns, _ = await three_turns()
     tree = list(turns.conversation.every())
     reply = turns.conversation.messages[1]
-    for bad in (
+    bad_inputs: list[Callable[[], object]] = [
         lambda: turns.edit(reply.id, "an answer is not a question"),
         lambda: turns.edit(999_999, "no such message"),
         lambda: turns.edit(turns.conversation.messages[0].id, "   "),
         lambda: turns.begin("\udcff"),
-    ):
+    ]
+    for bad in bad_inputs:
         with pytest.raises(InputError):
             bad()
     assert list(turns.conversation.every()) == tree

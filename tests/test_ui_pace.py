@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from textual.content import Content
 
 from phasechat.backends.events import Event, GenerationRequest
 from phasechat.backends.local import LocalBackend, LocalConfig
@@ -19,6 +18,7 @@ from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets import chat_log
 from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
 from phasechat.tui.widgets.markdown_view import SHARED_STEP, STREAM_STEP, MarkdownBody
+from phasechat.tui.widgets.telemetry_view import PanelLine
 from tests.fault_server import fault_server_thread
 from tests.test_tui_faults import wait_for
 
@@ -79,9 +79,9 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     panels: list[tuple[float, bool]] = []  # (when, generating) of each panel drawn
     show = LivePanel.show
 
-    def shown(self: LivePanel, content: Content) -> None:
+    def shown(self: LivePanel, lines: Sequence[PanelLine]) -> None:
         panels.append((time.monotonic(), self.app.generating))  # type: ignore[attr-defined]
-        show(self, content)
+        show(self, lines)
 
     monkeypatch.setattr(LivePanel, "show", shown)
     asked = ask_every(monkeypatch)

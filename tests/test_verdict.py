@@ -3,7 +3,9 @@ and where a user meets them: `ask --stats` and `doctor`, on the real bundled mod
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -460,7 +462,7 @@ def test_the_engine_s_account_names_its_source_and_leaves_out_what_it_did_not_sa
 def test_the_probe_copies_with_one_thread_per_cpu_it_may_run_on_at_least_one(
     monkeypatch: pytest.MonkeyPatch, cpus: set[int], expected: int
 ) -> None:
-    monkeypatch.setattr(membw.os, "sched_getaffinity", lambda pid: cpus)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cpus)
     assert membw.probe_threads() == expected
 
 
@@ -468,8 +470,8 @@ def test_the_probe_copies_with_one_thread_per_cpu_it_may_run_on_at_least_one(
 def test_without_an_affinity_the_probe_counts_the_cpus(
     monkeypatch: pytest.MonkeyPatch, count: int | None, expected: int
 ) -> None:
-    monkeypatch.delattr(membw.os, "sched_getaffinity")
-    monkeypatch.setattr(membw.os, "cpu_count", lambda: count)
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: count)
     assert membw.probe_threads() == expected
 
 
@@ -509,10 +511,10 @@ def test_the_probe_refuses_no_bytes_or_no_rounds(size: int, rounds: int) -> None
 def test_every_round_waits_for_every_thread_s_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     copies: list[int] = []
     fake = SimpleNamespace(
-        create_string_buffer=membw.ctypes.create_string_buffer,
-        memset=membw.ctypes.memset,
+        create_string_buffer=ctypes.create_string_buffer,
+        memset=ctypes.memset,
         memmove=lambda dst, src, n: copies.append(n),
-        Array=membw.ctypes.Array,
+        Array=ctypes.Array,
     )
     monkeypatch.setattr(membw, "ctypes", fake)
     membw.copy_rate(64, 5, 4)

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import httpx
 import pytest
@@ -52,7 +53,20 @@ def value(page: str, name: str) -> float:
     return float(m.group(1))
 
 
-def usage_of(sse: str) -> dict[str, int]:
+class PromptDetails(TypedDict):
+    cached_tokens: int
+
+
+class UsageJson(TypedDict):
+    """An OpenAI-style `usage` object as vLLM sends it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: NotRequired[PromptDetails]  # with --enable-prompt-tokens-details
+
+
+def usage_of(sse: str) -> UsageJson:
     for line in sse.splitlines():
         if line.startswith("data: {") and '"usage"' in line:
             usage = json.loads(line[6:]).get("usage")
