@@ -176,7 +176,7 @@ def _summary(
     print(f"B against A over A's answers: {said}")
     if d is not None and d.bound:
         for note in notes:  # what a server's figures cannot be
-            print(f"  ({note})")
+            print(f"  note: {note}")
     below = overall_floor(turns)
     if below is not None:
         print(f"A against itself, read a token a step (the engine's floor): {_figures(below)}")
