@@ -22,8 +22,9 @@ ids it sampled on the stream phasechat reads): `tokenize` splits it with the ser
 own tokenizer, which a sampler may have split otherwise (`prompt_tokens` gives the
 prompt's ids as the server's template renders it).
 
-`FORCING` holds, per family, the four reads (`Forcing`); a family without one
-(Ollama, OpenAI, ...) gives no log-probabilities of tokens it did not sample itself.
+`VLLM_FORCING` and `LLAMA_SERVER_FORCING` hold each family's four reads (`Forcing`,
+its `ServerFamily.forcing`); a family without one (Ollama, OpenAI, ...) gives no
+log-probabilities of tokens it did not sample itself.
 Every number from the server is checked: a log-probability that is not a finite number
 at most 0, or a position's listed probabilities adding up to more than 1, is refused
 with the reason (`TeacherError`), never compared.

@@ -108,14 +108,16 @@ def answer_divergence(
     answer: Sequence[int],
     progress: Callable[[str, int, int], None] | None = None,
     stop: threading.Event | None = None,
+    labels: tuple[str, str] = ("A", "B"),
 ) -> Divergence:
     """B's divergence from A over `answer` (A's answer token ids after `prompt`), each
     side reading the whole sequence once; blocking (run it in a thread).
-    `progress(side, read, total)` as each side reads ("A", then "B"); a set `stop` raises
-    `teacher.Stopped`. The caller has checked the vocabularies (`vocabulary_differs`)."""
+    `progress(side, read, total)` as each side reads (`labels`: "A", then "B"); a set
+    `stop` raises `teacher.Stopped`. The caller has checked the vocabularies
+    (`vocabulary_differs`)."""
     sequence, start = [*prompt, *answer], len(prompt)
     logits = []
-    for label, side in (("A", a), ("B", b)):
+    for label, side in zip(labels, (a, b), strict=True):
         told = None if progress is None else partial(progress, label)
         logits.append(forced_logits(side.model, side.setting, sequence, start, told, stop))
     return compare_logits(*logits)
@@ -301,13 +303,8 @@ def floor(
     if a.forced is None:
         return None
     stepped = Forced(a.forced.model, replace(a.forced.setting, batch=1))
-    sides = [("A", a.forced), ("A, a token a step", stepped)]
-    logits = []
-    sequence, start = [*t.prompt, *t.ids], len(t.prompt)
-    for label, side in sides:
-        told = None if progress is None else partial(progress, label)
-        logits.append(forced_logits(side.model, side.setting, sequence, start, told, stop))
-    return compare_logits(*logits)
+    labels = ("A", "A, a token a step")
+    return answer_divergence(a.forced, stepped, t.prompt, t.ids, progress, stop, labels)
 
 
 def _remote(reader: Reader) -> tuple[Forcing, Server]:
