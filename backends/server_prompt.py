@@ -23,7 +23,7 @@ import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
-from phasechat.backends.token_text import pieces_of
+from phasechat.backends.token_text import llama_piece, pieces_of
 from phasechat.backends.windows import fetch_json
 from phasechat.backends.wire_numbers import NOT_JSON
 from phasechat.backends.wire_text import as_text
@@ -52,13 +52,10 @@ async def render_on_llama_server(
         return None
     pieces = []
     for token in tokens:
-        piece = token.get("piece") if isinstance(token, dict) else None
-        if isinstance(piece, str):
-            pieces.append(as_text(piece).encode("utf-8"))
-        elif isinstance(piece, list) and all(isinstance(b, int) and 0 <= b < 256 for b in piece):
-            pieces.append(bytes(piece))
-        else:
+        piece = llama_piece(token.get("piece") if isinstance(token, dict) else None)
+        if piece is None:
             return None
+        pieces.append(piece)
     return RenderedPrompt(text, tuple(pieces), "server")
 
 

@@ -42,7 +42,7 @@ import httpx
 
 from phasechat.backends.events import Message
 from phasechat.backends.teacher import Stopped
-from phasechat.backends.token_text import pieces_of
+from phasechat.backends.token_text import llama_piece, pieces_of
 from phasechat.backends.windows import root_of
 from phasechat.backends.wire_text import as_text
 
@@ -231,16 +231,11 @@ async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], t
         raise TeacherError("llama-server's /tokenize sent no tokens")
     ids, pieces = [], []
     for token in listed:
-        piece = _field(token, "piece")
-        ids.append(_token_id(_field(token, "id")))
-        if isinstance(piece, str):
-            pieces.append(piece.encode("utf-8", "surrogatepass"))
-        elif isinstance(piece, list) and all(
-            isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in piece
-        ):
-            pieces.append(bytes(piece))
-        else:
+        piece = llama_piece(_field(token, "piece"))
+        if piece is None:
             raise TeacherError("llama-server's /tokenize sent a piece that is not text or bytes")
+        ids.append(_token_id(_field(token, "id")))
+        pieces.append(piece)
     if b"".join(pieces) != text.encode("utf-8"):
         raise TeacherError("llama-server's tokens do not spell the text they were made of")
     return ids, tuple(pieces)
