@@ -567,7 +567,8 @@ async def test_the_app_says_once_that_the_collector_refuses(
     server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from phasechat.chat.config.settings import Settings
-    from phasechat.tui.app import TRACING_CHECK_S, PhasechatApp
+    from phasechat.tui.app import PhasechatApp
+    from phasechat.tui.dialogs import TRACING_CHECK_S
     from tests.helpers import wait_for
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")

@@ -68,8 +68,6 @@ REFRESH_HZ = 15
 #: how many cold runs of each side "run each again" makes in a branch comparison
 BRANCH_RUNS = 3
 YIELD_EVERY_NS = 4_000_000
-#: how often the app looks whether the OpenTelemetry collector refused a batch (s)
-TRACING_CHECK_S = 2.0
 
 
 class PhasechatApp(ChatHost):
@@ -152,16 +150,7 @@ class PhasechatApp(ChatHost):
         self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))
         self.load_backend()
         self.refresh_status()
-        if self.workspace.tracing is not None:  # a collector that refuses: said once
-            self._told_tracing: str | None = None
-            self.set_interval(TRACING_CHECK_S, self._check_tracing)
-
-    def _check_tracing(self) -> None:
-        tracing = self.workspace.tracing
-        problem = tracing.problem if tracing is not None else None
-        if problem and problem != self._told_tracing:
-            self._told_tracing = problem
-            self.notify(problem, title="OpenTelemetry", severity="warning", markup=False)
+        dialogs.watch_tracing(self)
 
     def action_follow_link(self, href: str) -> None:
         """A link clicked in a message (tui/widgets/markdown_view.py): see dialogs.open_link."""

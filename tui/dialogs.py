@@ -122,6 +122,27 @@ def watch_saves(app: ChatHost) -> None:
     app.set_interval(SAVE_RETRY_S, retry)
 
 
+#: how often the app looks whether the OpenTelemetry collector refused a batch (s)
+TRACING_CHECK_S = 2.0
+
+
+def watch_tracing(app: ChatHost) -> None:
+    """While tracing is on, show once each new problem of its exporter (a collector that
+    refuses a batch or does not answer: telemetry/otel.py)."""
+    tracing = app.workspace.tracing
+    if tracing is None:
+        return
+    told: list[str] = []
+
+    def check() -> None:
+        problem = tracing.problem
+        if problem and problem not in told[-1:]:
+            told.append(problem)
+            app.notify(problem, title="OpenTelemetry", severity="warning", markup=False)
+
+    app.set_interval(TRACING_CHECK_S, check)
+
+
 def open_link(app: ChatHost, href: str) -> None:
     """A link clicked in an answer: http(s) only, and only after the URL was shown."""
     url = safe_link(href)
