@@ -18,7 +18,7 @@ import bisect
 import codecs
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from textual import work
@@ -206,14 +206,21 @@ class DivergenceView(ReportScreen):
             return None, str(exc)
         self.status = f"side A ({a.name}) reads the answer, teacher-forced"
         self._redraw()
+        told = self._from_thread(self._progress)
+        return await forced_sides.measure(a, b, self.taught, told, self.stop)
+
+    def _from_thread(
+        self, shown: Callable[[str, int, int], None]
+    ) -> Callable[[str, int, int], None]:
+        """`shown` as a worker thread may call it: on the app's loop, never waited for (a
+        view closed meanwhile has no loop to wait on)."""
         loop = asyncio.get_running_loop()
 
         def told(side: str, read: int, total: int) -> None:
-            # never waits for the UI: a view closed meanwhile has no loop to wait on
             with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(self._progress, side, read, total)
+                loop.call_soon_threadsafe(shown, side, read, total)
 
-        return await forced_sides.measure(a, b, self.taught, told, self.stop)
+        return told
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "floor":  # A's sequence read again here, a token a step
@@ -225,12 +232,7 @@ class DivergenceView(ReportScreen):
         """A against itself, read a token a step: what arithmetic alone moves."""
         if self.taught is None or self.floor is not None:
             return
-        loop = asyncio.get_running_loop()
-
-        def told(side: str, read: int, total: int) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(self._floor_progress, side, read, total)
-
+        told = self._from_thread(self._floor_progress)
         self.floor_status = "floor: reading A's answer again"
         self._redraw()
         try:
