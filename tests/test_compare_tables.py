@@ -164,3 +164,25 @@ def test_shortened_keeps_start_and_end_in_cells() -> None:
     assert shortened("abcdefgh", 5) == "ab…gh"
     assert shortened("漢字漢字漢字", 7) == "漢…漢字"  # wide characters count two cells
     assert shortened("abc", 0) == "…"
+
+
+async def test_a_long_reason_wraps_under_the_figures_at_80_columns() -> None:
+    """Seen in tmux at 80x24: the reason a side failed was cut at the table's edge
+    ("... connection refused (is the"). Under the figures it wraps, whole."""
+    reason = (
+        "openai: cannot connect to http://127.0.0.1:8080/v1: connection refused "
+        "(is the server running?)"
+    )
+    app = PhasechatApp(backend=ScriptedBackend())
+    async with app.run_test(size=(80, 24)) as pilot:
+        c = comparison(ScriptedBackend("a"), ScriptedBackend("b"), FIGURES)
+        screen = CompareScreen(c, run=False)
+        await app.push_screen(screen)
+        screen.error = reason
+        screen.refresh_figures()
+        await pilot.pause()
+        said = screen.query_one("#compare-error")
+        rows = [line.strip() for line in drawn(said) if line.strip()]
+        assert len(rows) >= 2 and " ".join(rows) == reason
+        assert said.region.bottom <= screen.query_one("Footer").region.y  # above the keys
+        assert reason not in " ".join(drawn(screen.query_one("#compare-table")))

@@ -212,6 +212,8 @@ class CompareScreen(Screen[None]):
         with Horizontal(id="compare-figures"):
             yield Static(id="compare-table")
             yield PlotextPlot(id="compare-bars")
+        # under the figures, the screen's width: a long reason wraps, never cut off
+        yield Static(id="compare-error")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -305,9 +307,10 @@ class CompareScreen(Screen[None]):
         if any(kv_bytes_per_token(side.backend) is not None for side in c.sides):
             kv = [f"{'AB'[n]} {kv_text(side.backend, sides[n])}" for n, side in enumerate(c.sides)]
             body = Content.assemble(body, "\n".join(kv), "\n")
-        if self.error:
-            body = Content.assemble(body, ("\n" + one_line(self.error), "bold"))
         self.query_one("#compare-table", Static).update(body)
+        said = self.query_one("#compare-error", Static)
+        said.display = bool(self.error)
+        said.update(one_line(self.error))
         shown = tuple((r.a.median, r.b.median) for r in rows)
         if shown != self._bars:  # plotext builds the whole chart: only when it changed
             self._bars = shown
