@@ -54,8 +54,8 @@ from phasechat.backends.servers import (
     detect,
     header_account,
 )
+from phasechat.backends.servers.forcing import Forcing, Server
 from phasechat.backends.sse import SSEParser
-from phasechat.backends.teacher_remote import Forcing, Server
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body, root_of
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound

@@ -22,7 +22,7 @@ import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message, ServerAccount
-from phasechat.backends.teacher_remote import Forcing
+from phasechat.backends.servers.forcing import Forcing
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
@@ -93,7 +93,7 @@ class ServerFamily:
     #: (client, root, headers, messages)
     render: Render | None = None
     #: how it reads a given token sequence, teacher-forced (None: it gives no
-    #: log-probabilities of tokens it did not sample; backends/teacher_remote.py)
+    #: log-probabilities of tokens it did not sample; backends/servers/forcing.py)
     forcing: Forcing | None = None
     #: where its documentation says the above (shown in docs/backends.md's table)
     docs: str = ""

@@ -20,7 +20,7 @@ from phasechat.backends.servers.family import (
     positive,
     sizes,
 )
-from phasechat.backends.teacher_remote import LLAMA_SERVER_FORCING
+from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count
 
@@ -91,6 +91,6 @@ FAMILY = ServerFamily(
     request_extras={"return_progress": True},
     cache_grain=1,  # any common prefix of the slot's tokens
     render=render_on_llama_server,
-    forcing=LLAMA_SERVER_FORCING,  # prompt_logprobs / n_probs: backends/teacher_remote.py
+    forcing=LLAMA_SERVER_FORCING,  # n_probs: teacher.py beside this
     docs="llama.cpp tools/server/README.md",
 )
