@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 
-from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.servers.family import (
     PromNames,
     ServerFamily,
@@ -20,6 +19,7 @@ from phasechat.backends.servers.family import (
     positive,
     sizes,
 )
+from phasechat.backends.servers.llama_server.render import render_on_llama_server
 from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count

@@ -28,8 +28,8 @@ from phasechat.backends.servers.forcing import (
     ids_of,
     token_id,
 )
+from phasechat.backends.servers.llama_server.pieces import llama_piece
 from phasechat.backends.teacher import Stopped
-from phasechat.backends.token_text import llama_piece
 from phasechat.backends.wire_text import as_text
 
 
