@@ -2,8 +2,8 @@
 (`default_generation_settings.n_ctx`, `total_slots`, and `endpoint_metrics` when it
 serves /metrics) or `meta.n_ctx` in the listing; `exceed_context_size_error` refusals;
 `llamacpp:` counters with `--metrics`; `return_progress` for prefill progress. Its
-per-request `timings` are read by openai_wire.py (they are the OpenAI stream's only
-server timings phasechat knew first, and the local engine reports the same shape)."""
+per-request `timings` and its `prompt_progress`: timings.py beside this (the local
+engine reports the same shape)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from phasechat.backends.servers.family import (
     positive,
     sizes,
 )
+from phasechat.backends.servers.llama_server import timings
 from phasechat.backends.servers.llama_server.render import render_on_llama_server
 from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
 from phasechat.backends.windows import Window, fetch_json
@@ -90,6 +91,10 @@ FAMILY = ServerFamily(
     # llama-server only; OpenAI rejects unknown fields
     request_extras={"return_progress": True},
     cache_grain=1,  # any common prefix of the slot's tokens
+    progress=timings.progress,
+    timings=timings.timings,
+    timings_source=timings.source,
+    said_by=timings.SAID_BY,
     render=render_on_llama_server,
     forcing=LLAMA_SERVER_FORCING,  # n_probs: teacher.py beside this
     docs="llama.cpp tools/server/README.md",
