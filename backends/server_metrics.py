@@ -37,6 +37,7 @@ import httpx
 from phasechat.backends.events import Message, ServerAccount, Usage
 from phasechat.backends.servers import FAMILIES
 from phasechat.backends.servers.family import PromNames
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
@@ -332,7 +333,7 @@ async def scrape(
     try:
         async with (
             asyncio.timeout(DEADLINE_S),
-            client.stream("GET", f"{root}{path}", headers=headers, timeout=DEADLINE_S) as r,
+            client.stream("GET", endpoint(root, path), headers=headers, timeout=DEADLINE_S) as r,
         ):
             if r.status_code != 200:
                 return None

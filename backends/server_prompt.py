@@ -24,6 +24,7 @@ import httpx
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
 from phasechat.backends.token_text import llama_piece, pieces_of
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import fetch_json
 from phasechat.backends.wire_numbers import NOT_JSON
 from phasechat.backends.wire_text import as_text
@@ -39,13 +40,13 @@ async def render_on_llama_server(
 ) -> RenderedPrompt | None:
     """`messages` through llama-server's template and tokenizer (None: it cannot say)."""
     body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
-    rendered = await _post(client, f"{root}/apply-template", headers, body)
+    rendered = await _post(client, endpoint(root, "/apply-template"), headers, body)
     said = rendered.get("prompt") if isinstance(rendered, dict) else None
     if not isinstance(said, str):
         return None
     text = as_text(said)  # a lone surrogate cannot be encoded, nor shown
     tokenized = await _post(
-        client, f"{root}/tokenize", headers, {"content": text, "with_pieces": True}
+        client, endpoint(root, "/tokenize"), headers, {"content": text, "with_pieces": True}
     )
     tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
     if not isinstance(tokens, list):
@@ -68,7 +69,7 @@ async def render_on_vllm(
         "add_generation_prompt": True,
         "return_token_strs": True,
     }
-    tokenized = await _post(client, f"{root}/tokenize", headers, body)
+    tokenized = await _post(client, endpoint(root, "/tokenize"), headers, body)
     if not isinstance(tokenized, dict):
         return None
     ids, strs = tokenized.get("tokens"), tokenized.get("token_strs")
@@ -78,7 +79,7 @@ async def render_on_vllm(
         return None
     if not all(isinstance(s, str) for s in strs):
         return None
-    said = await _post(client, f"{root}/detokenize", headers, {"tokens": ids})
+    said = await _post(client, endpoint(root, "/detokenize"), headers, {"tokens": ids})
     text = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(text, str):
         return None

@@ -43,7 +43,7 @@ import httpx
 from phasechat.backends.events import Message
 from phasechat.backends.teacher import Stopped
 from phasechat.backends.token_text import llama_piece, pieces_of
-from phasechat.backends.windows import root_of
+from phasechat.backends.urls import endpoint, root_of
 from phasechat.backends.wire_text import as_text
 
 #: the top log-probabilities asked for at each position (vLLM's default --max-logprobs)
@@ -75,7 +75,7 @@ class Server:
 
     @property
     def v1(self) -> str:
-        return f"{self.root}/v1"
+        return endpoint(self.root, "/v1")
 
 
 #: A position's listed log-probabilities: token id -> log-probability.
@@ -118,7 +118,7 @@ async def vllm_top(
         "temperature": 0,
         "prompt_logprobs": k,
     }
-    answer = await _post(server, f"{server.v1}/completions", body)
+    answer = await _post(server, endpoint(server.v1, "/completions"), body)
     try:
         positions = answer["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -148,7 +148,7 @@ async def llama_server_top(
     request per position; `progress(done, total)` after each, a set `stop` raises
     `Stopped` before the next."""
     _check_span(tokens, start)
-    url = f"{server.root}/completion"
+    url = endpoint(server.root, "/completion")
     out = []
     total = len(tokens) - start
     for i in range(start, len(tokens)):
@@ -185,7 +185,7 @@ async def vllm_tokenize(server: Server, text: str) -> tuple[list[int], tuple[byt
         "add_special_tokens": False,
         "return_token_strs": True,
     }
-    said = await _post(server, f"{server.root}/tokenize", body)
+    said = await _post(server, endpoint(server.root, "/tokenize"), body)
     ids = _ids(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
     strs = said.get("token_strs")
     if (
@@ -202,7 +202,7 @@ async def vllm_tokenize(server: Server, text: str) -> tuple[list[int], tuple[byt
 
 async def vllm_detokenize(server: Server, ids: Sequence[int]) -> str:
     said = await _post(
-        server, f"{server.root}/detokenize", {"model": server.model, "tokens": list(ids)}
+        server, endpoint(server.root, "/detokenize"), {"model": server.model, "tokens": list(ids)}
     )
     text = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(text, str):
@@ -217,7 +217,7 @@ async def vllm_prompt(server: Server, messages: tuple[Message, ...]) -> list[int
         "messages": [{"role": m.role, "content": m.content} for m in messages],
         "add_generation_prompt": True,
     }
-    said = await _post(server, f"{server.root}/tokenize", body)
+    said = await _post(server, endpoint(server.root, "/tokenize"), body)
     return _ids(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
 
 
@@ -225,7 +225,7 @@ async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], t
     """`text`'s ids on llama-server, no special token added nor parsed (an answer that
     spells "<|im_end|>" is text), and each one's bytes."""
     body = {"content": text, "add_special": False, "parse_special": False, "with_pieces": True}
-    said = await _post(server, f"{server.root}/tokenize", body)
+    said = await _post(server, endpoint(server.root, "/tokenize"), body)
     listed = said.get("tokens") if isinstance(said, dict) else None
     if not isinstance(listed, list):
         raise TeacherError("llama-server's /tokenize sent no tokens")
@@ -242,7 +242,7 @@ async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], t
 
 
 async def llama_server_detokenize(server: Server, ids: Sequence[int]) -> str:
-    said = await _post(server, f"{server.root}/detokenize", {"tokens": list(ids)})
+    said = await _post(server, endpoint(server.root, "/detokenize"), {"tokens": list(ids)})
     text = said.get("content") if isinstance(said, dict) else None
     if not isinstance(text, str):
         raise TeacherError("llama-server's /detokenize sent no text")
@@ -253,12 +253,12 @@ async def llama_server_prompt(server: Server, messages: tuple[Message, ...]) -> 
     """The ids of `messages` as a chat request reads them: its template (/apply-template),
     then its tokenizer with special tokens parsed and added (as the server does)."""
     body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
-    said = await _post(server, f"{server.root}/apply-template", body)
+    said = await _post(server, endpoint(server.root, "/apply-template"), body)
     prompt = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(prompt, str):
         raise TeacherError("llama-server's /apply-template sent no prompt")
     read = {"content": prompt, "add_special": True, "parse_special": True}
-    said = await _post(server, f"{server.root}/tokenize", read)
+    said = await _post(server, endpoint(server.root, "/tokenize"), read)
     return _ids(said.get("tokens") if isinstance(said, dict) else None, "llama-server's /tokenize")
 
 
