@@ -335,10 +335,11 @@ def stats_line(m: Metrics) -> str:
         "" if m.evaluated_prompt_tokens is None else f", {m.evaluated_prompt_tokens:,} evaluated"
     )
     load = f" (load {m.load_ms:,.0f} ms)" if m.load_ms is not None else ""
+    decode = f"unknown ({m.decode_unknown})" if m.decode_unknown else n(m.decode_tok_s, " tok/s", 1)
     return (
         f"ttft {n(m.ttft_ms, ' ms')}{load}"
         f" · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
-        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
+        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {decode}"
         f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
     )
 
