@@ -80,7 +80,8 @@ async def test_a_fast_server_that_streams_each_token_keeps_its_rate(server: Faul
     ex = await answered(server, "paced-200-500")
     m = ex.metrics
     assert m is not None and m.decode_unknown is None
-    assert m.decode_tok_s is not None and 100 < m.decode_tok_s <= 520
+    # its pace, give or take a busy machine's lag: far below the burst floor either way
+    assert m.decode_tok_s is not None and 100 < m.decode_tok_s < 1_000
     live = snapshot(ex.trace, ex.trace.t_done or 0)
     assert live.decode_unknown is None and live.decode_tok_s is not None
 
