@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +25,17 @@ import pytest
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.servers.dynamo import ROUTING, WORKER, chunk_timing
 from phasechat.backends.wire_numbers import Fields
+from phasechat.chat.config.file import Config
+from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
+from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.verdict import engine_says
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST, Waterfall, waterfall_of
 from tests.dynamo_server import BLOCK_SIZE, MODEL, DynamoServer
 from tests.helpers import ask
+from tests.otlp_receiver import Receiver, attributes
 
 
 class _Recorded(httpx.AsyncByteStream):
@@ -148,10 +154,9 @@ async def test_the_wait_s_parts_are_dynamo_s_own_figures_under_its_own_meaning(
     for n, m in enumerate(chat.metrics):
         said = chat.timing(n)
         wf = chat.wait(n)
-        assert wf.contradiction is None
         assert m.server_source == "Dynamo nvext"
-        assert wf.ms(QUEUED) == said["prefill_wait_time_ms"]
-        assert wf.ms(PREFILL) == said["prefill_time_ms"]
+        assert m.server_queue_ms == said["prefill_wait_time_ms"]
+        assert m.server_prompt_ms == said["prefill_time_ms"]
         assert m.server_ttft_ms == said["ttft_ms"]
         # Dynamo's ttft_ms is its two parts exactly: what is left is the floats' noise,
         # zero, not a part called "server, other"
@@ -174,10 +179,18 @@ async def test_the_wait_s_parts_are_dynamo_s_own_figures_under_its_own_meaning(
         assert f"{ROUTING.name} {said['prefill_wait_time_ms']:,.0f} ms" in says
         assert f"{WORKER.name} {said['prefill_time_ms']:,.0f} ms" in says
         assert "tok/s" not in says
-        # the whole: ours is the server's own plus what neither side accounts for (none
-        # where the server's clock began before our body was all written: its receipt
-        # of the request can precede the last byte's leaving here by a fraction of a ms)
         assert m.ttft_ms is not None and m.sent_ms is not None
+        if wf.contradiction is not None:
+            # a busy machine: our stamp of the body's end came after the server's clock
+            # began (its receipt), and its parts no longer fit after it: named, unknown
+            assert m.ttft_ms - m.sent_ms < said["ttft_ms"]
+            assert wf.contradiction.startswith("contradiction: Dynamo nvext says ")
+            assert (wf.ms(QUEUED), wf.ms(PREFILL), wf.ms(REST)) == (None, None, None)
+            continue
+        assert wf.ms(QUEUED) == said["prefill_wait_time_ms"]
+        assert wf.ms(PREFILL) == said["prefill_time_ms"]
+        # the whole: ours is the server's own plus what neither side accounts for (none
+        # where the server's clock began a fraction of a ms before our body was all out)
         rest = max(0.0, m.ttft_ms - m.sent_ms - said["ttft_ms"])
         assert wf.ms(REST) == pytest.approx(rest, abs=1e-6)
 
@@ -211,6 +224,57 @@ async def test_the_worker_and_the_unknown_window_with_its_reason(chat: Chat) -> 
     assert (
         m.context_source == "Dynamo lists context_window 0: its workers declared no --max-model-len"
     )
+
+
+@pytest.mark.server
+def test_ask_json_and_stats_name_dynamo_s_parts(dynamo: DynamoServer) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "phasechat", "ask", "--json", "--stats", "--backend", "openai",
+         "--base-url", dynamo.base_url, "--model", MODEL, "--max-tokens", "4", "--no-save",
+         "Name a colour."],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)
+    steps = {s["name"]: s for s in record["waterfall"]["steps"]}
+    assert steps[QUEUED]["label"] == ROUTING.name and steps[QUEUED]["means"] == ROUTING.means
+    assert steps[PREFILL]["label"] == WORKER.name and steps[PREFILL]["means"] == WORKER.means
+    assert record["server_queue_ms"] > 0
+    if record["waterfall"]["contradiction"] is None:  # see the test above
+        assert steps[QUEUED]["ms"] == record["server_queue_ms"]
+    assert OTHER not in steps
+    assert record["server_queue_name"] == ROUTING.name
+    plain = subprocess.run(
+        [sys.executable, "-m", "phasechat", "ask", "--stats", "--backend", "openai",
+         "--base-url", dynamo.base_url, "--model", MODEL, "--max-tokens", "4", "--no-save",
+         "Name a colour."],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    wait = next(x for x in plain.stderr.splitlines() if x.startswith("TTFT "))
+    assert " · frontend: tokenize + route " in wait and " · worker: queue + prefill " in wait
+    assert "queued" not in wait
+
+
+@pytest.mark.server
+async def test_the_otel_span_names_dynamo_s_parts(otlp: Receiver, dynamo: DynamoServer) -> None:
+    spec = BackendSpec("openai", remote=RemoteConfig(base_url=dynamo.base_url, model=MODEL))
+    ws = Workspace(Config(), spec, settings=Settings(max_tokens=4))
+    await ws.backend.start()
+    async for _ in ws.turns.send("Name a colour."):
+        pass
+    await ws.aclose()
+    m = ws.turns.exchanges[-1].metrics
+    assert m is not None and m.server_queue_ms is not None and m.server_prompt_ms is not None
+    spans = otlp.spans()
+    prefill = next(s for s in spans if s.name == "prefill")
+    wait = attributes(prefill.attributes)
+    assert wait["phasechat.wait.frontend_tokenize_route_ms"] == m.server_queue_ms
+    assert wait["phasechat.wait.worker_queue_prefill_ms"] == m.server_prompt_ms
+    assert wait["phasechat.wait.frontend_tokenize_route.means"] == ROUTING.means
+    assert wait["phasechat.wait.worker_queue_prefill.means"] == WORKER.means
+    assert not any(k.startswith(("phasechat.wait.queued", "phasechat.wait.prefill")) for k in wait)
+    assert "phasechat.wait.server_other_ms" not in wait
 
 
 def test_a_kv_hit_rate_of_zero_is_a_reading_not_unknown() -> None:
