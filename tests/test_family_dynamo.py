@@ -23,7 +23,13 @@ import httpx
 import pytest
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.dynamo import ROUTING, WORKER, chunk_timing
+from phasechat.backends.servers.dynamo import (
+    ROUTING,
+    WORKER,
+    chunk_timing,
+    listed_window,
+    unknown_window,
+)
 from phasechat.backends.wire_numbers import Fields
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
@@ -309,3 +315,21 @@ def test_a_worker_id_that_is_no_id_is_named_and_never_shown() -> None:
     assert (account.prefill_worker, account.decode_worker) == ("7587888160958628000", None)
     assert len(f.ignored) == 1 and f.ignored[0].startswith("nvext.decode_worker_id")
     assert "\x1b" not in f.ignored[0]
+
+
+def test_a_window_the_workers_declared_is_read_and_0_is_unknown_with_its_reason() -> None:
+    # the frontend's listing, as it was with the mocker's --max-model-len 2048 and without
+    declared = {"id": "smol", "owned_by": "nvidia", "context_window": 2048}
+    none = {"id": "smol", "owned_by": "nvidia", "context_window": 0}
+    window = listed_window(declared, Fields())
+    assert window is not None and (window.tokens, window.source) == (
+        2048,
+        "Dynamo /v1/models context_window",
+    )
+    assert unknown_window(declared) is None
+    assert listed_window(none, Fields()) is None
+    assert unknown_window(none) == (
+        "Dynamo lists context_window 0: its workers declared no --max-model-len"
+    )
+    # another server's field of that name is not read as Dynamo's
+    assert listed_window({**declared, "owned_by": "someone"}, Fields()) is None
