@@ -333,3 +333,28 @@ def test_a_window_the_workers_declared_is_read_and_0_is_unknown_with_its_reason(
     )
     # another server's field of that name is not read as Dynamo's
     assert listed_window({**declared, "owned_by": "someone"}, Fields()) is None
+
+
+def test_the_edges_of_what_dynamo_may_say() -> None:
+    def account(timing: dict[str, Any], workers: dict[str, Any] | None = None) -> Any:
+        f = Fields()
+        nvext: dict[str, Any] = {"timing": timing}
+        if workers is not None:
+            nvext["worker_id"] = workers
+        return chunk_timing({"nvext": nvext}, f), f.ignored
+
+    # every prompt block found: 1 is a share; an int 1 is the float 1.0
+    said, ignored = account({"kv_hit_rate": 1})
+    assert said.kv_hit_share == 1.0 and isinstance(said.kv_hit_share, float) and not ignored
+    # a hit rate that is no number is unknown and named, a bool too
+    for odd in ("0.5", True):
+        said, ignored = account({"kv_hit_rate": odd})
+        assert said.kv_hit_share is None and len(ignored) == 1
+    # worker ids are Dynamo's u64 lease ids: the largest is one, one more is not
+    said, ignored = account({}, {"prefill_worker_id": 2**64 - 1, "decode_worker_id": 2**64})
+    assert (said.prefill_worker, said.decode_worker) == (str(2**64 - 1), None)
+    assert ignored == ["nvext.decode_worker_id (a 20-digit number)"]
+    # a listing's context_window 0 is Dynamo's "none declared": no false notice of it
+    f = Fields()
+    assert listed_window({"owned_by": "nvidia", "context_window": 0}, f) is None
+    assert f.ignored == []
