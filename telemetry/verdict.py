@@ -303,15 +303,25 @@ def transport(m: Metrics) -> str:
         return ""
     ttft = m.ttft_ms
     if m.server_ttft_ms is not None and m.transport_ms is not None:  # vLLM's /metrics
-        queue = f"queue {m.server_queue_ms:,.0f} ms, " if m.server_queue_ms is not None else ""
+        # its parts under the server's own names where it defines them otherwise (Dynamo)
+        named_queue, named_prefill = m.server_queue_name or "queue", m.server_prefill_name
+        queue = (
+            f"{named_queue} {m.server_queue_ms:,.0f} ms, " if m.server_queue_ms is not None else ""
+        )
         prefill = m.server_prompt_ms
         return (
             f"TTFT {ttft:,.0f} ms: the server's own {m.server_ttft_ms:,.0f} ms ({queue}"
-            + (f"prefill {prefill:,.0f} ms" if prefill is not None else "prefill unknown")
+            + f"{named_prefill or 'prefill'} "
+            + (f"{prefill:,.0f} ms" if prefill is not None else "unknown")
             + f"), the transport {m.transport_ms:,.0f} ms ({m.transport_ms / ttft:.0%})"
         )
     if m.server_prompt_ms is not None and m.server_prompt_ms <= ttft:
         rest = ttft - m.server_prompt_ms
+        if m.server_prefill_name is not None:  # no prefill alone: the rest is not a queue
+            return (
+                f"TTFT {ttft:,.0f} ms: the server's {m.server_prefill_name} "
+                f"{m.server_prompt_ms:,.0f} ms, the rest {rest:,.0f} ms ({rest / ttft:.0%})"
+            )
         return (
             f"TTFT {ttft:,.0f} ms: the server's prefill {m.server_prompt_ms:,.0f} ms, "
             f"the transport and its queue {rest:,.0f} ms ({rest / ttft:.0%})"

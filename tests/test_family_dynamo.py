@@ -260,6 +260,11 @@ def test_ask_json_and_stats_name_dynamo_s_parts(dynamo: DynamoServer) -> None:
     wait = next(x for x in plain.stderr.splitlines() if x.startswith("TTFT "))
     assert " · frontend: tokenize + route " in wait and " · worker: queue + prefill " in wait
     assert "queued" not in wait
+    # and the verdict's split of the TTFT between the server and the transport
+    assert "(frontend: tokenize + route " in plain.stderr or (
+        "the server's worker: queue + prefill " in plain.stderr  # beyond ours: the rest
+    )
+    assert "(queue " not in plain.stderr and "the server's prefill" not in plain.stderr
 
 
 @pytest.mark.server
