@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import httpx
 
@@ -64,9 +65,19 @@ class Probe:
         """ "llama-server · SmolLM2-135M-Instruct · window 4,096" or what went wrong."""
         if self.problem is not None:
             return self.problem
-        models = self.models[0] if len(self.models) == 1 else f"{len(self.models)} models"
+        models = (
+            shown_model(self.models[0]) if len(self.models) == 1 else f"{len(self.models)} models"
+        )
         window = f"window {self.window:,}" if self.window else "window not said"
         return f"{self.family} · {models} · {window}"
+
+
+def shown_model(model: str) -> str:
+    """A model's id as a line shows it: a GGUF file's name without its folder and
+    extension (llama-server lists the path it was started with), else the id."""
+    if model.endswith(".gguf") or model.startswith("/"):
+        return PurePath(model).name.removesuffix(".gguf")
+    return model
 
 
 def base_url_of(text: str) -> str:

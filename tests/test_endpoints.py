@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.probe import USUAL_PORTS, base_url_of, local_urls, probe
+from phasechat.backends.probe import USUAL_PORTS, base_url_of, local_urls, probe, shown_model
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import EndpointProfile, load_config
 from phasechat.chat.config.write import save_config
@@ -117,6 +117,18 @@ def test_a_typed_url_becomes_a_base_url(typed: str, url: str) -> None:
 def test_a_url_no_request_could_go_to_is_refused(typed: str) -> None:
     with pytest.raises(ValueError, match="URL"):
         base_url_of(typed)
+
+
+@pytest.mark.parametrize(
+    ("listed", "shown"),
+    [
+        ("/models/SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1"),
+        ("qwen2.5:7b", "qwen2.5:7b"),
+        ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+    ],
+)
+def test_a_gguf_path_is_shown_by_its_file_name(listed: str, shown: str) -> None:
+    assert shown_model(listed) == shown
 
 
 def test_only_loopback_is_looked_at() -> None:

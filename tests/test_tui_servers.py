@@ -210,7 +210,7 @@ async def test_from_a_local_answer_to_a_llama_server_added_by_its_url(
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         here = [p for p in screen.found if p.port == port]
         assert here and here[0].family == "llama-server"
-        assert "SmolLM2" in here[0].line()
+        assert "· SmolLM2-135M-Instruct.Q4_1 · window" in here[0].line()
     assert config.path is not None
     saved = load_config(config.path)
     assert [(e.name, e.base_url, e.model) for e in saved.endpoints] == [("llama-server", url, None)]
