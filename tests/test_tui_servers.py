@@ -22,7 +22,7 @@ from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.confirm import ConfirmScreen
 from phasechat.tui.screens.rename_screen import RenameScreen
 from phasechat.tui.screens.server_form import ServerForm
-from phasechat.tui.screens.switch_screen import BackendsScreen
+from phasechat.tui.screens.switch_screen import ADD, PROFILE, BackendsScreen
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.helpers import settled, wait_for
 from tests.llama_server import free_port
@@ -65,9 +65,38 @@ async def open_form(pilot: Pilot[None], app: PhasechatApp, url: str) -> ServerFo
     return form
 
 
-def fault_app(server: FaultServer, config: Config) -> PhasechatApp:
+def fault_app(server: FaultServer, config: Config, *profiles: BackendSpec) -> PhasechatApp:
     spec = BackendSpec("openai", remote=RemoteConfig(server.base_url, "ok-3", name="first"))
-    return PhasechatApp(spec, Settings(max_tokens=8), config=config)
+    return PhasechatApp(spec, Settings(max_tokens=8), profiles=profiles, config=config)
+
+
+async def test_enter_in_the_switcher_switches_adds_and_names_what_runs_here(
+    server: FaultServer, config: Config
+) -> None:
+    second = BackendSpec("openai", remote=RemoteConfig(server.base_url, "ok-3", name="second"))
+    app = fault_app(server, config, second)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.backend.state == "ready")
+        await pilot.press("ctrl+b")
+        screen = app.screen
+        assert isinstance(screen, BackendsScreen)
+        await wait_for(pilot, lambda: screen.found is not None)
+        options = screen.query_one(OptionList)
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        # the fault server answers at the profiles' own port: offered as the first of them
+        assert ids[:3] == ["first", "second", ADD] and f"{PROFILE}first" in ids[3:]
+        options.highlighted = 1
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.backend.name == "second")
+        assert not isinstance(app.screen, BackendsScreen)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
+        app.screen.query_one(OptionList).highlighted = 2
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerForm))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ServerForm))
+        assert app.backend.name == "second"
 
 
 async def test_a_dead_url_and_a_web_page_are_each_one_line_and_nothing_saved(

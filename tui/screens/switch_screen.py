@@ -66,7 +66,12 @@ class SwitchScreen(ModalScreen[str | None]):
         yield from ()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self.choose(event.option.id or "")
+
+    def choose(self, chosen: str) -> None:
+        """The option `chosen` (its id) was selected. A screen built on this one
+        overrides this, not the handler: Textual calls each class's handler in turn."""
+        self.dismiss(chosen)
 
 
 #: What the backend switcher asks the app to do besides switching: ("add", a URL or ""),
@@ -136,8 +141,7 @@ class BackendsScreen(SwitchScreen):
         same = {base_url, base_url.replace("127.0.0.1", "localhost", 1)}
         return next((n for n, url in self.local_urls.items() if url.rstrip("/") in same), None)
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        chosen = event.option.id or ""
+    def choose(self, chosen: str) -> None:
         if chosen == ADD:
             self._close_and("add", "")
         elif chosen.startswith(FOUND):
