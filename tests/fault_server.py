@@ -130,6 +130,8 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
                 listing = {"object": "list", "data": [{"id": model}]}
                 if "/two-models/" in path:  # a server that serves several (Ollama, a proxy)
                     listing["data"] = [{"id": "ok-3"}, {"id": "ok-7"}]
+                if "/hostile-models/" in path:  # markup and a name listed twice
+                    listing["data"] = [{"id": "ok-3"}, {"id": HOSTILE_MODEL}, {"id": "ok-3"}]
                 if "/html/" in path:  # a web page where the API was expected
                     writer.write(http(200, HTML_PAGE, "text/html"))
                 else:

@@ -6,7 +6,8 @@ test, and the scripted fault server for the two-model and web-page servers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config, EndpointProfile, load_config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.workspace import ACTIVE
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.confirm import ConfirmScreen
 from phasechat.tui.screens.rename_screen import RenameScreen
@@ -65,6 +67,23 @@ async def open_form(pilot: Pilot[None], app: PhasechatApp, url: str) -> ServerFo
     return form
 
 
+@contextlib.asynccontextmanager
+async def ready(app: PhasechatApp) -> AsyncIterator[Pilot[None]]:
+    """The app running at 120x40, its backend started."""
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.backend.state == "ready")
+        yield pilot
+
+
+async def in_switcher(pilot: Pilot[None], app: PhasechatApp, option: str, key: str) -> None:
+    """Ctrl+B, the option with id `option` highlighted, then `key`."""
+    await pilot.press("ctrl+b")
+    await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
+    options = app.screen.query_one(OptionList)
+    options.highlighted = options.get_option_index(option)
+    await pilot.press(key)
+
+
 def fault_app(server: FaultServer, config: Config, *profiles: BackendSpec) -> PhasechatApp:
     spec = BackendSpec("openai", remote=RemoteConfig(server.base_url, "ok-3", name="first"))
     return PhasechatApp(spec, Settings(max_tokens=8), profiles=profiles, config=config)
@@ -75,8 +94,7 @@ async def test_enter_in_the_switcher_switches_adds_and_names_what_runs_here(
 ) -> None:
     second = BackendSpec("openai", remote=RemoteConfig(server.base_url, "ok-3", name="second"))
     app = fault_app(server, config, second)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.backend.state == "ready")
+    async with ready(app) as pilot:
         await pilot.press("ctrl+b")
         screen = app.screen
         assert isinstance(screen, BackendsScreen)
@@ -89,10 +107,7 @@ async def test_enter_in_the_switcher_switches_adds_and_names_what_runs_here(
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.backend.name == "second")
         assert not isinstance(app.screen, BackendsScreen)
-        await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
-        app.screen.query_one(OptionList).highlighted = 2
-        await pilot.press("enter")
+        await in_switcher(pilot, app, ADD, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerForm))
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ServerForm))
@@ -103,8 +118,7 @@ async def test_a_dead_url_and_a_web_page_are_each_one_line_and_nothing_saved(
     server: FaultServer, config: Config
 ) -> None:
     app = fault_app(server, config)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.backend.state == "ready")
+    async with ready(app) as pilot:
         form = await open_form(pilot, app, f"127.0.0.1:{free_port()}")
         await wait_for(pilot, lambda: "connection refused" in said(app))
         assert app.screen is form  # still there, to correct the URL
@@ -127,8 +141,7 @@ async def test_two_models_one_picked_kept_in_the_profile_and_answering(
     server: FaultServer, config: Config
 ) -> None:
     app = fault_app(server, config)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.backend.state == "ready")
+    async with ready(app) as pilot:
         app.send("hello")
         await settled(pilot, app, 1)
         await open_form(pilot, app, server.base_url.replace("/v1", "/two-models/v1"))
@@ -152,6 +165,21 @@ async def test_two_models_one_picked_kept_in_the_profile_and_answering(
     assert config.path.read_text().startswith(WRITTEN)
 
 
+async def test_a_hostile_model_list_is_drawn_as_text_and_picked_by_place(
+    server: FaultServer, config: Config
+) -> None:
+    app = fault_app(server, config)
+    async with ready(app) as pilot:
+        await open_form(pilot, app, server.base_url.replace("/v1", "/hostile-models/v1"))
+        models = app.screen.query_one("#models", OptionList)
+        await wait_for(pilot, lambda: models.option_count == 3)  # ok-3 twice: no clash
+        shown = str(models.get_option_at_index(1).prompt)
+        assert "[/]" in shown and "\x1b" not in shown  # the markup as text, no escape
+        await pilot.press("down", "down", "enter")
+        await wait_for(pilot, lambda: app.backend.name != "first")
+        assert app.backend.model == "ok-3"
+
+
 async def test_model_picked_again_rename_and_remove_from_the_switcher(
     server: FaultServer, config: Config
 ) -> None:
@@ -160,47 +188,28 @@ async def test_model_picked_again_rename_and_remove_from_the_switcher(
     assert app.workspace.add_endpoint(EndpointProfile("two", url)) is None
     path = config.path
     assert path is not None
-    async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.backend.state == "ready")
-
-        async def on_profile(key: str) -> None:
-            await pilot.press("ctrl+b")
-            await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
-            options = app.screen.query_one(OptionList)
-            options.highlighted = list(app.workspace.profiles).index("two")
-            await pilot.press(key)
-
-        await on_profile("m")
+    async with ready(app) as pilot:
+        await in_switcher(pilot, app, "two", "m")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerForm))
         models = app.screen.query_one("#models", OptionList)
         await wait_for(pilot, lambda: models.option_count == 2)
         await pilot.press("enter")  # ok-3
         await wait_for(pilot, lambda: app.workspace.profiles["two"].remote.model == "ok-3")
         assert [e.model for e in load_config(path).endpoints] == ["ok-3"]
-        await on_profile("r")
+        await in_switcher(pilot, app, "two", "r")
         await wait_for(pilot, lambda: isinstance(app.screen, RenameScreen))
         app.screen.query_one(Input).value = "lab"
         await pilot.press("enter")
         await wait_for(pilot, lambda: "lab" in app.workspace.profiles)
         assert [e.name for e in load_config(path).endpoints] == ["lab"]
-        # the active profile is neither renamed nor removed
-        await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
-        app.screen.query_one(OptionList).highlighted = 0
-        await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.press("y")
-        await pilot.pause()
-        assert "first" in app.workspace.profiles
-        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-        options_of = list(app.workspace.profiles)
-        await pilot.press("ctrl+b")
-        await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
-        app.screen.query_one(OptionList).highlighted = options_of.index("lab")
-        await pilot.press("d")
+        await in_switcher(pilot, app, "lab", "d")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await wait_for(pilot, lambda: "lab" not in app.workspace.profiles)
+        # the profile that answers is neither renamed nor removed
+        refused = ACTIVE.format(name="first")
+        assert await app.workspace.rename_profile("first", "x") == refused
+        assert await app.workspace.remove_profile("first") == refused
     assert load_config(path).endpoints == ()
     assert path.read_text().startswith(WRITTEN)
 

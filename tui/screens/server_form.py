@@ -125,7 +125,8 @@ class ServerForm(ModalScreen[ServerChoice | None]):
             return
         models = self.query_one("#models", OptionList)
         models.clear_options()
-        models.add_options(Option(one_line(m), id=m) for m in said.models)
+        # by place, not by id: a listing may name a model twice (ids must be unique)
+        models.add_options(Option(Content(one_line(m))) for m in said.models)
         models.add_class("shown")
         models.highlighted = 0
         models.focus()
@@ -134,11 +135,12 @@ class ServerForm(ModalScreen[ServerChoice | None]):
     @on(OptionList.OptionSelected, "#models")
     def picked(self, event: OptionList.OptionSelected) -> None:
         said = self.said
-        if said is None or event.option.id is None:
+        if said is None or not 0 <= event.option_index < len(said.models):
             return
+        model = said.models[event.option_index]
         key_env = self.query_one("#key-env", Input).value.strip() or DEFAULT_KEY_ENV
         name = self.query_one("#name", Input).value.strip()
-        self.dismiss(ServerChoice(said.base_url, key_env, name, event.option.id, said))
+        self.dismiss(ServerChoice(said.base_url, key_env, name, model, said))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
