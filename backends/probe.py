@@ -44,6 +44,8 @@ class Probe:
     models: tuple[str, ...] = ()
     window: int | None = None
     problem: str | None = None
+    #: the HTTP status its listing answered with (None: no answer at all)
+    status: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,14 +118,16 @@ async def probe(
     finally:
         await backend.aclose()
     if backend.state != "ready":
-        return Probe(base_url, problem=backend.state_detail)
+        return Probe(base_url, problem=backend.state_detail, status=backend.listing_status)
     if not backend.models:
         return Probe(
             base_url,
             problem=f"{backend.shown_url}/models answered with no model list: "
             "not an OpenAI-compatible server (a web page? check the URL)",
+            status=backend.listing_status,
         )
-    return Probe(base_url, backend.family.name, tuple(backend.models), backend.context_window)
+    family, window = backend.family.name, backend.context_window
+    return Probe(base_url, family, tuple(backend.models), window, status=backend.listing_status)
 
 
 def local_urls(profile_urls: Iterable[str] = ()) -> list[str]:
@@ -142,7 +146,9 @@ def local_urls(profile_urls: Iterable[str] = ()) -> list[str]:
 
 async def find_local(profile_urls: Iterable[str] = (), deadline_s: float = LOCAL_S) -> list[Probe]:
     """The servers that answer on this machine's usual ports (and the profiles' own),
-    each probed at once; those that do not answer within `deadline_s` are left out."""
+    each probed at once: those that list models, and those that answer HTTP with a
+    refusal (a server still loading its model, one that wants a key, a web page);
+    those that do not answer within `deadline_s` are left out."""
     urls = local_urls(profile_urls)
     found = await asyncio.gather(*(probe(url, timeout_s=deadline_s) for url in urls))
-    return [p for p in found if p.ok]
+    return [p for p in found if p.status is not None]

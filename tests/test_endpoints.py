@@ -4,12 +4,22 @@ models, over real HTTP on 127.0.0.1), and `phasechat endpoints add/list/remove`.
 
 from __future__ import annotations
 
+import http.server
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from phasechat.backends.probe import USUAL_PORTS, base_url_of, local_urls, probe, shown_model
+from phasechat.backends import probe as probe_module
+from phasechat.backends.probe import (
+    USUAL_PORTS,
+    base_url_of,
+    find_local,
+    local_urls,
+    probe,
+    shown_model,
+)
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import EndpointProfile, load_config
 from phasechat.chat.config.write import save_config
@@ -136,6 +146,40 @@ def test_only_loopback_is_looked_at() -> None:
     assert urls[: len(USUAL_PORTS)] == [f"http://127.0.0.1:{p}/v1" for p in USUAL_PORTS]
     assert urls[len(USUAL_PORTS) :] == ["http://127.0.0.1:28090/v1"]
     assert all(u.startswith("http://127.0.0.1:") for u in urls)
+
+
+class Loading(http.server.BaseHTTPRequestHandler):
+    """What llama-server answers every request while it loads its model (tools/server/
+    server.cpp: 503, `{"error": {"code": 503, "message": "Loading model", ...}}`)."""
+
+    def do_GET(self) -> None:
+        body = b'{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_found_here_are_those_that_answer_http_even_a_refusal(
+    server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe_module, "USUAL_PORTS", {})  # not what runs on this machine
+    loading = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Loading)
+    threading.Thread(target=loading.serve_forever, daemon=True).start()
+    try:
+        urls = [server.base_url, f"http://localhost:{loading.server_port}/v1"]
+        found = await find_local([*urls, f"http://127.0.0.1:{free_port()}/v1"])
+    finally:
+        loading.shutdown()
+    by_port = {p.port: p for p in found}
+    assert set(by_port) == {server.port, loading.server_port}  # the dead port left out
+    assert by_port[server.port].ok and by_port[server.port].models == ("scripted",)
+    busy = by_port[loading.server_port]
+    assert not busy.ok and busy.status == 503 and "Loading model" in busy.line()
 
 
 async def test_a_dead_url_says_refused() -> None:

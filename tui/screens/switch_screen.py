@@ -127,7 +127,9 @@ class BackendsScreen(SwitchScreen):
         options = self.query_one(OptionList)
         for p in self.found:
             profile = self._profile_at(p.base_url)
-            said = f"{p.line()} · :{p.port}"
+            said = (
+                f"{p.line()} · :{p.port}" if p.ok else f":{p.port} answers, not ready: {p.line()}"
+            )
             if profile is not None:  # selecting it switches to that profile
                 said += f" (the profile {profile})"
             label = Content.assemble(("found here: ", "bold"), one_line(said))
