@@ -135,6 +135,8 @@ class RemoteBackend:
         self._transport = transport  # tests replay recorded streams through this
         self._request_headers = request_headers
         self.models: list[str] = []
+        #: the HTTP status of the `/models` listing at `start` (None: no answer)
+        self.listing_status: int | None = None
         #: what kind of server it is (from its /models listing at `start`)
         self.family = GENERIC
         self._model = self.config.model or ""
@@ -251,6 +253,7 @@ class RemoteBackend:
                     "GET", endpoint(self.base_url, "/models"), headers=self._headers(), timeout=wait
                 ) as r,
             ):
+                self.listing_status = r.status_code
                 if r.status_code != 200:
                     raw = await _prefix(r, 64 * 1024)
                     # Scrubbed before anything cuts it short: a cut key would not match.

@@ -57,6 +57,8 @@ MARKUP_PIECES = (
 
 #: The model id `/hostile/v1/models` lists: a window title, a clipboard write, markup.
 HOSTILE_MODEL = "evil\x1b]0;pwned title\x07\x1b]52;c;cHduZWQ=\x07[/]\u202egnp.exe"
+#: what a web server answers where the API was expected (a URL missing its port, a UI)
+HTML_PAGE = b"<!doctype html><html><head><title>Welcome</title></head><body>hi</body></html>"
 
 
 def http(status: int, body: bytes, ctype: str = "application/json", extra: str = "") -> bytes:
@@ -137,7 +139,14 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
                 # markup; a chat request naming it gets a 404 that quotes it back.
                 model = HOSTILE_MODEL if "/hostile/" in path else "scripted"
                 listing = {"object": "list", "data": [{"id": model}]}
-                writer.write(http(200, json.dumps(listing).encode()))
+                if "/two-models/" in path:  # a server that serves several (Ollama, a proxy)
+                    listing["data"] = [{"id": "ok-3"}, {"id": "ok-7"}]
+                if "/hostile-models/" in path:  # markup and a name listed twice
+                    listing["data"] = [{"id": "ok-3"}, {"id": HOSTILE_MODEL}, {"id": "ok-3"}]
+                if "/html/" in path:  # a web page where the API was expected
+                    writer.write(http(200, HTML_PAGE, "text/html"))
+                else:
+                    writer.write(http(200, json.dumps(listing).encode()))
             else:
                 request = json.loads(body or b"{}")
                 self.requests.append(request)
