@@ -83,7 +83,11 @@ def parse(text: str) -> Scrape | None:
     """The figures in a Prometheus text page, or None when it is no server we know."""
     sums: dict[str, float] = {}
     labels_of: dict[str, str] = {}
+    declared: set[str] = set()
     for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            declared.update(_declared(line))
+            continue
         if not line or line.startswith("#"):
             continue
         m = _LINE.match(line)
@@ -97,7 +101,7 @@ def parse(text: str) -> Scrape | None:
         value = _number(raw)
         if value is not None:
             sums[name] = sums.get(name, 0.0) + value
-    names = _family_of(sums)
+    names = _family_of({**dict.fromkeys(declared, 0.0), **sums})
     if names is None:
         return None
     values = {}
@@ -105,6 +109,11 @@ def parse(text: str) -> Scrape | None:
         found = [sums[s] for s in sources if s in sums]
         if found:
             values[key] = sum(found)
+        elif declared.intersection(sources):
+            # declared with no sample: nothing counted yet (prometheus_client writes a
+            # label set's first sample when it is first counted: SGLang's cached
+            # tokens only when some were cached)
+            values[key] = 0.0
     for key, source in names.fallbacks.items():
         if key not in values and source in sums:
             values[key] = sums[source]
@@ -122,6 +131,18 @@ def parse(text: str) -> Scrape | None:
     pool = pool if pool and pool <= MAX_POOL else None
     excluded = names.prompt_excludes_cached
     return Scrape(names.engine, values, pool, block, broken, excluded, names.path)
+
+
+def _declared(line: str) -> tuple[str, ...]:
+    """The sample names a `# TYPE <name> <kind>` line declares (a histogram's or a
+    summary's `_sum` and `_count`)."""
+    parts = line.split()
+    if len(parts) != 4:
+        return ()
+    name, kind = parts[2], parts[3]
+    if kind in ("histogram", "summary"):
+        return (f"{name}_sum", f"{name}_count")
+    return (name,)
 
 
 def _family_of(sums: dict[str, float]) -> PromNames | None:
@@ -254,6 +275,13 @@ def _bounded(a: ServerAccount, span: Span) -> ServerAccount:
         doubts.append(
             f"{a.source}: {a.prompt_tokens:,} prompt tokens for a prompt of at most "
             f"{span.prompt_tokens:,}: not believed"
+        )
+    whole = a.prompt_tokens if a.prompt_tokens is not None else span.prompt_tokens
+    if "cached_tokens" not in gone and a.cached_tokens is not None and a.cached_tokens > whole:
+        gone["cached_tokens"] = None
+        doubts.append(
+            f"{a.source}: {a.cached_tokens:,} cached tokens of a prompt of at most "
+            f"{whole:,}: not believed"
         )
     if a.generated_tokens is not None and a.generated_tokens > span.output_tokens:
         gone["generated_tokens"] = None

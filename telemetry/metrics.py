@@ -473,11 +473,11 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
     ):  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
         a = trace.account  # vLLM without prompt-token details: its /metrics says
-        if (
+        if (  # its own per-request figure (SGLang's sglext) is bounded by this prompt
             cached is None
             and a is not None
             and not a.unknown
-            and a.prompt_tokens == u.prompt_tokens
+            and a.prompt_tokens in (None, u.prompt_tokens)
         ):
             cached = a.cached_tokens
         evaluated = u.prompt_tokens - cached if cached is not None else None

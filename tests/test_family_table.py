@@ -46,18 +46,18 @@ def test_a_listing_no_family_claims_is_the_generic_server() -> None:
     assert detect([]) is GENERIC and not GENERIC.request_extras and GENERIC.metrics is None
 
 
-def test_only_llama_server_and_dynamo_add_fields_and_they_are_json() -> None:
+def test_only_llama_server_dynamo_and_sglang_add_fields_and_they_are_json() -> None:
     adding = {f.name: f.request_extras for f in FAMILIES if f.request_extras}
-    assert set(adding) == {"llama-server", "Dynamo"}
+    assert set(adding) == {"llama-server", "Dynamo", "SGLang"}
     assert json.loads(json.dumps(adding["Dynamo"])) == {
         "nvext": {"extra_fields": ["worker_id", "timing"]}
     }
+    assert json.loads(json.dumps(adding["SGLang"])) == {"return_cached_tokens_details": True}
 
 
 @pytest.mark.parametrize(
     ("folder", "engine", "page", "queue_s"),
     [
-        ("sglang", "SGLang", "/metrics", 0.3),
         ("tensorrt-llm", "TensorRT-LLM", "/prometheus/metrics", 0.5),
     ],
 )

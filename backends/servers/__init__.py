@@ -56,13 +56,19 @@ def by_name(name: str) -> ServerFamily | None:
 
 
 def from_models(
-    entries: list[dict[str, Any]], model: str, f: Fields | None = None
+    entries: list[dict[str, Any]],
+    model: str,
+    f: Fields | None = None,
+    family: ServerFamily | None = None,
 ) -> Window | None:
     """The window the `/v1/models` listing gives for `model`, from whichever family's
-    field it carries (a proxy in front of a server passes the field through)."""
+    field it carries (a proxy in front of a server passes the field through): `family`'s
+    own first, so that a field two families share (`max_model_len`: vLLM and SGLang) is
+    named for the server it came from."""
     entry = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
-    for family in FAMILIES:
-        if family.listed_window is not None and (found := family.listed_window(entry, f)):
+    order: tuple[ServerFamily, ...] = FAMILIES if family is None else (family, *FAMILIES)
+    for fam in order:
+        if fam.listed_window is not None and (found := fam.listed_window(entry, f)):
             return found
     return None
 
@@ -85,8 +91,8 @@ async def ask_window(
         async with asyncio.timeout(DEADLINE_S):
             if own is not None and family.own_window_first:
                 found = await own(client, root, headers, model, f)
-                return found or from_models(entries, model, f)
-            listed = from_models(entries, model, f)
+                return found or from_models(entries, model, f, family)
+            listed = from_models(entries, model, f, family)
             if listed is not None or own is None:
                 return listed
             return await own(client, root, headers, model, f)
