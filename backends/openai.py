@@ -51,8 +51,8 @@ from phasechat.backends.servers import (
     GENERIC,
     ask_window,
     context_refusal,
-    detect,
     header_account,
+    identify,
 )
 from phasechat.backends.sse import SSEParser
 from phasechat.backends.teacher_remote import Forcing, Server
@@ -270,7 +270,7 @@ class RemoteBackend:
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         self.models = [as_text(m["id"]) for m in entries if isinstance(m.get("id"), str)]
-        self.family = detect(entries)
+        self.family = await identify(self._http(), self.base_url, self._plain_headers(), entries)
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
@@ -284,7 +284,7 @@ class RemoteBackend:
         said = self.window is not None and self.window.metrics
         if page is not None and (page.probe == "always" or said):
             root, headers = root_of(self.base_url), self._plain_headers()
-            await self.metrics.start(self._http(), root, headers, page.path)
+            await self.metrics.start(self._http(), root, headers, page.path, page)
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:

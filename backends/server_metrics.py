@@ -79,8 +79,10 @@ class Scrape:
         return self.values.get(name)
 
 
-def parse(text: str) -> Scrape | None:
-    """The figures in a Prometheus text page, or None when it is no server we know."""
+def parse(text: str, names: PromNames | None = None) -> Scrape | None:
+    """The figures in a Prometheus text page, or None when it is no server we know.
+    `names`: the family the server is known to be (its page may hold none of its names
+    yet: a server writes a metric when it first counts something)."""
     sums: dict[str, float] = {}
     labels_of: dict[str, str] = {}
     declared: set[str] = set()
@@ -101,7 +103,7 @@ def parse(text: str) -> Scrape | None:
         value = _number(raw)
         if value is not None:
             sums[name] = sums.get(name, 0.0) + value
-    names = _family_of({**dict.fromkeys(declared, 0.0), **sums})
+    names = names or _family_of({**dict.fromkeys(declared, 0.0), **sums})
     if names is None:
         return None
     values = {}
@@ -354,9 +356,14 @@ def _restarted(before: Scrape, after: Scrape) -> str | None:
 
 
 async def scrape(
-    client: httpx.AsyncClient, root: str, headers: dict[str, str], path: str = "/metrics"
+    client: httpx.AsyncClient,
+    root: str,
+    headers: dict[str, str],
+    path: str = "/metrics",
+    names: PromNames | None = None,
 ) -> Scrape | None:
-    """`GET {root}{path}`, read within DEADLINE_S and MAX_BODY; None when it fails."""
+    """`GET {root}{path}`, read within DEADLINE_S and MAX_BODY (as `names`' page where
+    given); None when it fails."""
     try:
         async with (
             asyncio.timeout(DEADLINE_S),
@@ -367,7 +374,7 @@ async def scrape(
             body = await read_body(r, MAX_BODY)
     except (TimeoutError, httpx.HTTPError):
         return None
-    return parse(body.decode("utf-8", errors="replace")) if body is not None else None
+    return parse(body.decode("utf-8", errors="replace"), names) if body is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +400,7 @@ class MetricsWatch:
     def __init__(self) -> None:
         self.enabled = False
         self.path = "/metrics"  # where the server's family serves its page
+        self.names: PromNames | None = None  # its family's names, where known
         self.last: Scrape | None = None
         self.active = 0
         self.started = 0
@@ -422,7 +430,9 @@ class MetricsWatch:
         if self.alone(ticket):
             return await self.after(client, root, headers, usage, span)
         # the last one out reads once: a "before" for the next request
-        read = await scrape(client, root, headers, self.path) if self.active == 1 else None
+        read = (
+            await scrape(client, root, headers, self.path, self.names) if self.active == 1 else None
+        )
         last, self.last = self.last or read, read
         if last is None:
             return None
@@ -439,9 +449,10 @@ class MetricsWatch:
         root: str,
         headers: dict[str, str],
         path: str = "/metrics",
+        names: PromNames | None = None,
     ) -> None:
-        self.path = path
-        self.last = await scrape(client, root, headers, path)
+        self.path, self.names = path, names
+        self.last = await scrape(client, root, headers, path, names)
         self.enabled = self.last is not None
 
     async def after(
@@ -457,7 +468,7 @@ class MetricsWatch:
         before = self.last
         deadline = time.monotonic() + SETTLE_S
         while True:
-            now = await scrape(client, root, headers, self.path)
+            now = await scrape(client, root, headers, self.path, self.names)
             if now is None:
                 self.last = None
                 return None

@@ -5,7 +5,8 @@ Each module beside this one defines one family (llama_server.py, vllm.py, ...), 
 server (openai.py, windows.py, server_metrics.py, openai_wire.py) read a family's
 fields and never name a family themselves: adding a server is one module here.
 
-A family says how to recognise it (`owned_by` in `GET /v1/models`), where its context
+A family says how to recognise it (`owned_by` in `GET /v1/models`, else an endpoint
+only it answers), where its context
 window is (a field of the listing, an endpoint of its own), how it says a prompt does
 not fit, its Prometheus names and where its page is, what a request adds for it, how
 finely it caches a prompt, and its own per-request timing fields (from a chunk of the
@@ -40,6 +41,9 @@ ChunkTiming = Callable[[dict[str, Any], Fields], ServerAccount | None]
 #: The family's own account of a request from the response's headers.
 HeaderTiming = Callable[[Mapping[str, str], Fields], ServerAccount | None]
 
+#: Is the server at this root this family, by what only it answers (client, root,
+#: headers)? Asked only of a server whose listing names no family, within a deadline.
+Identify = Callable[[httpx.AsyncClient, str, dict[str, str]], Awaitable[bool]]
 #: The prompt as the server renders and tokenizes it (None: it cannot say).
 Render = Callable[
     [httpx.AsyncClient, str, dict[str, str], tuple[Message, ...]],
@@ -77,6 +81,9 @@ class ServerFamily:
     name: str
     #: `owned_by` values of its `GET /v1/models` entries
     owned_by: tuple[str, ...] = ()
+    #: how to recognise it where its listing names no owner of its own (TGI's names
+    #: the model, Ollama's the model's namespace): an endpoint only it answers
+    identify: Identify | None = None
     listed_window: ListedWindow | None = None
     own_window: OwnWindow | None = None
     #: ask `own_window` before the listing (llama-server: the slot's window is in /props)

@@ -20,12 +20,13 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tests.standins.base import StandIn
 from tests.standins.engine import Run, ToyEngine
 from tests.standins.prom import Page
 
@@ -49,7 +50,7 @@ class Sent:
 
 
 @dataclass
-class SGLang:
+class SGLang(StandIn):
     """`python -m sglang.launch_server` with `--enable-metrics` and `--enable-cache-report`
     where set. `details_override` replaces the `cached_tokens_details` a request gets
     (a server that says more is cached than the prompt had)."""
@@ -60,29 +61,15 @@ class SGLang:
     model_path: str = "Qwen/Qwen2.5-0.5B-Instruct"
     engine: ToyEngine = field(default_factory=ToyEngine)
     details_override: dict[str, int] | None = None
-    sent: list[Sent] = field(default_factory=list)
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.page = _metrics_page(self.model_path)
-        self.app = FastAPI()
-        self.app.middleware("http")(self._log)
+        self.app = self.new_app()
         self.app.get("/v1/models")(self.models)
         self.app.post("/v1/chat/completions")(self.chat)
         if self.enable_metrics:
             # the Prometheus app is mounted only with --enable-metrics (a 404 without)
             self.app.get("/metrics")(self.metrics)
-
-    async def record(self) -> dict[str, Any]:
-        """What it said of each request, the bodies it was sent and the paths asked."""
-        return {"sent": [asdict(s) for s in self.sent], "bodies": self.bodies, "paths": self.paths}
-
-    async def _log(self, request: Request, call_next: Any) -> Response:
-        if not request.url.path.startswith("/_standin/"):
-            self.paths.append(request.url.path)
-        response: Response = await call_next(request)
-        return response
 
     async def models(self) -> dict[str, Any]:
         # PROTOCOL ModelCard / ModelList: owned_by "sglang", root, parent None, and
