@@ -217,6 +217,9 @@ class ServerAccount:
     #: (Dynamo's disaggregated serving); an id as the server gave it, shown, never obeyed
     prefill_worker: str | None = None
     decode_worker: str | None = None
+    #: the wait for the model to load before this request's prompt was read, as the
+    #: server measured it (Ollama's `load_duration`; 0: it was loaded)
+    load_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,14 +291,19 @@ def _bounded(a: ServerAccount, span: Span) -> ServerAccount:
             f"{a.source}: {a.generated_tokens:,} tokens generated for an answer of at most "
             f"{span.output_tokens:,}: not believed"
         )
-    phases = {"queue_ms": "queue", "prefill_ms": "prefill", "decode_ms": "decode"}
+    phases = {
+        "load_ms": "model load",
+        "queue_ms": "queue",
+        "prefill_ms": "prefill",
+        "decode_ms": "decode",
+    }
     times = {**phases, "ttft_ms": "time to first token"}
     claims = [
         (name, f"{value:,.0f} ms of {label}")
         for name, label in times.items()
         if (value := getattr(a, name)) is not None and beyond(value, span.e2e_ms)
     ]
-    # queue, prefill and decode follow one another: together they fit in the whole too
+    # load, queue, prefill and decode follow one another: together they fit in the whole
     left = [n for n in phases if getattr(a, n) is not None and n not in dict(claims)]
     total = sum(getattr(a, n) for n in left)
     if len(left) > 1 and beyond(total, span.e2e_ms):
@@ -504,6 +509,7 @@ _OWN = (
     "kv_hit_share",
     "prefill_worker",
     "decode_worker",
+    "load_ms",
 )
 
 

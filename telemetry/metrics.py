@@ -142,6 +142,9 @@ class Metrics:
     server_kv_hit_share: float | None = None
     server_prefill_worker: str | None = None
     server_decode_worker: str | None = None
+    #: the server's own wait for the model to load before this request (Ollama's
+    #: `load_duration`): part of the TTFT, apart from the prefill
+    server_load_ms: float | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
@@ -327,6 +330,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_kv_block_tokens=block,
         sent_ms=ms(trace.t_body_sent),
         server_kv_hit_share=known.kv_hit_share if known else None,
+        server_load_ms=known.load_ms if known else None,
         server_prefill_worker=known.prefill_worker if known else None,
         server_decode_worker=known.decode_worker if known else None,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,

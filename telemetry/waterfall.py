@@ -4,6 +4,8 @@ was, measured here or said by the server, and the part nobody explains.
 In order, from the request's send (ms):
 - `connect`: opening the connection, TCP and TLS (0 on a kept-alive one; httpx's trace);
 - `request sent`: writing the request until its body was all out (httpx's trace);
+- `model load`: the server's wait for the model to load before it read the prompt
+  (its own figure: Ollama's `load_duration`);
 - `queued`: waiting at the server before its prefill began (the server's own figure);
 - `prefill`: the server's prefill (its own figure);
 - `server, other`: the rest of the server's own time to first token (tokenizing,
@@ -24,9 +26,10 @@ from dataclasses import dataclass
 from phasechat.backends.server_metrics import beyond
 from phasechat.telemetry.metrics import Metrics
 
-CONNECT, SENT, QUEUED, PREFILL, OTHER, REST = (
+CONNECT, SENT, LOAD, QUEUED, PREFILL, OTHER, REST = (
     "connect",
     "request sent",
+    "model load",
     "queued",
     "prefill",
     "server, other",
@@ -94,6 +97,7 @@ def waterfall(
     prefill_ms: float | None = None,
     server_ttft_ms: float | None = None,
     source: str = "the server",
+    load_ms: float | None = None,
 ) -> Waterfall:
     """The waterfall of a TTFT of `ttft_ms`: `connect_ms` and `sent_ms` (the body all
     written, from the send) measured here; `queue_ms`, `prefill_ms` and the server's own
@@ -104,7 +108,7 @@ def waterfall(
     out = sent_ms if sent_ms is not None else (connect or 0.0)
     budget = max(0.0, ttft_ms - out)  # the most time the server can have had
     steps = [Step(CONNECT, connect, here), Step(SENT, sent, here)]
-    parts = {QUEUED: queue_ms, PREFILL: prefill_ms}
+    parts = {LOAD: load_ms, QUEUED: queue_ms, PREFILL: prefill_ms}
     said = [v for v in (*parts.values(), server_ttft_ms) if v is not None]
     if not said:
         return Waterfall(ttft_ms, (*steps, Step(REST, budget, here)), headers_ms)
@@ -112,15 +116,16 @@ def waterfall(
     if server_ttft_ms is not None and beyond(server_ttft_ms, budget):
         claims.append(f"time to first token {server_ttft_ms:,.0f} ms")
     both = [v for v in parts.values() if v is not None]
-    if not claims and len(both) == 2 and beyond(sum(both), budget):
-        claims.append(f"queued + prefill {sum(both):,.0f} ms")
+    if not claims and len(both) >= 2 and beyond(sum(both), budget):
+        named = " + ".join(n for n, v in parts.items() if v is not None)
+        claims.append(f"{named} {sum(both):,.0f} ms")
     if claims:
         why = (
             f"contradiction: {source} says {', '.join(claims)}, longer than the "
             f"{budget:,.0f} ms from the request's send to its first token measured here: "
             "its figures are unknown"
         )
-        unknown = [Step(QUEUED, None, source), Step(PREFILL, None, source)]
+        unknown = [Step(n, None, source) for n in parts if n != LOAD or load_ms is not None]
         return Waterfall(ttft_ms, (*steps, *unknown, Step(REST, None, here)), headers_ms, why)
     own = sum(both)
     other = None
@@ -147,4 +152,5 @@ def waterfall_of(m: Metrics) -> Waterfall | None:
         prefill_ms=m.server_prompt_ms,
         server_ttft_ms=m.server_ttft_ms,
         source=m.server_source or "the server",
+        load_ms=m.server_load_ms,
     )

@@ -138,6 +138,7 @@ VLLM: dict[str, Any] = {
     "server_kv_hit_share": None,
     "server_prefill_worker": None,
     "server_decode_worker": None,
+    "server_load_ms": None,
     "gpu_bytes_per_token": None,
     "cpu_bytes_per_token": None,
 }
@@ -250,6 +251,7 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
         "server_kv_hit_share": None,
         "server_prefill_worker": None,
         "server_decode_worker": None,
+        "server_load_ms": None,
         "gpu_bytes_per_token": 60_000_000,
         "cpu_bytes_per_token": 40_000_000,
     }

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 
 from phasechat.backends.base import RenderedPrompt
-from phasechat.backends.events import Message, ServerAccount
+from phasechat.backends.events import Event, GenerationRequest, Message, ServerAccount
 from phasechat.backends.teacher_remote import Forcing
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
@@ -49,6 +49,22 @@ Render = Callable[
     [httpx.AsyncClient, str, dict[str, str], tuple[Message, ...]],
     Awaitable[RenderedPrompt | None],
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeChat:
+    """A family's own chat endpoint, asked instead of `/chat/completions` where only it
+    carries the server's account of each answer (Ollama's `/api/chat`: its phases are on
+    the final message, and the OpenAI-compatible stream has none). Its stream is one
+    JSON object a line (NDJSON)."""
+
+    path: str  # from the server's root: "/api/chat"
+    #: the request's JSON body: (request, model)
+    body: Callable[[GenerationRequest, str], dict[str, Any]]
+    #: the events of one line of its stream (numbers not believed are noted in `Fields`)
+    parse: Callable[[str, Fields], list[Event]]
+
+
 #: How finely a family's prefix cache reuses a prompt, in tokens: 1 is exact (any
 #: prefix), n > 1 whole blocks of n, None unknown.
 CacheGrain = int | None
@@ -99,6 +115,8 @@ class ServerFamily:
     #: /apply-template and /tokenize, vLLM's /tokenize and /detokenize):
     #: (client, root, headers, messages)
     render: Render | None = None
+    #: its own chat endpoint, asked instead of the OpenAI one (None: the OpenAI one)
+    native: NativeChat | None = None
     #: how it reads a given token sequence, teacher-forced (None: it gives no
     #: log-probabilities of tokens it did not sample; backends/teacher_remote.py)
     forcing: Forcing | None = None
