@@ -150,6 +150,9 @@ class RemoteBackend:
         #: the server's /metrics, read before and after each request, where its family
         #: has a page (`PromNames.probe`: always, or where its window look-up said so)
         self.metrics = MetricsWatch()
+        #: the server keeps a record of each request (`PromNames.record`), until one
+        #: read finds none
+        self._records = True
 
     @property
     def name(self) -> str:
@@ -286,6 +289,8 @@ class RemoteBackend:
         if page is not None and (page.probe == "always" or said):
             root, headers = root_of(self.base_url), self._plain_headers()
             await self.metrics.start(self._http(), root, headers, page.path, page)
+            if not self.metrics.enabled and page.absent:  # said once, on the next answer
+                self._pending.append(f"{self.shown_url}{page.path}: {page.absent}")
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:
@@ -476,6 +481,13 @@ class RemoteBackend:
                         if watch.enabled
                         else None
                     )
+                    page = self.family.metrics
+                    if own is None and watch.enabled and page and page.record and self._records:
+                        f = Fields()
+                        own = await page.record(client, root, headers, f)
+                        self._records = own is not None  # none kept: not asked again
+                        if (line := f.notice(self.shown_url)) is not None:
+                            yield Notice(line, doubt=True)
                     account = joined(own, scraped, span)
                     if account is not None:
                         yield account

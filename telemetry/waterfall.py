@@ -105,13 +105,17 @@ def waterfall(
     here = "measured here"
     connect = connect_ms if connect_ms is not None else None
     sent = max(0.0, sent_ms - (connect or 0.0)) if sent_ms is not None else None
-    out = sent_ms if sent_ms is not None else (connect or 0.0)
-    budget = max(0.0, ttft_ms - out)  # the most time the server can have had
+    # the most time the server can have had: from the connection's opening to the first
+    # token (the body's "all written" stamp is taken here after the write returns, and
+    # on a busy client it can trail the server's receipt: it bounds nothing)
+    budget = max(0.0, ttft_ms - (connect or 0.0))
     steps = [Step(CONNECT, connect, here), Step(SENT, sent, here)]
     parts = {LOAD: load_ms, QUEUED: queue_ms, PREFILL: prefill_ms}
     said = [v for v in (*parts.values(), server_ttft_ms) if v is not None]
     if not said:
-        return Waterfall(ttft_ms, (*steps, Step(REST, budget, here)), headers_ms)
+        return Waterfall(
+            ttft_ms, (*steps, Step(REST, max(0.0, budget - (sent or 0.0)), here)), headers_ms
+        )
     claims = [f"{n} {v:,.0f} ms" for n, v in parts.items() if v is not None and beyond(v, budget)]
     if server_ttft_ms is not None and beyond(server_ttft_ms, budget):
         claims.append(f"time to first token {server_ttft_ms:,.0f} ms")
@@ -131,10 +135,12 @@ def waterfall(
     other = None
     if server_ttft_ms is not None and server_ttft_ms > own:
         other, own = server_ttft_ms - own, server_ttft_ms
+    if sent is not None and sent > budget - own:  # the stamp trailed the server's receipt
+        steps[1] = Step(SENT, max(0.0, budget - own), here)
     steps += [Step(n, v, source) for n, v in parts.items() if v is not None]
     if other is not None:
         steps.append(Step(OTHER, other, source))
-    steps.append(Step(REST, max(0.0, budget - own), here))
+    steps.append(Step(REST, max(0.0, budget - own - (steps[1].ms or 0.0)), here))
     return Waterfall(ttft_ms, tuple(steps), headers_ms)
 
 

@@ -12,9 +12,10 @@ import pytest
 from phasechat.backends.server_metrics import parse
 from phasechat.backends.servers import FAMILIES, GENERIC, by_name, detect
 from phasechat.backends.servers.family import ServerFamily
+from tests.standins import sglang, tensorrt_llm, tgi
+from tests.standins.prom import Page
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "servers"
 
 
 def test_every_family_has_a_row_in_the_docs_table() -> None:
@@ -56,14 +57,27 @@ def test_only_llama_server_dynamo_and_sglang_add_fields_and_they_are_json() -> N
 
 
 @pytest.mark.parametrize(
-    ("folder", "engine", "page", "queue_s"),
+    ("page", "engine", "path", "queue"),
     [
-        ("tensorrt-llm", "TensorRT-LLM", "/prometheus/metrics", 0.5),
+        (sglang.metrics_page("m"), "SGLang", "/metrics", "sglang:queue_time_seconds"),
+        (tgi.metrics_page(), "TGI", "/metrics", "tgi_request_queue_duration"),
+        (
+            tensorrt_llm.metrics_page(),
+            "TensorRT-LLM",
+            "/prometheus/metrics",
+            "trtllm_request_queue_time_seconds",
+        ),
     ],
+    ids=["SGLang", "TGI", "TensorRT-LLM"],
 )
 def test_a_familys_page_is_read_with_its_own_names(
-    folder: str, engine: str, page: str, queue_s: float
+    page: Page, engine: str, path: str, queue: str
 ) -> None:
-    scrape = parse((FIXTURES / folder / "metrics-1-before.txt").read_text())
-    assert scrape is not None and scrape.engine == engine and scrape.source == f"{engine} {page}"
-    assert scrape.get("queue_s") == queue_s
+    """Each stand-in's page as its server writes it (tests/standins/): before anything
+    was counted (declared, no sample: 0), then after a request's queue was."""
+    fresh = parse(page.text())
+    assert fresh is not None and fresh.engine == engine and fresh.source == f"{engine} {path}"
+    assert fresh.get("queue_s") == 0.0
+    page.observe(queue, 0.25)
+    scrape = parse(page.text())
+    assert scrape is not None and scrape.get("queue_s") == 0.25

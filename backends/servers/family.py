@@ -65,6 +65,11 @@ class NativeChat:
     parse: Callable[[str, Fields], list[Event]]
 
 
+#: The server's own record of the request that just ended, read from an endpoint of
+#: its own (client, root, headers, fields): None where it has none.
+RequestRecord = Callable[
+    [httpx.AsyncClient, str, dict[str, str], Fields], Awaitable[ServerAccount | None]
+]
 #: How finely a family's prefix cache reuses a prompt, in tokens: 1 is exact (any
 #: prefix), n > 1 whole blocks of n, None unknown.
 CacheGrain = int | None
@@ -88,6 +93,13 @@ class PromNames:
     #: read at start for every server of the family ("always"), or only where its
     #: window look-up said it serves the page ("if_said": llama-server's /props)
     probe: Literal["always", "if_said"] = "always"
+    #: why a server of the family may not serve the page, said once where it does not
+    #: (TensorRT-LLM mounts it only with `return_perf_metrics`)
+    absent: str = ""
+    #: its record of each request, served with the page and read once the answer is
+    #: over (TensorRT-LLM's `/perf_metrics`): the request's own figures, preferred to
+    #: the page's differences
+    record: RequestRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)

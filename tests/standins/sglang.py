@@ -63,7 +63,7 @@ class SGLang(StandIn):
     details_override: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
-        self.page = _metrics_page(self.model_path)
+        self.page = metrics_page(self.model_path)
         self.app = self.new_app()
         self.app.get("/v1/models")(self.models)
         self.app.post("/v1/chat/completions")(self.chat)
@@ -243,7 +243,7 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _metrics_page(model: str) -> Page:
+def metrics_page(model: str) -> Page:
     """COLLECTOR: the names phasechat reads, each as SchedulerMetricsCollector and
     TokenizerMetricsCollector declare it (labels reduced to model_name)."""
     page = Page({"model_name": model})

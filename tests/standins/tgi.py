@@ -53,7 +53,7 @@ class TGI(StandIn):
     engine: ToyEngine = field(default_factory=ToyEngine)
 
     def __post_init__(self) -> None:
-        self.page = _metrics_page()
+        self.page = metrics_page()
         self.app = self.new_app()
         # SERVER: .route("/info", ...), .route("/metrics", ...), .route("/v1/models", ...)
         self.app.get("/info")(self.info)
@@ -210,7 +210,7 @@ def _event(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-def _metrics_page() -> Page:
+def metrics_page() -> Page:
     """SERVER run: the names phasechat reads, as metrics-exporter-prometheus renders them
     (no labels, counters without `_total`, histograms with the buckets set for them)."""
     page = Page({})
