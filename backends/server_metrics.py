@@ -238,7 +238,7 @@ def account(
     assert before is not None
 
     def delta(name: str) -> float | None:
-        a, b = before.get(name), after.get(name)
+        a, b = _start(before, after, name), after.get(name)
         return b - a if a is not None and b is not None and b >= a else None
 
     def tokens(name: str) -> int | None:
@@ -334,11 +334,11 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
         return restart
     if before.get("running") or after.get("running"):
         return "other requests ran on the server at the same time"
-    finished_a, finished_b = before.get("finished"), after.get("finished")
+    finished_a, finished_b = _start(before, after, "finished"), after.get("finished")
     if finished_a is not None and finished_b is not None and finished_b - finished_a != 1:
         n = finished_b - finished_a
         return f"{n:g} requests finished on the server meanwhile, not 1"
-    gen_a, gen_b = before.get("generated"), after.get("generated")
+    gen_a, gen_b = _start(before, after, "generated"), after.get("generated")
     said = usage.completion_tokens if usage is not None else None
     if gen_a is not None and gen_b is not None and said is not None and gen_b - gen_a != said:
         return (
@@ -490,11 +490,21 @@ def _counted(before: Scrape | None, after: Scrape, usage: Usage | None) -> bool:
     if before is None or before.broken or after.broken or _restarted(before, after):
         return True  # broken or restarted: waiting longer will not make it this request's account
     for name in ("finished", "generated"):
-        a, b = before.get(name), after.get(name)
+        a, b = _start(before, after, name), after.get(name)
         if a is not None and b is not None:
             want = 1 if name == "finished" else (usage.completion_tokens if usage else 1) or 1
             return b - a >= want
     return True
+
+
+def _start(before: Scrape, after: Scrape, name: str) -> float | None:
+    """Counter `name` in `before`, 0 where only `after` has it: a counter a server has
+    not yet written counted nothing (prometheus_client's multiprocess collector, which
+    SGLang and TensorRT-LLM use, writes a label set's first sample when it first counts)."""
+    said = before.get(name)
+    if said is None and name in COUNTERS and after.get(name) is not None:
+        return 0.0
+    return said
 
 
 #: the figures a server's per-request account gives that its /metrics' do not

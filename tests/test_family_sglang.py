@@ -82,7 +82,10 @@ async def test_without_its_flags_the_cache_comes_from_sglext_and_the_queue_is_un
     with serve(SGLang, enable_metrics=False, enable_cache_report=False) as server:
         answers, _ = await chat(server.base_url)
         said = server.record()
-    assert "/metrics" in said["paths"]  # asked once at start: a 404
+    assert said["paths"].count("/metrics") == 1  # asked once at start: a 404
+    why = "SGLang serves /metrics only when it runs with --enable-metrics"
+    assert any(why in w for w in answers[0].metrics.warnings)  # said once
+    assert not any(why in w for w in answers[1].metrics.warnings)
     for answer, one in zip(answers, said["sent"], strict=True):
         m, wf = answer.metrics, answer.waterfall
         assert one["usage"]["prompt_tokens_details"] is None

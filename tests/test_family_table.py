@@ -57,27 +57,24 @@ def test_only_llama_server_dynamo_and_sglang_add_fields_and_they_are_json() -> N
 
 
 @pytest.mark.parametrize(
-    ("page", "engine", "path", "queue"),
+    ("page", "family", "queue"),
     [
-        (sglang.metrics_page("m"), "SGLang", "/metrics", "sglang:queue_time_seconds"),
-        (tgi.metrics_page(), "TGI", "/metrics", "tgi_request_queue_duration"),
-        (
-            tensorrt_llm.metrics_page(),
-            "TensorRT-LLM",
-            "/prometheus/metrics",
-            "trtllm_request_queue_time_seconds",
-        ),
+        (sglang.metrics_page("m"), "SGLang", "sglang:queue_time_seconds"),
+        (tgi.metrics_page(), "TGI", "tgi_request_queue_duration"),
+        (tensorrt_llm.metrics_page(), "TensorRT-LLM", "trtllm_request_queue_time_seconds"),
     ],
     ids=["SGLang", "TGI", "TensorRT-LLM"],
 )
-def test_a_familys_page_is_read_with_its_own_names(
-    page: Page, engine: str, path: str, queue: str
-) -> None:
-    """Each stand-in's page as its server writes it (tests/standins/): before anything
-    was counted (declared, no sample: 0), then after a request's queue was."""
-    fresh = parse(page.text())
-    assert fresh is not None and fresh.engine == engine and fresh.source == f"{engine} {path}"
-    assert fresh.get("queue_s") == 0.0
+def test_a_familys_page_is_read_with_its_own_names(page: Page, family: str, queue: str) -> None:
+    """Each stand-in's page as its server writes it (tests/standins/): empty before
+    anything was counted (the server's page all the same, where its family is known),
+    then with a request's queue."""
+    names = by_name(family)
+    assert names is not None and names.metrics is not None
+    assert parse(page.text()) is None  # nothing written: no server's page by its names
+    fresh = parse(page.text(), names.metrics)
+    assert fresh is not None and fresh.engine == family and fresh.get("queue_s") is None
     page.observe(queue, 0.25)
     scrape = parse(page.text())
-    assert scrape is not None and scrape.get("queue_s") == 0.25
+    assert scrape is not None and scrape.engine == family and scrape.get("queue_s") == 0.25
+    assert scrape.source == f"{family} {names.metrics.path}"

@@ -66,6 +66,10 @@ FAMILY = ServerFamily(
             "ttft_s": ("sglang:time_to_first_token_seconds_sum",),
             "used_share": ("sglang:token_usage",),
         },
+        absent=(
+            "no Prometheus page (SGLang serves /metrics only when it runs with "
+            "--enable-metrics): its queue and time to first token are unknown"
+        ),
     ),
     request_extras={"return_cached_tokens_details": True},
     cache_grain=1,

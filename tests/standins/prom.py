@@ -1,7 +1,9 @@
-"""A Prometheus text page as `prometheus_client` writes one (exposition format 0.0.4):
-HELP and TYPE lines for every metric declared (a counter by its `_total` name), a
-histogram's samples as `_bucket`, `_count` and `_sum`, and no sample of a
-label set until something was counted for it (`.labels(...)` is called on first use).
+"""A Prometheus text page (exposition format 0.0.4) as the servers stood in for write
+one: a metric appears, its HELP and TYPE lines with it, only once something was written
+to it (prometheus_client's multiprocess collector, which SGLang's
+`utils/common.py add_prometheus_middleware` and TensorRT-LLM's `mount_metrics` use, reads
+only what was written; metrics-exporter-prometheus, TGI's, renders what was recorded);
+a counter by its full name, a histogram's samples as `_bucket`, `_count` and `_sum`.
 """
 
 from __future__ import annotations
@@ -55,16 +57,16 @@ class Page:
         out: list[str] = []
         lab = f"{{{self.labels}}}" if self.labels else ""
         for name, m in self.metrics.items():
+            if (m.kind == "histogram" and not m.n) or (m.kind != "histogram" and m.value is None):
+                continue  # nothing written yet
             out += [f"# HELP {name} {m.help}", f"# TYPE {name} {m.kind}"]
             if m.kind == "histogram":
-                if not m.n:
-                    continue
                 sep = "," if self.labels else ""
                 for bound, count in zip(m.buckets, m.counts, strict=True):
                     out.append(f'{name}_bucket{{{self.labels}{sep}le="{bound}"}} {float(count)}')
                 out.append(f'{name}_bucket{{{self.labels}{sep}le="+Inf"}} {float(m.n)}')
                 out.append(f"{name}_count{lab} {float(m.n)}")
                 out.append(f"{name}_sum{lab} {m.total!r}")
-            elif m.value is not None:
-                out.append(f"{name}{lab} {float(m.value)!r}")
+            else:
+                out.append(f"{name}{lab} {float(m.value or 0.0)!r}")
         return "\n".join(out) + "\n"

@@ -68,7 +68,9 @@ class SGLang(StandIn):
         self.app.get("/v1/models")(self.models)
         self.app.post("/v1/chat/completions")(self.chat)
         if self.enable_metrics:
-            # the Prometheus app is mounted only with --enable-metrics (a 404 without)
+            # entrypoints/http_server.py @9c0549b727fe222444495cea6b369697534d60f0: only
+            # `if server_args.enable_metrics: add_prometheus_middleware(app)` mounts
+            # /metrics (utils/common.py: a MultiProcessCollector; a 404 without)
             self.app.get("/metrics")(self.metrics)
 
     async def models(self) -> dict[str, Any]:
