@@ -55,8 +55,8 @@ from phasechat.backends.servers import (
     identify,
 )
 from phasechat.backends.servers.family import NativeChat
+from phasechat.backends.servers.forcing import Forcing, Server
 from phasechat.backends.sse import LineParser, SSEParser
-from phasechat.backends.teacher_remote import Forcing, Server
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body, root_of
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound

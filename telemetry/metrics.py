@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from phasechat.backends.server_metrics import beyond
+from phasechat.backends.servers import timings_source
 from phasechat.backends.tokens import estimate_text
 from phasechat.backends.wire_numbers import as_rate
 from phasechat.telemetry.recorder import Trace
@@ -360,7 +361,7 @@ def _engine(trace: Trace) -> _Engine:
     s, a = trace.server, trace.account
     if s is not None:
         return _Engine(
-            "llama.cpp" if trace.prompt is not None else "timings",
+            timings_source(local=trace.prompt is not None),
             s.prompt_n,
             s.cache_n,
             s.prompt_ms,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from phasechat.backends.servers import said_by
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.waterfall import CONNECT, QUEUED, REST, SENT, waterfall_of
 
@@ -357,9 +358,7 @@ def engine_account(m: Metrics) -> tuple[str, str]:
     def n(v: float | None) -> str:
         return "-" if v is None else f"{v:,.1f}"
 
-    who = {"llama.cpp": "llama.cpp", "timings": "the server"}.get(
-        m.server_source or "", m.server_source or "the server"
-    )
+    who = said_by(m.server_source)
     label, bits = "", []
     if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
         cached = f", {m.server_cache_n:,} cached" if m.server_cache_n else ""
