@@ -57,8 +57,9 @@ from phasechat.backends.servers import (
 from phasechat.backends.servers.family import NativeChat
 from phasechat.backends.servers.forcing import Forcing, Server
 from phasechat.backends.sse import LineParser, SSEParser
+from phasechat.backends.urls import endpoint, root_of, trimmed
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
-from phasechat.backends.windows import Window, read_body, root_of
+from phasechat.backends.windows import Window, read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
 from phasechat.backends.wire_text import as_text
 
@@ -160,7 +161,7 @@ class RemoteBackend:
 
     @property
     def base_url(self) -> str:
-        return self.config.base_url.rstrip("/")
+        return trimmed(self.config.base_url)
 
     @property
     def shares_cpu(self) -> bool:
@@ -249,7 +250,7 @@ class RemoteBackend:
             async with (
                 asyncio.timeout(wait),
                 self._http().stream(
-                    "GET", f"{self.base_url}/models", headers=self._headers(), timeout=wait
+                    "GET", endpoint(self.base_url, "/models"), headers=self._headers(), timeout=wait
                 ) as r,
             ):
                 if r.status_code != 200:
@@ -302,7 +303,7 @@ class RemoteBackend:
         except TimeoutError:
             body = None
             self._pending.append(
-                f"{self.shown_url}/models took over {WINDOW_DEADLINE_S:g} s: "
+                f"{endpoint(self.shown_url, '/models')} took over {WINDOW_DEADLINE_S:g} s: "
                 "its model list and context window are unknown"
             )
         return load_json(body) if body is not None else NOT_JSON
@@ -403,9 +404,9 @@ class RemoteBackend:
         extra = self._request_headers() if self._request_headers is not None else {}
         native = self.family.native
         url = (
-            f"{self.base_url}/chat/completions"
+            endpoint(self.base_url, "/chat/completions")
             if native is None
-            else f"{root_of(self.base_url)}{native.path}"
+            else endpoint(root_of(self.base_url), native.path)
         )
         try:
             req = client.build_request(

@@ -145,7 +145,7 @@ def gpu_roofline(m: Metrics, memory: Memory) -> str:
     """The roofline with layers on a GPU: the GPU's share of a token's reads at its
     bandwidth, the host's at its own, and what the two allow beside what decode did."""
     if m.decode_tok_s is None:
-        return "roofline: no decode rate (fewer than two tokens)"
+        return _no_rate(m)
     if not _known(memory.gpu_gb_s):
         return "roofline unknown: the GPU's memory bandwidth is not known (no CUDA runtime)"
     floor = gpu_floor(m, memory)
@@ -190,6 +190,11 @@ def gpu_knob(m: Metrics, memory: Memory) -> str | None:
     return None
 
 
+def _no_rate(m: Metrics) -> str:
+    why = "the tokens came in a burst" if m.decode_unknown else "fewer than two tokens"
+    return f"roofline: no decode rate ({why})"
+
+
 def roofline(
     m: Metrics, bandwidth_gb_s: float | None, label: str = "", memory: Memory | None = None
 ) -> str:
@@ -202,7 +207,7 @@ def roofline(
         )
     if m.implied_bandwidth_gb_s is None:
         if m.decode_tok_s is None:
-            return "roofline: no decode rate (fewer than two tokens)"
+            return _no_rate(m)
         return "roofline unknown: the weights' size is not known for this backend"
     if not _known(bandwidth_gb_s):
         return "roofline unknown: this machine's memory bandwidth is not measured"
@@ -336,10 +341,11 @@ def stats_line(m: Metrics) -> str:
         "" if m.evaluated_prompt_tokens is None else f", {m.evaluated_prompt_tokens:,} evaluated"
     )
     load = f" (load {m.load_ms:,.0f} ms)" if m.load_ms is not None else ""
+    decode = f"unknown ({m.decode_unknown})" if m.decode_unknown else n(m.decode_tok_s, " tok/s", 1)
     return (
         f"ttft {n(m.ttft_ms, ' ms')}{load}"
         f" · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
-        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
+        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {decode}"
         f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
     )
 

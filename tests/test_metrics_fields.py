@@ -141,6 +141,7 @@ VLLM: dict[str, Any] = {
     "server_load_ms": None,
     "gpu_bytes_per_token": None,
     "cpu_bytes_per_token": None,
+    "decode_unknown": None,
 }
 
 
@@ -254,6 +255,7 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
         "server_load_ms": None,
         "gpu_bytes_per_token": 60_000_000,
         "cpu_bytes_per_token": 40_000_000,
+        "decode_unknown": None,
     }
     assert m.as_dict() == expected
     assert m.ttft_ready_ms == 150.0

@@ -368,6 +368,8 @@ def test_the_roofline_is_implied_over_measured_and_refuses_a_nonsense_bandwidth(
 def test_the_roofline_without_a_decode_rate_says_so() -> None:
     v = verdict(metrics(decode_tok_s=None), 20.0)
     assert v is not None and v.roofline == "roofline: no decode rate (fewer than two tokens)"
+    v = verdict(metrics(decode_tok_s=None, decode_unknown="300 tokens arrived within"), 20.0)
+    assert v is not None and v.roofline == "roofline: no decode rate (the tokens came in a burst)"
 
 
 def test_a_prompt_of_exactly_one_block_keeps_the_prefix_advice() -> None:

@@ -133,8 +133,12 @@ def watch_tracing(app: ChatHost) -> None:
     if tracing is None:
         return
     told: list[str] = []
+    told_notes: list[str] = []
 
     def check() -> None:
+        for note in tracing.notes[len(told_notes) :]:  # the SDK's settings, in our words
+            told_notes.append(note)
+            app.notify(note, title="OpenTelemetry", severity="warning", markup=False)
         problem = tracing.problem
         if problem and problem not in told[-1:]:
             told.append(problem)

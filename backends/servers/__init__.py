@@ -26,7 +26,8 @@ from phasechat.backends.servers import (
     vllm,
 )
 from phasechat.backends.servers.family import ServerFamily
-from phasechat.backends.windows import DEADLINE_S, Window, root_of
+from phasechat.backends.urls import root_of
+from phasechat.backends.windows import DEADLINE_S, Window
 from phasechat.backends.wire_numbers import Fields, load_json
 
 #: Every family, in the order they are tried: for a refusal's text the first that

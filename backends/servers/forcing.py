@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from phasechat.backends.events import Message
-from phasechat.backends.windows import root_of
+from phasechat.backends.urls import endpoint, root_of
 from phasechat.backends.wire_text import as_text
 
 #: the top log-probabilities asked for at each position (vLLM's default --max-logprobs)
@@ -63,7 +63,7 @@ class Server:
 
     @property
     def v1(self) -> str:
-        return f"{self.root}/v1"
+        return endpoint(self.root, "/v1")
 
 
 #: A position's listed log-probabilities: token id -> log-probability.

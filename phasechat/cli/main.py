@@ -106,6 +106,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
     app = PhasechatApp(workspace=workspace)
     app.run()
+    tracing = workspace.tracing  # closed at the app's exit: the one thing left to say
+    if tracing is not None and tracing.dropped:
+        print(f"phasechat: warning: {one_line(tracing.dropped)}", file=sys.stderr)
     return app.return_code or 0
 
 

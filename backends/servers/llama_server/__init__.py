@@ -22,6 +22,7 @@ from phasechat.backends.servers.family import (
 from phasechat.backends.servers.llama_server import timings
 from phasechat.backends.servers.llama_server.render import render_on_llama_server
 from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count
 
@@ -42,7 +43,7 @@ async def props_window(
     client: httpx.AsyncClient, root: str, headers: dict[str, str], model: str, f: Fields | None
 ) -> Window | None:
     """llama-server's `GET /props`: the slot window and how many slots share the server."""
-    body = await fetch_json(client, "GET", f"{root}/props", headers)
+    body = await fetch_json(client, "GET", endpoint(root, "/props"), headers)
     settings = body.get("default_generation_settings") if isinstance(body, dict) else None
     said = settings.get("n_ctx") if isinstance(settings, dict) else None
     n = checked_window(said, "/props n_ctx", f)

@@ -11,6 +11,7 @@ from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
 from phasechat.backends.servers.llama_server.pieces import llama_piece
 from phasechat.backends.servers.rendering import reply_or_none
+from phasechat.backends.urls import endpoint
 from phasechat.backends.wire_text import as_text
 
 
@@ -19,13 +20,13 @@ async def render_on_llama_server(
 ) -> RenderedPrompt | None:
     """`messages` through llama-server's template and tokenizer (None: it cannot say)."""
     body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
-    rendered = await reply_or_none(client, f"{root}/apply-template", headers, body)
+    rendered = await reply_or_none(client, endpoint(root, "/apply-template"), headers, body)
     said = rendered.get("prompt") if isinstance(rendered, dict) else None
     if not isinstance(said, str):
         return None
     text = as_text(said)  # a lone surrogate cannot be encoded, nor shown
     tokenized = await reply_or_none(
-        client, f"{root}/tokenize", headers, {"content": text, "with_pieces": True}
+        client, endpoint(root, "/tokenize"), headers, {"content": text, "with_pieces": True}
     )
     tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
     if not isinstance(tokens, list):

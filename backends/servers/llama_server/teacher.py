@@ -30,6 +30,7 @@ from phasechat.backends.servers.forcing import (
 )
 from phasechat.backends.servers.llama_server.pieces import llama_piece
 from phasechat.backends.teacher import Stopped
+from phasechat.backends.urls import endpoint
 from phasechat.backends.wire_text import as_text
 
 
@@ -45,7 +46,7 @@ async def llama_server_top(
     request per position; `progress(done, total)` after each, a set `stop` raises
     `Stopped` before the next."""
     check_span(tokens, start)
-    url = f"{server.root}/completion"
+    url = endpoint(server.root, "/completion")
     out = []
     total = len(tokens) - start
     for i in range(start, len(tokens)):
@@ -78,7 +79,7 @@ async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], t
     """`text`'s ids on llama-server, no special token added nor parsed (an answer that
     spells "<|im_end|>" is text), and each one's bytes."""
     body = {"content": text, "add_special": False, "parse_special": False, "with_pieces": True}
-    said = await ask(server, f"{server.root}/tokenize", body)
+    said = await ask(server, endpoint(server.root, "/tokenize"), body)
     listed = said.get("tokens") if isinstance(said, dict) else None
     if not isinstance(listed, list):
         raise TeacherError("llama-server's /tokenize sent no tokens")
@@ -95,7 +96,7 @@ async def llama_server_tokenize(server: Server, text: str) -> tuple[list[int], t
 
 
 async def llama_server_detokenize(server: Server, ids: Sequence[int]) -> str:
-    said = await ask(server, f"{server.root}/detokenize", {"tokens": list(ids)})
+    said = await ask(server, endpoint(server.root, "/detokenize"), {"tokens": list(ids)})
     text = said.get("content") if isinstance(said, dict) else None
     if not isinstance(text, str):
         raise TeacherError("llama-server's /detokenize sent no text")
@@ -106,12 +107,12 @@ async def llama_server_prompt(server: Server, messages: tuple[Message, ...]) -> 
     """The ids of `messages` as a chat request reads them: its template (/apply-template),
     then its tokenizer with special tokens parsed and added (as the server does)."""
     body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
-    said = await ask(server, f"{server.root}/apply-template", body)
+    said = await ask(server, endpoint(server.root, "/apply-template"), body)
     prompt = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(prompt, str):
         raise TeacherError("llama-server's /apply-template sent no prompt")
     read = {"content": prompt, "add_special": True, "parse_special": True}
-    said = await ask(server, f"{server.root}/tokenize", read)
+    said = await ask(server, endpoint(server.root, "/tokenize"), read)
     tokens = said.get("tokens") if isinstance(said, dict) else None
     return ids_of(tokens, "llama-server's /tokenize")
 

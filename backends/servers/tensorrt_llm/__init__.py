@@ -24,6 +24,7 @@ import httpx
 
 from phasechat.backends.events import ServerAccount
 from phasechat.backends.servers.family import PromNames, ServerFamily
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
@@ -85,7 +86,7 @@ async def perf_record(
     read and forgets them: more than one is no request's alone."""
     deadline = time.monotonic() + SETTLE_S
     while True:
-        said = await fetch_json(client, "GET", f"{root}/perf_metrics", headers)
+        said = await fetch_json(client, "GET", endpoint(root, "/perf_metrics"), headers)
         if not isinstance(said, list):
             return None  # not served (an older server): nothing to say
         items = [x for x in said if isinstance(x, dict)]

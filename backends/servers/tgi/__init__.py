@@ -21,6 +21,7 @@ import httpx
 
 from phasechat.backends.events import ServerAccount
 from phasechat.backends.servers.family import PromNames, ServerFamily, checked_window
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
@@ -63,7 +64,7 @@ def header_timing(headers: Mapping[str, str], f: Fields) -> ServerAccount | None
 
 
 async def _info(client: httpx.AsyncClient, root: str, headers: dict[str, str]) -> dict[str, object]:
-    said = await fetch_json(client, "GET", f"{root}/info", headers)
+    said = await fetch_json(client, "GET", endpoint(root, "/info"), headers)
     return said if isinstance(said, dict) and said.get("router") == ROUTER else {}
 
 

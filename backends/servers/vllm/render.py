@@ -13,6 +13,7 @@ from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import Message
 from phasechat.backends.servers.rendering import reply_or_none
 from phasechat.backends.token_text import pieces_of
+from phasechat.backends.urls import endpoint
 from phasechat.backends.wire_text import as_text
 
 
@@ -25,7 +26,7 @@ async def render_on_vllm(
         "add_generation_prompt": True,
         "return_token_strs": True,
     }
-    tokenized = await reply_or_none(client, f"{root}/tokenize", headers, body)
+    tokenized = await reply_or_none(client, endpoint(root, "/tokenize"), headers, body)
     if not isinstance(tokenized, dict):
         return None
     ids, strs = tokenized.get("tokens"), tokenized.get("token_strs")
@@ -35,7 +36,7 @@ async def render_on_vllm(
         return None
     if not all(isinstance(s, str) for s in strs):
         return None
-    said = await reply_or_none(client, f"{root}/detokenize", headers, {"tokens": ids})
+    said = await reply_or_none(client, endpoint(root, "/detokenize"), headers, {"tokens": ids})
     text = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(text, str):
         return None

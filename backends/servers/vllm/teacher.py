@@ -25,6 +25,7 @@ from phasechat.backends.servers.forcing import (
     token_id,
 )
 from phasechat.backends.token_text import pieces_of
+from phasechat.backends.urls import endpoint
 from phasechat.backends.wire_text import as_text
 
 
@@ -46,7 +47,7 @@ async def vllm_top(
         "temperature": 0,
         "prompt_logprobs": k,
     }
-    answer = await ask(server, f"{server.v1}/completions", body)
+    answer = await ask(server, endpoint(server.v1, "/completions"), body)
     try:
         positions = answer["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -72,7 +73,7 @@ async def vllm_tokenize(server: Server, text: str) -> tuple[list[int], tuple[byt
         "add_special_tokens": False,
         "return_token_strs": True,
     }
-    said = await ask(server, f"{server.root}/tokenize", body)
+    said = await ask(server, endpoint(server.root, "/tokenize"), body)
     ids = ids_of(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
     strs = said.get("token_strs")
     if (
@@ -89,7 +90,7 @@ async def vllm_tokenize(server: Server, text: str) -> tuple[list[int], tuple[byt
 
 async def vllm_detokenize(server: Server, ids: Sequence[int]) -> str:
     said = await ask(
-        server, f"{server.root}/detokenize", {"model": server.model, "tokens": list(ids)}
+        server, endpoint(server.root, "/detokenize"), {"model": server.model, "tokens": list(ids)}
     )
     text = said.get("prompt") if isinstance(said, dict) else None
     if not isinstance(text, str):
@@ -104,7 +105,7 @@ async def vllm_prompt(server: Server, messages: tuple[Message, ...]) -> list[int
         "messages": [{"role": m.role, "content": m.content} for m in messages],
         "add_generation_prompt": True,
     }
-    said = await ask(server, f"{server.root}/tokenize", body)
+    said = await ask(server, endpoint(server.root, "/tokenize"), body)
     return ids_of(said.get("tokens") if isinstance(said, dict) else None, "vLLM's /tokenize")
 
 
