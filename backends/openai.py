@@ -144,8 +144,10 @@ class RemoteBackend:
         self._client: httpx.AsyncClient | None = None
         #: notices from `start` (numbers not believed, a slow listing), for the next answer
         self._pending: list[str] = []
-        #: the context window and where it came from (None: unknown)
+        #: the context window and where it came from (None: unknown), and why it is
+        #: unknown where the server's listing says (Dynamo's `context_window: 0`)
         self.window: Window | None = None
+        self.window_unknown: str | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
         #: the server's /metrics, read before and after each request, where its family
@@ -285,6 +287,10 @@ class RemoteBackend:
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
+            unknown = self.family.unknown_window
+            if self.window is None and unknown is not None:
+                entry = next((e for e in entries if e.get("id") == self._model), {})
+                self.window_unknown = unknown(entry)
         page = self.family.metrics
         said = self.window is not None and self.window.metrics
         if page is not None and (page.probe == "always" or said):
@@ -314,7 +320,9 @@ class RemoteBackend:
 
     @property
     def context_source(self) -> str | None:
-        return self.window.source if self.window is not None else None
+        """Where the window comes from; without one, why it is unknown where the server
+        says (None: it says nothing)."""
+        return self.window.source if self.window is not None else self.window_unknown
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         from phasechat.backends.tokens import estimate_messages

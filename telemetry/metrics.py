@@ -147,6 +147,13 @@ class Metrics:
     server_kv_hit_share: float | None = None
     server_prefill_worker: str | None = None
     server_decode_worker: str | None = None
+    #: the server's own names and definitions of its queue and prefill figures, where
+    #: they are not a queue and a prefill (Dynamo: its frontend's tokenizing and routing,
+    #: its worker's queue and prefill together); None: as named
+    server_queue_name: str | None = None
+    server_queue_means: str | None = None
+    server_prefill_name: str | None = None
+    server_prefill_means: str | None = None
     #: the server's own wait for the model to load before this request (Ollama's
     #: `load_duration`): part of the TTFT, apart from the prefill
     server_load_ms: float | None = None
@@ -262,6 +269,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     s, a = trace.server, trace.account
     known = a if a is not None and a.unknown is None else None  # this request's own
+    # what the server's queue and prefill figures cover, where it defines them otherwise
+    queue_means = known.queue_means if known else None
+    prefill_means = known.prefill_means if known else None
     own, contradictions = _bounded_engine(trace, _engine(trace), ttft, e2e)
     block = a.block_tokens if a else None
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
@@ -342,6 +352,10 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_load_ms=known.load_ms if known else None,
         server_prefill_worker=known.prefill_worker if known else None,
         server_decode_worker=known.decode_worker if known else None,
+        server_queue_name=queue_means.name if queue_means else None,
+        server_queue_means=queue_means.means if queue_means else None,
+        server_prefill_name=prefill_means.name if prefill_means else None,
+        server_prefill_means=prefill_means.means if prefill_means else None,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
         cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
         decode_unknown=burst,

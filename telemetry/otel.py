@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -530,24 +531,28 @@ def _output_tokens(metrics: Metrics) -> int | None:
 def _wait(metrics: Metrics) -> dict[str, Any]:
     """A remote wait's waterfall (telemetry/waterfall.py) on the prefill span, one
     `phasechat.wait.*_ms` per part known: durations, not spans of their own, as the
-    server says how long its parts took, never when they began."""
+    server says how long its parts took, never when they began. A part the server
+    defines otherwise is keyed by its own name (Dynamo's
+    `phasechat.wait.frontend_tokenize_route_ms`), its definition beside it (`.means`)."""
     fall = waterfall_of(metrics)
     if fall is None:
         return {}
-    out: dict[str, Any] = {
-        f"phasechat.wait.{_slug(step.name)}_ms": step.ms
-        for step in fall.steps
-        if step.ms is not None
-    }
+    out: dict[str, Any] = {}
+    for step in fall.steps:
+        if step.ms is not None:
+            out[f"phasechat.wait.{_slug(step.shown)}_ms"] = step.ms
+        if step.means:
+            out[f"phasechat.wait.{_slug(step.shown)}.means"] = step.means
     if fall.contradiction is not None:
         out["phasechat.wait.contradiction"] = fall.contradiction
     return out
 
 
 def _slug(name: str) -> str:
-    """A waterfall part's name as an attribute key's part: "server, other" is
-    "server_other"."""
-    return "_".join(name.replace(",", " ").split())
+    """A waterfall part's name as an attribute key's part, letters and digits joined by
+    `_`: "server, other" is "server_other", "frontend: tokenize + route"
+    "frontend_tokenize_route"."""
+    return "_".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
 def _answered_by(peer: Peer, trace: Trace) -> dict[str, str]:

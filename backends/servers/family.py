@@ -40,6 +40,9 @@ from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
 #: A window from one `/v1/models` entry (None: this family's field is not there).
 ListedWindow = Callable[[dict[str, Any], Fields | None], Window | None]
+#: Why one `/v1/models` entry leaves the window unknown, where the family's listing says
+#: so in its own way (Dynamo's `context_window: 0`); None: it does not say.
+UnknownWindow = Callable[[dict[str, Any]], str | None]
 #: A window from the server's own endpoints: (client, root, headers, model, fields).
 OwnWindow = Callable[
     [httpx.AsyncClient, str, dict[str, str], str, Fields | None], Awaitable[Window | None]
@@ -129,6 +132,7 @@ class ServerFamily:
     #: the model, Ollama's the model's namespace): an endpoint only it answers
     identify: Identify | None = None
     listed_window: ListedWindow | None = None
+    unknown_window: UnknownWindow | None = None
     own_window: OwnWindow | None = None
     #: ask `own_window` before the listing (llama-server: the slot's window is in /props)
     own_window_first: bool = False

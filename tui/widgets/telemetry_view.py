@@ -240,9 +240,8 @@ def context_gauge(m: Metrics, width: int = 20) -> Content:
     """A server's window: what this chat holds of it (prompt + answer), and who said how
     large it is; or that the server does not say."""
     if m.context_window is None:
-        return Content.assemble(
-            ("context ", "dim"), "window unknown (the server does not report it; --context N)"
-        )
+        why = m.context_source or "the server does not report it"
+        return Content.assemble(("context ", "dim"), f"window unknown ({why}; --context N)")
     used = m.kv_used_tokens or 0
     frac = min(1.0, used / m.context_window)
     filled = round(frac * width)
