@@ -411,13 +411,13 @@ class EngineProcess:
 
     def _why(self) -> str:
         """How the child ended, and the last line it wrote to stderr."""
-        if self._hung_s is not None:
-            return f"the engine did not answer for {self._hung_s:.0f} s: ended"
         proc = self._proc
         code = None
-        if proc is not None:
+        if proc is not None:  # reaped: never left a zombie
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=2)
+        if self._hung_s is not None:
+            return f"the engine did not answer for {self._hung_s:.0f} s: ended"
         if code is None:
             how = "no exit status"
         elif code < 0:

@@ -109,6 +109,8 @@ async def test_an_engine_stopped_while_idle_is_never_waited_on_and_is_ended_and_
     await until(lambda: engine.state == "failed")
     assert engine.state_detail.startswith(f"the engine did not answer for {HANG_S:.0f} s: ended")
     assert engine.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped, not a zombie
     await answers_from_a_new_child(engine, pid)
     assert not engine.count_tokens(MSGS).estimated
 
