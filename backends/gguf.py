@@ -138,15 +138,17 @@ def read_metadata(path: Path) -> dict[str, object]:
     return read_header(path)[0]
 
 
-def read_header(path: Path) -> tuple[dict[str, object], dict[str, int]]:
+def read_header(path: Path, whole: bool = False) -> tuple[dict[str, object], dict[str, int]]:
     """The metadata (as `read_metadata`) and each tensor's bytes, by name: the distance
-    from its offset to the next tensor's (the last one's: to the end of the file).
+    from its offset to the next tensor's (the last one's: to the end of the file; {}
+    when they do not add up).
 
     Raises GGUFError, one line naming the file and what is wrong, for anything but a
-    regular, readable GGUF file whose header and tensors fit in it: a FIFO or device
-    (checked on the descriptor, opened without blocking), a length past the file's end
-    (read as such, not allocated), a vocabulary with a token twice (llama.cpp asserts
-    on it and aborts the process), tensors that end past the file (a download cut off).
+    regular, readable GGUF file whose header fits in it: a FIFO or device (checked on
+    the descriptor, opened without blocking), a length past the file's end (read as
+    such, not allocated), a vocabulary with a token twice (llama.cpp asserts on it and
+    aborts the process); with `whole`, also tensors that end past the file (a download
+    cut off), which llama.cpp would be given to load.
     """
     try:
         fd = os.open(path, _OPEN_FLAGS)
@@ -179,7 +181,7 @@ def read_header(path: Path) -> tuple[dict[str, object], dict[str, int]]:
         os.close(fd)
     data_bytes = size - data_start
     need = max((offset + (nbytes or 1) for _, offset, nbytes in infos), default=0)
-    if need > data_bytes:
+    if whole and need > data_bytes:
         raise GGUFError(
             f"model file is truncated: its tensors need {data_start + need:,} bytes, "
             f"it has {size:,} (a download not finished?): {path}"
@@ -189,8 +191,8 @@ def read_header(path: Path) -> tuple[dict[str, object], dict[str, int]]:
 
 def check_model(path: Path) -> None:
     """Raise GGUFError (one line) unless `path` is a GGUF model llama.cpp can be given:
-    everything `read_header` checks, before anything loads it."""
-    read_header(path)
+    everything `read_header` checks, its tensors whole, before anything loads it."""
+    read_header(path, whole=True)
 
 
 def _kind(mode: int) -> str:
@@ -358,9 +360,10 @@ def _value(f: BinaryIO, vtype: int) -> object:
     raise GGUFError(f"unknown GGUF value type {vtype}")
 
 
-def geometry(path: Path) -> Geometry:
-    """The KV geometry of a GGUF model and its weights by layer, from its header alone."""
-    meta, tensors = read_header(path)
+def geometry(path: Path, whole: bool = False) -> Geometry:
+    """The KV geometry of a GGUF model and its weights by layer, from its header alone
+    (`whole`: and raise GGUFError when its tensors end past the file, as `check_model`)."""
+    meta, tensors = read_header(path, whole)
     arch = str(meta.get("general.architecture", "unknown"))
 
     def num(key: str, default: int | None = None) -> int:

@@ -228,7 +228,8 @@ class LocalBackend:
 
         path = self._path or default_model_path()
         self._path = path
-        self.geometry = geometry(path)  # rejects missing / truncated / not-GGUF files
+        # rejects a missing, truncated, damaged or not-GGUF file, a FIFO: check_model's checks
+        self.geometry = geometry(path, whole=True)
         g = self.geometry
         if g.n_ctx_train and self.config.n_ctx > g.n_ctx_train:
             raise ValueError(
