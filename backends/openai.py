@@ -54,10 +54,11 @@ from phasechat.backends.servers import (
     detect,
     header_account,
 )
+from phasechat.backends.servers.forcing import Forcing, Server
 from phasechat.backends.sse import SSEParser
-from phasechat.backends.teacher_remote import Forcing, Server
+from phasechat.backends.urls import endpoint, root_of, trimmed
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
-from phasechat.backends.windows import Window, read_body, root_of
+from phasechat.backends.windows import Window, read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
 from phasechat.backends.wire_text import as_text
 
@@ -134,6 +135,8 @@ class RemoteBackend:
         self._transport = transport  # tests replay recorded streams through this
         self._request_headers = request_headers
         self.models: list[str] = []
+        #: the HTTP status of the `/models` listing at `start` (None: no answer)
+        self.listing_status: int | None = None
         #: what kind of server it is (from its /models listing at `start`)
         self.family = GENERIC
         self._model = self.config.model or ""
@@ -142,8 +145,10 @@ class RemoteBackend:
         self._client: httpx.AsyncClient | None = None
         #: notices from `start` (numbers not believed, a slow listing), for the next answer
         self._pending: list[str] = []
-        #: the context window and where it came from (None: unknown)
+        #: the context window and where it came from (None: unknown), and why it is
+        #: unknown where the server's listing says (Dynamo's `context_window: 0`)
         self.window: Window | None = None
+        self.window_unknown: str | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
         #: the server's /metrics, read before and after each request, where its family
@@ -156,7 +161,7 @@ class RemoteBackend:
 
     @property
     def base_url(self) -> str:
-        return self.config.base_url.rstrip("/")
+        return trimmed(self.config.base_url)
 
     @property
     def shares_cpu(self) -> bool:
@@ -245,9 +250,10 @@ class RemoteBackend:
             async with (
                 asyncio.timeout(wait),
                 self._http().stream(
-                    "GET", f"{self.base_url}/models", headers=self._headers(), timeout=wait
+                    "GET", endpoint(self.base_url, "/models"), headers=self._headers(), timeout=wait
                 ) as r,
             ):
+                self.listing_status = r.status_code
                 if r.status_code != 200:
                     raw = await _prefix(r, 64 * 1024)
                     # Scrubbed before anything cuts it short: a cut key would not match.
@@ -280,6 +286,10 @@ class RemoteBackend:
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
+            unknown = self.family.unknown_window
+            if self.window is None and unknown is not None:
+                entry = next((e for e in entries if e.get("id") == self._model), {})
+                self.window_unknown = unknown(entry)
         page = self.family.metrics
         said = self.window is not None and self.window.metrics
         if page is not None and (page.probe == "always" or said):
@@ -296,7 +306,7 @@ class RemoteBackend:
         except TimeoutError:
             body = None
             self._pending.append(
-                f"{self.shown_url}/models took over {WINDOW_DEADLINE_S:g} s: "
+                f"{endpoint(self.shown_url, '/models')} took over {WINDOW_DEADLINE_S:g} s: "
                 "its model list and context window are unknown"
             )
         return load_json(body) if body is not None else NOT_JSON
@@ -307,7 +317,9 @@ class RemoteBackend:
 
     @property
     def context_source(self) -> str | None:
-        return self.window.source if self.window is not None else None
+        """Where the window comes from; without one, why it is unknown where the server
+        says (None: it says nothing)."""
+        return self.window.source if self.window is not None else self.window_unknown
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         from phasechat.backends.tokens import estimate_messages
@@ -394,7 +406,7 @@ class RemoteBackend:
         try:
             req = client.build_request(
                 "POST",
-                f"{self.base_url}/chat/completions",
+                endpoint(self.base_url, "/chat/completions"),
                 json=self.request_body(request),
                 headers={**extra, **self._headers()},
                 extensions={"trace": connect.trace},

@@ -37,6 +37,7 @@ import httpx
 from phasechat.backends.events import Message, ServerAccount, Usage
 from phasechat.backends.servers import FAMILIES
 from phasechat.backends.servers.family import PromNames
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
@@ -305,11 +306,20 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
         return f"{n:g} requests finished on the server meanwhile, not 1"
     gen_a, gen_b = before.get("generated"), after.get("generated")
     said = usage.completion_tokens if usage is not None else None
-    if gen_a is not None and gen_b is not None and said is not None and gen_b - gen_a != said:
-        return (
-            f"the server generated {gen_b - gen_a:g} tokens meanwhile, this answer {said}: "
-            "other requests ran at the same time"
-        )
+    if gen_a is not None and gen_b is not None and said is not None:
+        counted = gen_b - gen_a
+        if counted > said:
+            return (
+                f"the server generated {counted:g} tokens meanwhile, this answer {said}: "
+                "other requests ran at the same time"
+            )
+        if counted < said:
+            # other requests only add to a count: fewer is the server's own count
+            # disagreeing with its usage (or a proxy's usage), not a crowd
+            return (
+                f"mismatch: the server's /metrics counted {counted:g} generated tokens, "
+                f"its usage {said} for this answer"
+            )
     return None
 
 
@@ -332,7 +342,7 @@ async def scrape(
     try:
         async with (
             asyncio.timeout(DEADLINE_S),
-            client.stream("GET", f"{root}{path}", headers=headers, timeout=DEADLINE_S) as r,
+            client.stream("GET", endpoint(root, path), headers=headers, timeout=DEADLINE_S) as r,
         ):
             if r.status_code != 200:
                 return None

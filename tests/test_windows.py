@@ -12,7 +12,8 @@ import pytest
 
 from phasechat.backends.servers import context_refusal, from_models
 from phasechat.backends.servers.llama_server import props_window
-from phasechat.backends.windows import Window, root_of
+from phasechat.backends.urls import root_of
+from phasechat.backends.windows import Window
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window

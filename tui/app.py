@@ -40,7 +40,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import compare_picker, dialogs
+from phasechat.tui import compare_picker, dialogs, servers
 from phasechat.tui.host import ChatHost
 from phasechat.tui.palette import ChatCommands
 from phasechat.tui.screens import sweep_screen
@@ -174,6 +174,9 @@ class PhasechatApp(ChatHost):
             self.notify(
                 backend.state_detail, title="backend failed", severity="error", markup=False
             )
+
+    def reload_backend(self) -> None:
+        self.load_backend()
 
     def _start_summarizer(self, backend: Backend | None) -> None:
         if backend is not None:
@@ -493,7 +496,7 @@ class PhasechatApp(ChatHost):
 
     def action_switch_backend(self) -> None:
         """Pick a backend profile, seeing what the switch costs first."""
-        dialogs.switch_backend(self)
+        servers.switch_backend(self)
 
     def action_compare(self) -> None:
         """The last prompt sent elsewhere, side by side (tui/compare_picker.py)."""
@@ -609,6 +612,7 @@ class PhasechatApp(ChatHost):
             "Show or hide the live telemetry panel",
             self.action_toggle_telemetry,
         )
+        yield servers.command(self)
         yield from dialogs.commands(self)
         yield sweep_screen.command(self)
 

@@ -1,8 +1,9 @@
-"""The server families phasechat knows (`FAMILIES`, one module each), and the reads that
-go through the table: which family a server is, its window, and its refusals.
+"""The server families phasechat knows (`FAMILIES`, one package each), and the reads that
+go through the table: which family a server is, its window, its refusals, and the
+fields on a stream or its headers that say what they are whatever the listing claimed.
 
-Adding a family is one module beside these, defining a `ServerFamily`
-(backends/servers/family.py), and its line in `FAMILIES`.
+Adding a family is one package beside these, defining a `ServerFamily`
+(backends/servers/family.py) in its `__init__.py`, and its line in `FAMILIES`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from phasechat.backends.events import ServerAccount
+from phasechat.backends.events import PrefillProgress, ServerAccount, ServerTimings, Usage
 from phasechat.backends.servers import (
     dynamo,
     llama_server,
@@ -25,7 +26,8 @@ from phasechat.backends.servers import (
     vllm,
 )
 from phasechat.backends.servers.family import ServerFamily
-from phasechat.backends.windows import DEADLINE_S, Window, root_of
+from phasechat.backends.urls import root_of
+from phasechat.backends.windows import DEADLINE_S, Window
 from phasechat.backends.wire_numbers import Fields, load_json
 
 #: Every family, in the order they are tried: for a refusal's text the first that
@@ -102,6 +104,38 @@ def header_account(headers: Mapping[str, str], f: Fields) -> ServerAccount | Non
         if family.header_timing is not None and (said := family.header_timing(headers, f)):
             return said
     return None
+
+
+def chunk_progress(chunk: dict[str, Any], f: Fields) -> PrefillProgress | None:
+    """The prefill's progress on a stream chunk, by the first family that reads one
+    there (llama-server's `prompt_progress`), whatever the server claimed to be."""
+    for family in FAMILIES:
+        if family.progress is not None and (said := family.progress(chunk, f)) is not None:
+            return said
+    return None
+
+
+def chunk_timings(chunk: dict[str, Any], usage: Usage | None, f: Fields) -> ServerTimings | None:
+    """The engine's own timings on a stream chunk (llama-server's `timings`), by the
+    first family that reads them there, whatever the server claimed to be."""
+    for family in FAMILIES:
+        if family.timings is not None and (said := family.timings(chunk, usage, f)) is not None:
+            return said
+    return None
+
+
+def timings_source(local: bool) -> str | None:
+    """The label an answer's `ServerTimings` are kept under (`Metrics.server_source`), by
+    the family that reads them: `local`, counted by the local engine in its shape."""
+    return next((fam.timings_source(local) for fam in FAMILIES if fam.timings_source), None)
+
+
+def said_by(source: str | None) -> str:
+    """Who says the figures kept under `source`, as a line names them: its family's
+    name for it, else the label itself ("vLLM /metrics"), else "the server"."""
+    if source is None:
+        return "the server"
+    return next((fam.said_by[source] for fam in FAMILIES if source in fam.said_by), source)
 
 
 def context_refusal(body: str) -> dict[str, object] | None:

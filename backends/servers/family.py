@@ -9,7 +9,10 @@ A family says how to recognise it (`owned_by` in `GET /v1/models`), where its co
 window is (a field of the listing, an endpoint of its own), how it says a prompt does
 not fit, its Prometheus names and where its page is, what a request adds for it, how
 finely it caches a prompt, and its own per-request timing fields (from a chunk of the
-stream, or from the response's headers), each parsed into a `ServerAccount`.
+stream, or from the response's headers), each parsed into a `ServerAccount` (or, for
+llama.cpp's shape, `ServerTimings` and `PrefillProgress`), with the labels they are
+kept under; where it can, how it renders a prompt and reads a token sequence
+teacher-forced. What is one family's lives in its own package beside this module.
 """
 
 from __future__ import annotations
@@ -21,13 +24,22 @@ from typing import Any, Literal
 import httpx
 
 from phasechat.backends.base import RenderedPrompt
-from phasechat.backends.events import Message, ServerAccount
-from phasechat.backends.teacher_remote import Forcing
+from phasechat.backends.events import (
+    Message,
+    PrefillProgress,
+    ServerAccount,
+    ServerTimings,
+    Usage,
+)
+from phasechat.backends.servers.forcing import Forcing
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields, as_count, as_ms
 
 #: A window from one `/v1/models` entry (None: this family's field is not there).
 ListedWindow = Callable[[dict[str, Any], Fields | None], Window | None]
+#: Why one `/v1/models` entry leaves the window unknown, where the family's listing says
+#: so in its own way (Dynamo's `context_window: 0`); None: it does not say.
+UnknownWindow = Callable[[dict[str, Any]], str | None]
 #: A window from the server's own endpoints: (client, root, headers, model, fields).
 OwnWindow = Callable[
     [httpx.AsyncClient, str, dict[str, str], str, Fields | None], Awaitable[Window | None]
@@ -39,6 +51,11 @@ Refusal = Callable[[dict[str, Any], str], dict[str, object] | None]
 ChunkTiming = Callable[[dict[str, Any], Fields], ServerAccount | None]
 #: The family's own account of a request from the response's headers.
 HeaderTiming = Callable[[Mapping[str, str], Fields], ServerAccount | None]
+#: The prefill's progress from one parsed stream chunk (None: none in it).
+ChunkProgress = Callable[[dict[str, Any], Fields], PrefillProgress | None]
+#: The engine's own timings of the request from one parsed stream chunk, in llama.cpp's
+#: shape, bounded by the `Usage` of the same chunk (None: none in it).
+ChunkTimings = Callable[[dict[str, Any], Usage | None, Fields], ServerTimings | None]
 
 #: The prompt as the server renders and tokenizes it (None: it cannot say).
 Render = Callable[
@@ -78,6 +95,7 @@ class ServerFamily:
     #: `owned_by` values of its `GET /v1/models` entries
     owned_by: tuple[str, ...] = ()
     listed_window: ListedWindow | None = None
+    unknown_window: UnknownWindow | None = None
     own_window: OwnWindow | None = None
     #: ask `own_window` before the listing (llama-server: the slot's window is in /props)
     own_window_first: bool = False
@@ -88,12 +106,21 @@ class ServerFamily:
     cache_grain: CacheGrain = None
     chunk_timing: ChunkTiming | None = None
     header_timing: HeaderTiming | None = None
+    #: its prefill's progress and its engine's timings on a chunk, read from any server
+    #: that sends them whatever its listing claimed (a proxy passes them through)
+    progress: ChunkProgress | None = None
+    timings: ChunkTimings | None = None
+    #: the label of those timings in an answer's figures (`Metrics.server_source`): read
+    #: from a stream, or (True) counted by the local engine in the same shape
+    timings_source: Callable[[bool], str] | None = None
+    #: who says the figures kept under each of its labels, as a line names them
+    said_by: Mapping[str, str] = field(default_factory=dict)
     #: the prompt as the server reads it, where it can say (llama-server's
     #: /apply-template and /tokenize, vLLM's /tokenize and /detokenize):
     #: (client, root, headers, messages)
     render: Render | None = None
     #: how it reads a given token sequence, teacher-forced (None: it gives no
-    #: log-probabilities of tokens it did not sample; backends/teacher_remote.py)
+    #: log-probabilities of tokens it did not sample; backends/servers/forcing.py)
     forcing: Forcing | None = None
     #: where its documentation says the above (shown in docs/backends.md's table)
     docs: str = ""

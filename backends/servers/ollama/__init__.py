@@ -11,6 +11,7 @@ import re
 import httpx
 
 from phasechat.backends.servers.family import ServerFamily, checked_window
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields
 
@@ -20,13 +21,13 @@ async def running_window(
 ) -> Window | None:
     """Ollama's running window: `/api/ps` for a loaded model, else `num_ctx` from
     `/api/show` (the trained context is not the window Ollama runs with)."""
-    listing = await fetch_json(client, "GET", f"{root}/api/ps", headers)
+    listing = await fetch_json(client, "GET", endpoint(root, "/api/ps"), headers)
     running = listing.get("models") if isinstance(listing, dict) else None
     for m in running if isinstance(running, list) else []:
         mine = isinstance(m, dict) and model in (m.get("name"), m.get("model"))
         if mine and (n := checked_window(m.get("context_length"), "/api/ps context_length", f)):
             return Window(n, "Ollama /api/ps context_length")
-    body = await fetch_json(client, "POST", f"{root}/api/show", headers, {"model": model})
+    body = await fetch_json(client, "POST", endpoint(root, "/api/show"), headers, {"model": model})
     params = body.get("parameters") if isinstance(body, dict) else None
     found = re.search(r"^num_ctx\s+(\d+)", params, re.M) if isinstance(params, str) else None
     if found is None:

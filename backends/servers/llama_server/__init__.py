@@ -2,8 +2,8 @@
 (`default_generation_settings.n_ctx`, `total_slots`, and `endpoint_metrics` when it
 serves /metrics) or `meta.n_ctx` in the listing; `exceed_context_size_error` refusals;
 `llamacpp:` counters with `--metrics`; `return_progress` for prefill progress. Its
-per-request `timings` are read by openai_wire.py (they are the OpenAI stream's only
-server timings phasechat knew first, and the local engine reports the same shape)."""
+per-request `timings` and its `prompt_progress`: timings.py beside this (the local
+engine reports the same shape)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 
-from phasechat.backends.server_prompt import render_on_llama_server
 from phasechat.backends.servers.family import (
     PromNames,
     ServerFamily,
@@ -20,7 +19,10 @@ from phasechat.backends.servers.family import (
     positive,
     sizes,
 )
-from phasechat.backends.teacher_remote import LLAMA_SERVER_FORCING
+from phasechat.backends.servers.llama_server import timings
+from phasechat.backends.servers.llama_server.render import render_on_llama_server
+from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import Window, fetch_json
 from phasechat.backends.wire_numbers import Fields, as_count
 
@@ -41,7 +43,7 @@ async def props_window(
     client: httpx.AsyncClient, root: str, headers: dict[str, str], model: str, f: Fields | None
 ) -> Window | None:
     """llama-server's `GET /props`: the slot window and how many slots share the server."""
-    body = await fetch_json(client, "GET", f"{root}/props", headers)
+    body = await fetch_json(client, "GET", endpoint(root, "/props"), headers)
     settings = body.get("default_generation_settings") if isinstance(body, dict) else None
     said = settings.get("n_ctx") if isinstance(settings, dict) else None
     n = checked_window(said, "/props n_ctx", f)
@@ -90,7 +92,11 @@ FAMILY = ServerFamily(
     # llama-server only; OpenAI rejects unknown fields
     request_extras={"return_progress": True},
     cache_grain=1,  # any common prefix of the slot's tokens
+    progress=timings.progress,
+    timings=timings.timings,
+    timings_source=timings.source,
+    said_by=timings.SAID_BY,
     render=render_on_llama_server,
-    forcing=LLAMA_SERVER_FORCING,  # prompt_logprobs / n_probs: backends/teacher_remote.py
+    forcing=LLAMA_SERVER_FORCING,  # n_probs: teacher.py beside this
     docs="llama.cpp tools/server/README.md",
 )

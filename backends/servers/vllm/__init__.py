@@ -5,7 +5,7 @@ server runs with `--enable-per-request-metrics`, the final usage chunk's `metric
 (`queue_time_ms`, `time_to_first_token_ms` from scheduling, so the prefill, and
 `generation_time_ms`: vllm/entrypoints/generate/base/serving.py,
 build_per_request_timing_metrics); its own rendering and tokens of a prompt
-(`/tokenize`, `/detokenize`: backends/server_prompt.py)."""
+(`/tokenize`, `/detokenize`: render.py beside this)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from phasechat.backends.events import ServerAccount
-from phasechat.backends.server_prompt import render_on_vllm
 from phasechat.backends.servers.family import PromNames, ServerFamily, checked_window, sizes
-from phasechat.backends.teacher_remote import VLLM_FORCING
+from phasechat.backends.servers.vllm.render import render_on_vllm
+from phasechat.backends.servers.vllm.teacher import VLLM_FORCING
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields
 
@@ -78,6 +78,6 @@ FAMILY = ServerFamily(
     cache_grain=16,  # whole KV blocks (--block-size, 16 by default; /metrics says it)
     chunk_timing=chunk_timing,
     render=render_on_vllm,  # /tokenize and /detokenize: the prompt's sections exact
-    forcing=VLLM_FORCING,  # prompt_logprobs / n_probs: backends/teacher_remote.py
+    forcing=VLLM_FORCING,  # prompt_logprobs: teacher.py beside this
     docs="docs.vllm.ai: Production Metrics; vllm/entrypoints/generate/base/serving.py",
 )
