@@ -11,7 +11,8 @@ usual servers listen on, never another host.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -50,6 +51,11 @@ class Probe:
     @property
     def ok(self) -> bool:
         return self.problem is None
+
+    @property
+    def needs_key(self) -> bool:
+        """It refused the request for want of a key, or of a good one (HTTP 401, 403)."""
+        return self.status in (401, 403)
 
     @property
     def port(self) -> int | None:
@@ -144,11 +150,37 @@ def local_urls(profile_urls: Iterable[str] = ()) -> list[str]:
     return [f"http://127.0.0.1:{port}/v1" for port in dict.fromkeys(ports)]
 
 
-async def find_local(profile_urls: Iterable[str] = (), deadline_s: float = LOCAL_S) -> list[Probe]:
+def port_keys(key_envs: Mapping[str, str]) -> dict[int, str]:
+    """The variable holding each loopback port's key, from the profiles' base URLs
+    (`key_envs`: a URL and its profile's `api_key_env`): a profile's own port is asked
+    with its own key, as a switch to it would be; the first profile at a port wins."""
+    ports: dict[int, str] = {}
+    for url, env in key_envs.items():
+        with contextlib.suppress(httpx.InvalidURL):
+            parsed = httpx.URL(url)
+            if parsed.port and (parsed.host == "localhost" or parsed.host.startswith("127.")):
+                ports.setdefault(parsed.port, env)
+    return ports
+
+
+async def find_local(
+    profile_urls: Iterable[str] = (),
+    deadline_s: float = LOCAL_S,
+    key_envs: Mapping[str, str] | None = None,
+) -> list[Probe]:
     """The servers that answer on this machine's usual ports (and the profiles' own),
     each probed at once: those that list models, and those that answer HTTP with a
     refusal (a server still loading its model, one that wants a key, a web page);
-    those that do not answer within `deadline_s` are left out."""
-    urls = local_urls(profile_urls)
-    found = await asyncio.gather(*(probe(url, timeout_s=deadline_s) for url in urls))
+    those that do not answer within `deadline_s` are left out. `key_envs` (a profile's
+    URL and the variable holding its key): that profile's port is asked with its key."""
+    keys = port_keys(key_envs or {})
+    urls = local_urls([*profile_urls, *(key_envs or {})])
+
+    def asked(url: str) -> Coroutine[None, None, Probe]:
+        env = keys.get(httpx.URL(url).port or 0)
+        if env is None:
+            return probe(url, timeout_s=deadline_s)
+        return probe(url, env, timeout_s=deadline_s)
+
+    found = await asyncio.gather(*(asked(url) for url in urls))
     return [p for p in found if p.status is not None]

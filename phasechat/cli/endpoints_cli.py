@@ -83,6 +83,9 @@ def _now(answer: Probe, model: str | None) -> str:
 
 async def _add(config: Config, args: argparse.Namespace) -> int:
     url = base_url_of(args.url)
+    same = edit.endpoint_at(config, url)
+    if same is not None:
+        return fail(visible_controls(f"{redact_url(url)} is already the profile {same}"))
     key_env = args.key_env or "OPENAI_API_KEY"
     answer = await probe(url, key_env)
     if not answer.ok:
