@@ -27,6 +27,7 @@ from phasechat.chat.config.write import save_config
 from phasechat.cli.main import main
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.llama_server import free_port
+from tests.locked_server import KEY, locked_server
 
 WRITTEN = """\
 # my own notes, kept
@@ -281,42 +282,16 @@ def test_cli_add_of_a_server_that_is_a_profile_already_is_refused_naming_it(
     assert path.read_text() == before
 
 
-KEY = "sk-local-test-key-5678"
-
-
-class Locked(http.server.BaseHTTPRequestHandler):
-    """A server that wants a key for its listing (vLLM's `--api-key`: 401 for /v1/*
-    without `Authorization: Bearer KEY`)."""
-
-    def do_GET(self) -> None:
-        if self.headers.get("Authorization") == f"Bearer {KEY}":
-            code, body = 200, b'{"object": "list", "data": [{"id": "locked-model"}]}'
-        else:
-            code, body = 401, b'{"error": "Unauthorized"}'
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 async def test_a_profiles_port_is_asked_with_its_key_another_says_it_needs_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(probe_module, "USUAL_PORTS", {})  # not what runs on this machine
     monkeypatch.setenv("LOCKED_KEY", KEY)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    locked = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Locked)
-    threading.Thread(target=locked.serve_forever, daemon=True).start()
-    try:
-        url = f"http://localhost:{locked.server_port}/v1"
+    with locked_server() as port:
+        url = f"http://localhost:{port}/v1"
         with_key = await find_local([url], key_envs={url: "LOCKED_KEY"})
         without = await find_local([url])
-    finally:
-        locked.shutdown()
     assert [(p.ok, p.models) for p in with_key] == [(True, ("locked-model",))]
     (refused,) = without
     assert refused.status == 401 and refused.needs_key and KEY not in refused.line()

@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
+from phasechat.backends import probe as probe_module
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config, EndpointProfile, load_config
@@ -28,6 +29,7 @@ from phasechat.tui.screens.switch_screen import ADD, PROFILE, BackendsScreen
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.helpers import settled, wait_for
 from tests.llama_server import free_port
+from tests.locked_server import KEY, MODEL, locked_server
 
 WRITTEN = """\
 # my own notes, kept
@@ -338,3 +340,36 @@ async def test_a_key_variable_that_is_not_set_is_said_in_the_form_never_a_value(
         await wait_for(pilot, lambda: "pick one" in said(app))
         assert "not set" not in said(app) and "sk-test" not in said(app)
         await pilot.press("escape")
+
+
+async def found_labels(pilot: Pilot[None], app: PhasechatApp) -> dict[str, str]:
+    """Ctrl+B; once the search is done, each found server's option: its id and label."""
+    await pilot.press("ctrl+b")
+    screen = app.screen
+    assert isinstance(screen, BackendsScreen)
+    await wait_for(pilot, lambda: screen.found is not None)
+    options = screen.query_one(OptionList)
+    found = (options.get_option_at_index(i) for i in range(options.option_count))
+    labels = {o.id or "": str(o.prompt) for o in found if "found here" in str(o.prompt)}
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: not isinstance(app.screen, BackendsScreen))
+    return labels
+
+
+async def test_found_here_a_profiles_port_answers_to_its_key_another_needs_one(
+    server: FaultServer, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKED_KEY", KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with locked_server() as port:
+        monkeypatch.setattr(probe_module, "USUAL_PORTS", {port: "vLLM"})
+        app = fault_app(server, config)
+        async with ready(app) as pilot:
+            labels = await found_labels(pilot, app)
+            (label,) = [v for v in labels.values() if f":{port}" in v]
+            assert f":{port} answers, needs a key: " in label and "not ready" not in label
+            url = f"http://127.0.0.1:{port}/v1"
+            profile = EndpointProfile("locked", url, api_key_env="LOCKED_KEY")
+            assert app.workspace.add_endpoint(profile) is None
+            labels = await found_labels(pilot, app)
+            assert MODEL in labels[f"{PROFILE}locked"] and KEY not in labels[f"{PROFILE}locked"]
