@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -104,13 +104,18 @@ def base_url_of(text: str) -> str:
     return url
 
 
+#: The variable a probe with no key reads: no environment holds a variable without a name.
+NO_KEY = ""
+
+
 async def probe(
-    base_url: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = PROBE_S
+    base_url: str, api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = PROBE_S
 ) -> Probe:
-    """Ask the server at `base_url` what it is (the key, if any, from `api_key_env`)."""
+    """Ask the server at `base_url` what it is (the key, if any, from `api_key_env`;
+    None: send no key, as to a server found on this machine that no profile names)."""
     config = RemoteConfig(
         base_url=base_url,
-        api_key_env=api_key_env,
+        api_key_env=NO_KEY if api_key_env is None else api_key_env,
         name="probe",
         connect_timeout_s=timeout_s,
         listing_timeout_s=timeout_s,
@@ -123,8 +128,15 @@ async def probe(
         return Probe(base_url, problem=f"no answer from {backend.shown_url} within {timeout_s:g} s")
     finally:
         await backend.aclose()
+    status = backend.listing_status
     if backend.state != "ready":
-        return Probe(base_url, problem=backend.state_detail, status=backend.listing_status)
+        problem = backend.state_detail
+        if api_key_env is None and status in (401, 403):  # no key's variable to check
+            problem = (
+                f"HTTP {status} from {backend.shown_url}: no key was sent (add it by its URL"
+                " with the name of the variable that holds its key)"
+            )
+        return Probe(base_url, problem=problem, status=status)
     if not backend.models:
         return Probe(
             base_url,
@@ -172,15 +184,12 @@ async def find_local(
     each probed at once: those that list models, and those that answer HTTP with a
     refusal (a server still loading its model, one that wants a key, a web page);
     those that do not answer within `deadline_s` are left out. `key_envs` (a profile's
-    URL and the variable holding its key): that profile's port is asked with its key."""
+    URL and the variable holding its key): that profile's port is asked with its key;
+    other ports with none."""
     keys = port_keys(key_envs or {})
     urls = local_urls([*profile_urls, *(key_envs or {})])
 
-    def asked(url: str) -> Coroutine[None, None, Probe]:
-        env = keys.get(httpx.URL(url).port or 0)
-        if env is None:
-            return probe(url, timeout_s=deadline_s)
-        return probe(url, env, timeout_s=deadline_s)
-
-    found = await asyncio.gather(*(asked(url) for url in urls))
+    # a port no profile names gets no key: the user's key is not for whatever listens there
+    asked = (probe(url, keys.get(httpx.URL(url).port or 0), deadline_s) for url in urls)
+    found = await asyncio.gather(*asked)
     return [p for p in found if p.status is not None]

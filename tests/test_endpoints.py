@@ -270,7 +270,10 @@ def test_another_server_is_another(a: str, b: str) -> None:
 
 
 def test_cli_add_of_a_server_that_is_a_profile_already_is_refused_naming_it(
-    server: FaultServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: FaultServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = tmp_path / "c.toml"
     url = server.base_url.replace("/v1", "/two-models/v1")
@@ -280,6 +283,11 @@ def test_cli_add_of_a_server_that_is_a_profile_already_is_refused_naming_it(
     assert main(["--config", str(path), "endpoints", "add", again]) == 2
     assert "is already the profile two" in capsys.readouterr().err
     assert path.read_text() == before
+    # another server; a key variable named but not set is said, and the server still added
+    monkeypatch.delenv("PHASECHAT_TEST_UNSET", raising=False)
+    argv = ["--config", str(path), "endpoints", "add", server.base_url]
+    assert main([*argv, "--key-env", "PHASECHAT_TEST_UNSET"]) == 0
+    assert "$PHASECHAT_TEST_UNSET is not set: the server will get no key" in capsys.readouterr().err
 
 
 async def test_a_profiles_port_is_asked_with_its_key_another_says_it_needs_one(
@@ -287,7 +295,7 @@ async def test_a_profiles_port_is_asked_with_its_key_another_says_it_needs_one(
 ) -> None:
     monkeypatch.setattr(probe_module, "USUAL_PORTS", {})  # not what runs on this machine
     monkeypatch.setenv("LOCKED_KEY", KEY)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the user's key: not sent to a port found
     with locked_server() as port:
         url = f"http://localhost:{port}/v1"
         with_key = await find_local([url], key_envs={url: "LOCKED_KEY"})
@@ -295,3 +303,4 @@ async def test_a_profiles_port_is_asked_with_its_key_another_says_it_needs_one(
     assert [(p.ok, p.models) for p in with_key] == [(True, ("locked-model",))]
     (refused,) = without
     assert refused.status == 401 and refused.needs_key and KEY not in refused.line()
+    assert "no key was sent" in refused.line() and "OPENAI_API_KEY" not in refused.line()
