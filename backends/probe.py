@@ -11,7 +11,8 @@ usual servers listen on, never another host.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -50,6 +51,11 @@ class Probe:
     @property
     def ok(self) -> bool:
         return self.problem is None
+
+    @property
+    def needs_key(self) -> bool:
+        """It refused the request for want of a key, or of a good one (HTTP 401, 403)."""
+        return self.status in (401, 403)
 
     @property
     def port(self) -> int | None:
@@ -98,13 +104,18 @@ def base_url_of(text: str) -> str:
     return url
 
 
+#: The variable a probe with no key reads: no environment holds a variable without a name.
+NO_KEY = ""
+
+
 async def probe(
-    base_url: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = PROBE_S
+    base_url: str, api_key_env: str | None = "OPENAI_API_KEY", timeout_s: float = PROBE_S
 ) -> Probe:
-    """Ask the server at `base_url` what it is (the key, if any, from `api_key_env`)."""
+    """Ask the server at `base_url` what it is (the key, if any, from `api_key_env`;
+    None: send no key, as to a server found on this machine that no profile names)."""
     config = RemoteConfig(
         base_url=base_url,
-        api_key_env=api_key_env,
+        api_key_env=NO_KEY if api_key_env is None else api_key_env,
         name="probe",
         connect_timeout_s=timeout_s,
         listing_timeout_s=timeout_s,
@@ -117,8 +128,15 @@ async def probe(
         return Probe(base_url, problem=f"no answer from {backend.shown_url} within {timeout_s:g} s")
     finally:
         await backend.aclose()
+    status = backend.listing_status
     if backend.state != "ready":
-        return Probe(base_url, problem=backend.state_detail, status=backend.listing_status)
+        problem = backend.state_detail
+        if api_key_env is None and status in (401, 403):  # no key's variable to check
+            problem = (
+                f"HTTP {status} from {backend.shown_url}: no key was sent (add it by its URL"
+                " with the name of the variable that holds its key)"
+            )
+        return Probe(base_url, problem=problem, status=status)
     if not backend.models:
         return Probe(
             base_url,
@@ -144,11 +162,34 @@ def local_urls(profile_urls: Iterable[str] = ()) -> list[str]:
     return [f"http://127.0.0.1:{port}/v1" for port in dict.fromkeys(ports)]
 
 
-async def find_local(profile_urls: Iterable[str] = (), deadline_s: float = LOCAL_S) -> list[Probe]:
+def port_keys(key_envs: Mapping[str, str]) -> dict[int, str]:
+    """The variable holding each loopback port's key, from the profiles' base URLs
+    (`key_envs`: a URL and its profile's `api_key_env`): a profile's own port is asked
+    with its own key, as a switch to it would be; the first profile at a port wins."""
+    ports: dict[int, str] = {}
+    for url, env in key_envs.items():
+        with contextlib.suppress(httpx.InvalidURL):
+            parsed = httpx.URL(url)
+            if parsed.port and (parsed.host == "localhost" or parsed.host.startswith("127.")):
+                ports.setdefault(parsed.port, env)
+    return ports
+
+
+async def find_local(
+    profile_urls: Iterable[str] = (),
+    deadline_s: float = LOCAL_S,
+    key_envs: Mapping[str, str] | None = None,
+) -> list[Probe]:
     """The servers that answer on this machine's usual ports (and the profiles' own),
     each probed at once: those that list models, and those that answer HTTP with a
     refusal (a server still loading its model, one that wants a key, a web page);
-    those that do not answer within `deadline_s` are left out."""
-    urls = local_urls(profile_urls)
-    found = await asyncio.gather(*(probe(url, timeout_s=deadline_s) for url in urls))
+    those that do not answer within `deadline_s` are left out. `key_envs` (a profile's
+    URL and the variable holding its key): that profile's port is asked with its key;
+    other ports with none."""
+    keys = port_keys(key_envs or {})
+    urls = local_urls([*profile_urls, *(key_envs or {})])
+
+    # a port no profile names gets no key: the user's key is not for whatever listens there
+    asked = (probe(url, keys.get(httpx.URL(url).port or 0), deadline_s) for url in urls)
+    found = await asyncio.gather(*asked)
     return [p for p in found if p.status is not None]

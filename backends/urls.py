@@ -28,3 +28,24 @@ def root_of(base: str) -> str:
     base URL without a final /v1, its query kept."""
     scheme, netloc, path, query, _fragment = urlsplit(base)
     return urlunsplit((scheme, netloc, re.sub(r"/v1$", "", path.rstrip("/")), query, ""))
+
+
+#: Names of this machine that reach the same server as 127.0.0.1.
+_LOOPBACK = ("localhost", "127.0.0.1")
+
+
+def server_key(base: str) -> str:
+    """What two base URLs share when they reach the same server: the scheme and host in
+    lower case (localhost as 127.0.0.1), the port (the scheme's default when none is
+    written), the path without a final "/" or "/v1", and the query (Azure's
+    `?api-version=` makes another deployment). No user, password or fragment."""
+    parts = urlsplit(base.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    host = _LOOPBACK[1] if host in _LOOPBACK else host
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port no request could go to: only the same text matches
+        return base
+    path = re.sub(r"/v1$", "", parts.path.rstrip("/")).rstrip("/")
+    return urlunsplit((scheme, f"{host}:{port}", path, parts.query, ""))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
+from phasechat.backends.urls import server_key
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import Config, EndpointProfile
 from phasechat.chat.config.profiles import BackendSpec, make_backend
@@ -94,6 +95,13 @@ class Workspace:
         return backend
 
     # -- profiles in the config file -------------------------------------------------
+    def profile_at(self, base_url: str) -> str | None:
+        """The name of the remote profile that reaches the same server as `base_url`
+        (backends/urls.py `server_key`), if any: adding it again would make a second."""
+        key = server_key(base_url)
+        remote = ((n, s) for n, s in self.profiles.items() if s.kind != "local")
+        return next((n for n, s in remote if server_key(s.remote.base_url) == key), None)
+
     def add_endpoint(self, endpoint: EndpointProfile) -> str | None:
         """Save `endpoint` as the config's last `[[endpoints]]` table and offer it to
         switch to; why not, in one line (then nothing changes)."""

@@ -20,12 +20,14 @@ from phasechat.backends.probe import (
     probe,
     shown_model,
 )
+from phasechat.backends.urls import server_key
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import EndpointProfile, load_config
 from phasechat.chat.config.write import save_config
 from phasechat.cli.main import main
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.llama_server import free_port
+from tests.locked_server import KEY, locked_server
 
 WRITTEN = """\
 # my own notes, kept
@@ -239,3 +241,66 @@ def test_cli_refuses_a_model_the_server_does_not_list(
     url = server.base_url.replace("/v1", "/two-models/v1")
     assert main(["--config", str(path), "endpoints", "add", url, "--pick", "nope"]) == 2
     assert "does not list 'nope'" in capsys.readouterr().err and not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("http://127.0.0.1:8080/v1", "http://localhost:8080"),
+        ("http://127.0.0.1:8080/v1", "HTTP://127.0.0.1:8080/v1/"),
+        ("https://API.example.com/v1", "https://api.example.com:443/"),
+        ("http://h/openai/v1?api-version=1", "http://h:80/openai?api-version=1"),
+    ],
+)
+def test_one_server_however_its_url_is_written(a: str, b: str) -> None:
+    assert server_key(a) == server_key(b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("http://127.0.0.1:8080/v1", "https://127.0.0.1:8080/v1"),
+        ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8081/v1"),
+        ("http://h/two-models/v1", "http://h/v1"),
+        ("http://h/openai/v1?api-version=1", "http://h/openai/v1?api-version=2"),
+    ],
+)
+def test_another_server_is_another(a: str, b: str) -> None:
+    assert server_key(a) != server_key(b)
+
+
+def test_cli_add_of_a_server_that_is_a_profile_already_is_refused_naming_it(
+    server: FaultServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "c.toml"
+    url = server.base_url.replace("/v1", "/two-models/v1")
+    assert main(["--config", str(path), "endpoints", "add", url, "--name", "two"]) == 0
+    before = path.read_text()
+    again = f"http://localhost:{server.port}/two-models/"
+    assert main(["--config", str(path), "endpoints", "add", again]) == 2
+    assert "is already the profile two" in capsys.readouterr().err
+    assert path.read_text() == before
+    # another server; a key variable named but not set is said, and the server still added
+    monkeypatch.delenv("PHASECHAT_TEST_UNSET", raising=False)
+    argv = ["--config", str(path), "endpoints", "add", server.base_url]
+    assert main([*argv, "--key-env", "PHASECHAT_TEST_UNSET"]) == 0
+    assert "$PHASECHAT_TEST_UNSET is not set: the server will get no key" in capsys.readouterr().err
+
+
+async def test_a_profiles_port_is_asked_with_its_key_another_says_it_needs_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(probe_module, "USUAL_PORTS", {})  # not what runs on this machine
+    monkeypatch.setenv("LOCKED_KEY", KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the user's key: not sent to a port found
+    with locked_server() as port:
+        url = f"http://localhost:{port}/v1"
+        with_key = await find_local([url], key_envs={url: "LOCKED_KEY"})
+        without = await find_local([url])
+    assert [(p.ok, p.models) for p in with_key] == [(True, ("locked-model",))]
+    (refused,) = without
+    assert refused.status == 401 and refused.needs_key and KEY not in refused.line()
+    assert "no key was sent" in refused.line() and "OPENAI_API_KEY" not in refused.line()

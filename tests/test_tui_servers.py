@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
+from phasechat.backends import probe as probe_module
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config, EndpointProfile, load_config
@@ -28,6 +29,7 @@ from phasechat.tui.screens.switch_screen import ADD, PROFILE, BackendsScreen
 from tests.fault_server import FaultServer, fault_server_thread
 from tests.helpers import settled, wait_for
 from tests.llama_server import free_port
+from tests.locked_server import KEY, MODEL, locked_server
 
 WRITTEN = """\
 # my own notes, kept
@@ -253,3 +255,121 @@ async def test_from_a_local_answer_to_a_llama_server_added_by_its_url(
     saved = load_config(config.path)
     assert [(e.name, e.base_url, e.model) for e in saved.endpoints] == [("llama-server", url, None)]
     assert config.path.read_text().startswith(WRITTEN)
+
+
+def notes(app: PhasechatApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_a_url_that_is_a_profile_already_switches_to_it_and_adds_none(
+    server: FaultServer, config: Config
+) -> None:
+    # the profile's spelling and the one typed differ: localhost, a final "/" and "/v1"
+    lab_url = f"http://localhost:{server.port}/two-models/v1/"
+    app = fault_app(server, config)
+    assert app.workspace.add_endpoint(EndpointProfile("lab", lab_url)) is None
+    assert config.path is not None
+    before = config.path.read_text()
+    async with ready(app) as pilot:
+        await open_form(pilot, app, f"127.0.0.1:{server.port}/two-models")
+        models = app.screen.query_one("#models", OptionList)
+        await wait_for(pilot, lambda: models.option_count == 2)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.backend.name == "lab")
+        assert any("is already the profile lab" in n for n in notes(app))
+        assert list(app.workspace.profiles) == ["first", "lab"]
+    assert config.path.read_text() == before  # no "127.0.0.1-PORT" table added
+
+
+async def test_a_new_model_for_the_profile_that_answers_restarts_it_and_the_chat_goes_on(
+    server: FaultServer, config: Config
+) -> None:
+    url = server.base_url.replace("/v1", "/two-models/v1")
+    app = fault_app(server, config)
+    assert app.workspace.add_endpoint(EndpointProfile("two", url)) is None
+    async with ready(app) as pilot:
+        await app.switch_to("two")
+        await wait_for(pilot, lambda: app.backend.name == "two" and app.backend.state == "ready")
+        app.send("hello")
+        await settled(pilot, app, 1)
+        assert server.requests[-1]["model"] == "ok-3"  # the first it lists
+        old = app.backend
+        await in_switcher(pilot, app, "two", "m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerForm))
+        models = app.screen.query_one("#models", OptionList)
+        await wait_for(pilot, lambda: models.option_count == 2)
+        await pilot.press("down", "enter")  # ok-7
+        await wait_for(pilot, lambda: app.backend is not old and app.backend.state == "ready")
+        assert app.backend.name == "two" and app.backend.model == "ok-7"
+        app.send("and again")
+        await settled(pilot, app, 2)
+        assert server.requests[-1]["model"] == "ok-7"
+        sent = [(m["role"], m["content"]) for m in server.requests[-1]["messages"]]
+        assert sent[1:] == [("user", "hello"), ("assistant", "tok tok tok "), ("user", "and again")]
+        assert [x.answer.backend for x in app.turns.exchanges] == ["two", "two"]
+    assert config.path is not None
+    assert [(e.name, e.model) for e in load_config(config.path).endpoints] == [("two", "ok-7")]
+
+
+async def test_a_key_variable_that_is_not_set_is_said_in_the_form_never_a_value(
+    server: FaultServer, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PHASECHAT_TEST_LAB_KEY", raising=False)
+    monkeypatch.setenv("PHASECHAT_TEST_SET_KEY", "sk-test-secret-value-1234")
+    app = fault_app(server, config)
+    async with ready(app) as pilot:
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: isinstance(app.screen, BackendsScreen))
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerForm))
+        form = app.screen
+        key_env = form.query_one("#key-env", Input)
+        key_env.value = "PHASECHAT_TEST_LAB_KEY"
+        unset = "$PHASECHAT_TEST_LAB_KEY is not set: the server will get no key"
+        await wait_for(pilot, lambda: unset in said(app))
+        # asked: the answer's line keeps saying it
+        form.query_one("#url", Input).value = server.base_url.replace("/v1", "/two-models/v1")
+        form.query_one("#url", Input).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "pick one" in said(app))
+        assert unset in said(app)
+        # a variable that is set: nothing said of it, its value never shown
+        key_env.value = "PHASECHAT_TEST_SET_KEY"
+        form.query_one("#url", Input).focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "pick one" in said(app))
+        assert "not set" not in said(app) and "sk-test" not in said(app)
+        await pilot.press("escape")
+
+
+async def found_labels(pilot: Pilot[None], app: PhasechatApp) -> dict[str, str]:
+    """Ctrl+B; once the search is done, each found server's option: its id and label."""
+    await pilot.press("ctrl+b")
+    screen = app.screen
+    assert isinstance(screen, BackendsScreen)
+    await wait_for(pilot, lambda: screen.found is not None)
+    options = screen.query_one(OptionList)
+    found = (options.get_option_at_index(i) for i in range(options.option_count))
+    labels = {o.id or "": str(o.prompt) for o in found if "found here" in str(o.prompt)}
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: not isinstance(app.screen, BackendsScreen))
+    return labels
+
+
+async def test_found_here_a_profiles_port_answers_to_its_key_another_needs_one(
+    server: FaultServer, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKED_KEY", KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with locked_server() as port:
+        monkeypatch.setattr(probe_module, "USUAL_PORTS", {port: "vLLM"})
+        app = fault_app(server, config)
+        async with ready(app) as pilot:
+            labels = await found_labels(pilot, app)
+            (label,) = [v for v in labels.values() if f":{port}" in v]
+            assert f":{port} answers, needs a key: " in label and "not ready" not in label
+            url = f"http://127.0.0.1:{port}/v1"
+            profile = EndpointProfile("locked", url, api_key_env="LOCKED_KEY")
+            assert app.workspace.add_endpoint(profile) is None
+            labels = await found_labels(pilot, app)
+            assert MODEL in labels[f"{PROFILE}locked"] and KEY not in labels[f"{PROFILE}locked"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual.app import SystemCommand
 
+from phasechat.backends.httplog import redact_url
 from phasechat.chat.config.edit import free_name
 from phasechat.chat.config.file import EndpointProfile
 from phasechat.chat.costs import switch_cost
@@ -36,9 +37,9 @@ def switch_backend(app: ChatHost) -> None:
         (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
         for name, spec in ws.profiles.items()
     ]
-    urls = {
-        name: spec.remote.base_url for name, spec in ws.profiles.items() if spec.kind != "local"
-    }
+    remote = {name: spec.remote for name, spec in ws.profiles.items() if spec.kind != "local"}
+    urls = {name: r.base_url for name, r in remote.items()}
+    keys = {name: r.api_key_env for name, r in remote.items()}
 
     async def chosen(name: str | None) -> None:
         if name:
@@ -54,7 +55,7 @@ def switch_backend(app: ChatHost) -> None:
         else:
             remove(app, arg)
 
-    app.push_screen(BackendsScreen(rows, ws.backend.name, act, urls), chosen)
+    app.push_screen(BackendsScreen(rows, ws.backend.name, act, urls, keys), chosen)
 
 
 def add_server(app: ChatHost, url: str = "") -> None:
@@ -63,6 +64,12 @@ def add_server(app: ChatHost, url: str = "") -> None:
 
     async def chosen(choice: ServerChoice | None) -> None:
         if choice is None:
+            return
+        same = ws.profile_at(choice.base_url)
+        if same is not None:  # a second profile of one server would split its history
+            shown = redact_url(choice.base_url)
+            app.notify(one_line(f"{shown} is already the profile {same}"), markup=False)
+            await app.switch_to(same)
             return
         name = choice.name or free_name(ws.config, choice.said.slug)
         endpoint = EndpointProfile(name, choice.base_url, choice.model, choice.key_env)

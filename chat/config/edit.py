@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 from typing import TypeVar
 
+from phasechat.backends.urls import server_key
 from phasechat.chat.config.file import Config, EndpointProfile, LocalProfile
 
 P = TypeVar("P", EndpointProfile, LocalProfile)
@@ -43,6 +44,13 @@ def free_name(config: Config, base: str) -> str:
     if stem not in taken:
         return stem
     return next(f"{stem}-{i}" for i in range(2, len(taken) + 3) if f"{stem}-{i}" not in taken)
+
+
+def endpoint_at(config: Config, base_url: str) -> str | None:
+    """The name of the endpoint that reaches the same server as `base_url` (the same
+    scheme, host, port, path and query; a final "/" or "/v1" aside), if any."""
+    key = server_key(base_url)
+    return next((e.name for e in config.endpoints if server_key(e.base_url) == key), None)
 
 
 def add_endpoint(config: Config, endpoint: EndpointProfile) -> Config:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 from dataclasses import replace
 
 from phasechat.backends.httplog import redact_url
@@ -83,7 +85,15 @@ def _now(answer: Probe, model: str | None) -> str:
 
 async def _add(config: Config, args: argparse.Namespace) -> int:
     url = base_url_of(args.url)
+    same = edit.endpoint_at(config, url)
+    if same is not None:
+        return fail(visible_controls(f"{redact_url(url)} is already the profile {same}"))
     key_env = args.key_env or "OPENAI_API_KEY"
+    if args.key_env and args.key_env not in os.environ:  # whether it is set, never its value
+        print(
+            f"phasechat: ${visible_controls(args.key_env)} is not set: the server will get no key",
+            file=sys.stderr,
+        )
     answer = await probe(url, key_env)
     if not answer.ok:
         return fail(visible_controls(one_line(answer.line())), 1)

@@ -5,6 +5,7 @@ serves several models."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import ClassVar
@@ -92,6 +93,26 @@ class ServerForm(ModalScreen[ServerChoice | None]):
     def submitted(self) -> None:
         self.ask()
 
+    @on(Input.Changed, "#key-env")
+    def key_env_changed(self) -> None:
+        if (note := self._key_note()) is not None:
+            self._say(note, "$warning")
+
+    def _key_note(self) -> str | None:
+        """ "$VAR is not set: ..." when the variable named for the key is not in the
+        environment (only whether it is set is read, never its value); None otherwise,
+        or when no name was given (most servers on this machine want no key)."""
+        given = self.query_one("#key-env", Input).value.strip()
+        if not given or not ENV_NAME.fullmatch(given) or given in os.environ:
+            return None
+        if self.pick_only and given == DEFAULT_KEY_ENV:
+            return None  # the profile names none of its own
+        return f"${given} is not set: the server will get no key"
+
+    def _said_with_note(self, text: str) -> str:
+        note = self._key_note()
+        return text if note is None else f"{text} · {note}"
+
     def _say(self, text: str, style: str = "") -> None:
         self.query_one("#said", Static).update(Content.styled(one_line(text), style))
 
@@ -113,12 +134,12 @@ class ServerForm(ModalScreen[ServerChoice | None]):
         except ValueError as exc:
             self._say(str(exc), "$error")
             return
-        self._say(f"asking {url} ...", "dim")
+        self._say(self._said_with_note(f"asking {url} ..."), "dim")
         said = self.said = await probe(url, key_env)
         if not said.ok:
-            self._say(said.line(), "$error")
+            self._say(self._said_with_note(said.line()), "$error")
             return
-        self._say(said.line())
+        self._say(self._said_with_note(said.line()))
         name = self.query_one("#name", Input).value.strip()
         if len(said.models) == 1 and not self.pick_only:
             self.dismiss(ServerChoice(url, key_env, name, None, said))
@@ -130,7 +151,7 @@ class ServerForm(ModalScreen[ServerChoice | None]):
         models.add_class("shown")
         models.highlighted = 0
         models.focus()
-        self._say(f"{said.line()}: pick one (Enter)")
+        self._say(self._said_with_note(f"{said.line()}: pick one (Enter)"))
 
     @on(OptionList.OptionSelected, "#models")
     def picked(self, event: OptionList.OptionSelected) -> None:

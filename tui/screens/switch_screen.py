@@ -15,6 +15,7 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
 from phasechat.backends.probe import Probe, find_local
+from phasechat.backends.urls import server_key
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.text import one_line
 
@@ -100,14 +101,17 @@ class BackendsScreen(SwitchScreen):
         current: str,
         act: Act,
         local_urls: dict[str, str],
+        key_envs: dict[str, str] | None = None,
     ) -> None:
         """`act(verb, arg)`: what the app does when a key here asks for more than a
         switch (the screen is closed first); `local_urls`: each remote profile's URL
         by its name (their loopback ports are looked at too; a server found at one is
-        offered as that profile)."""
+        offered as that profile); `key_envs`: the variable holding each remote profile's
+        key, by its name (its port is asked with that key, as a switch would ask)."""
         super().__init__(profiles, current)
         self.act = act
         self.local_urls = local_urls
+        self.key_envs = key_envs or {}
         #: the servers found on this machine (None: still looking)
         self.found: list[Probe] | None = None
 
@@ -123,13 +127,17 @@ class BackendsScreen(SwitchScreen):
 
     @work(exclusive=True, group="find-local")
     async def look_here(self) -> None:
-        self.found = await find_local(self.local_urls.values())
+        urls, envs = self.local_urls, self.key_envs
+        keys = {url: envs[name] for name, url in urls.items() if name in envs}
+        self.found = await find_local(urls.values(), key_envs=keys)
         options = self.query_one(OptionList)
         for p in self.found:
             profile = self._profile_at(p.base_url)
-            said = (
-                f"{p.line()} · :{p.port}" if p.ok else f":{p.port} answers, not ready: {p.line()}"
-            )
+            if p.ok:
+                said = f"{p.line()} · :{p.port}"
+            else:
+                why = "needs a key" if p.needs_key else "not ready"
+                said = f":{p.port} answers, {why}: {p.line()}"
             if profile is not None:  # selecting it switches to that profile
                 said += f" (the profile {profile})"
             label = Content.assemble(("found here: ", "bold"), one_line(said))
@@ -140,8 +148,8 @@ class BackendsScreen(SwitchScreen):
 
     def _profile_at(self, base_url: str) -> str | None:
         """The profile whose URL is `base_url` (on 127.0.0.1 or localhost), if any."""
-        same = {base_url, base_url.replace("127.0.0.1", "localhost", 1)}
-        return next((n for n, url in self.local_urls.items() if url.rstrip("/") in same), None)
+        key = server_key(base_url)
+        return next((n for n, url in self.local_urls.items() if server_key(url) == key), None)
 
     def choose(self, chosen: str) -> None:
         if chosen == ADD:
