@@ -381,3 +381,82 @@ def test_text_that_looks_like_html_is_drawn_as_written() -> None:
         "<details>\nThe folded part.\n</details>"
     )
     assert drawn("JSX: <Button onClick={go}>Go</Button>") == "JSX: <Button onClick={go}>Go</Button>"
+
+
+def _one_paragraph(words: int, extra: dict[int, str]) -> str:
+    """`words` words in one paragraph (no newline), some replaced by `extra`."""
+    return " ".join(extra.get(i, f"w{i}") for i in range(words)) + " ZZEND"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # plain prose, with words that would start a block at a line's start, and one
+        # longer than the screen is wide (folded)
+        _one_paragraph(5000, {7: "-", 300: "1.", 301: "#", 900: ">", 901: "+", 1200: "x" * 150}),
+        # an emphasis opened early and closed 20 KB later: no cut may keep the `*`
+        _one_paragraph(4000, {5: "*opened", 3900: "closed*"}),
+        # a code span and a link early on, then plain prose; a paragraph before it
+        "First paragraph.\n\n" + _one_paragraph(4000, {3: "`code`", 9: "[a](https://x.org)"}),
+    ],
+    ids=["plain", "emphasis", "after-markup"],
+)
+async def test_one_long_paragraph_draws_what_the_whole_draws_at_a_bounded_cost(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A streaming paragraph with no block boundary to seal at (issue 48: 20,000 tokens
+    in one paragraph drew the whole paragraph at every frame): its finished lines are
+    drawn once; every frame shows exactly what the whole text drawn at once shows (the
+    same segments), also after the terminal's width changes; and where no markup can
+    change the lines before a cut, the text drawn per append stays under a bound that
+    does not grow with the paragraph."""
+    from textual.app import App, ComposeResult
+
+    from phasechat.tui.widgets import markdown_view
+    from phasechat.tui.widgets.markdown_view import GROW_CHARS, SHARED_STEP, _render
+
+    rendered_now = 0  # characters given to Rich since the last append
+    per_append: list[int] = []
+    render = markdown_view._render
+
+    def counted(
+        console: Console, options: ConsoleOptions, source: str, dark: bool, lead: bool = False
+    ) -> list[list[Segment]]:
+        nonlocal rendered_now
+        rendered_now += len(source)
+        return render(console, options, source, dark, lead)
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody(step=SHARED_STEP)
+
+    def whole(piece: MarkdownPiece) -> list[list[Segment]]:
+        console = piece.app.console
+        assert piece._drawn_key is not None
+        options = console.options.update_width(piece._drawn_key[1]).update(height=None)
+        return _render(console, options, piece.source, piece.app.current_theme.dark, piece.lead)
+
+    app = One()
+    chunk = 97
+    async with app.run_test(size=(60, 30)) as pilot:
+        body = app.query_one(MarkdownBody)
+        monkeypatch.setattr(markdown_view, "_render", counted)
+        for n, i in enumerate(range(0, len(text), chunk)):
+            if i >= len(text) // 2 > i - chunk:
+                await pilot.resize_terminal(47, 30)  # a new width: drawn whole once
+                await pilot.pause()
+            rendered_now = 0
+            await body.append(text[i : i + chunk], SHARED_STEP)
+            per_append.append(rendered_now)
+            if n % 25 == 0 or i + chunk >= len(text):
+                assert body.tail._drawn == whole(body.tail)
+        await pilot.pause()
+        assert body.source == text and "ZZEND" in "".join(s.text for s in body.tail._drawn[-1])
+        cached = len(body.tail._last._text)  # the paragraph's text whose lines are kept
+    if "*" not in text and "`" not in text:  # plain: bounded per append, after a cut
+        late = per_append[len(per_append) // 4 : len(per_append) // 2 - 2]
+        late += per_append[len(per_append) // 2 + 2 :]
+        assert max(late) <= 2 * (GROW_CHARS + 2 * chunk)
+        assert cached >= len(text) - GROW_CHARS - 2 * chunk
+    else:  # markup before any cut: drawn whole, as before (correct, not cheap)
+        assert max(per_append) > len(text) // 2

@@ -47,6 +47,10 @@ STREAM_STEP = 4
 #: chat_log.SHARED_HZ): a layout pass and a redraw of the screen every 8 lines instead
 #: of 4 (the UI's CPU during a local answer: -8 ms per second, bench/README.md).
 SHARED_STEP = 8
+#: A streaming paragraph of plain prose whose open part is longer than this has its
+#: finished lines drawn once, cached (`_Growing`): one paragraph of 20,000 tokens was
+#: drawn whole at every frame (bench.tmux_ui --one-paragraph).
+GROW_CHARS = 2000
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 #: A thematic break (`---`): the one block Rich draws no blank line after.
@@ -116,6 +120,7 @@ class MarkdownPiece(Widget):
         self._drawn: list[list[Segment]] = []
         self._head_key: tuple[str, int, bool] | None = None  # while streaming (`draw`)
         self._head: list[list[Segment]] = []
+        self._last = _Growing()  # the last block, while streaming
         #: height granularity: STREAM_STEP while an answer streams into this piece
         self.step = 1
         self.lead = lead
@@ -135,20 +140,22 @@ class MarkdownPiece(Widget):
     def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
         """The lines of the source at this width (rendered once per source and width).
         While an answer streams into it, the blocks before its last one are drawn once
-        (then cached): a new word re-renders the last block, not the whole tail."""
+        (then cached), and so are the finished lines of a last block of plain prose
+        (`_Growing`): a new word re-renders the last block's open end, not the tail."""
         dark = self.app.current_theme.dark
         key = (self.source, options.max_width, dark, self.lead)
         if self._drawn_key != key:
             self._drawn_key = key
             options = options.update(height=None)
-            head = seal_point(self.source, 0, split_fences=False)[0] if self.step > 1 else 0
-            if head:
+            if self.step > 1:
+                head = seal_point(self.source, 0, split_fences=False)[0]
                 text = self.source[:head]
-                if self._head_key != (text, options.max_width, dark):
+                if head and self._head_key != (text, options.max_width, dark):
                     self._head_key = (text, options.max_width, dark)
                     self._head = _render(console, options, text, dark, self.lead)
-                rest = _render(console, options, self.source[head:], dark, separated(text))
-                self._drawn = self._head + rest
+                lead = separated(text) if head else self.lead
+                rest = self._last.draw(console, options, self.source[head:], dark, lead)
+                self._drawn = (self._head if head else []) + rest
             else:
                 self._drawn = _render(console, options, self.source, dark, self.lead)
         return self._drawn
@@ -209,6 +216,83 @@ class MarkdownPiece(Widget):
             )
             for text, style, _ in strip
         )
+
+
+#: What may change how a paragraph's earlier text is drawn once more text follows it
+#: (an emphasis, code span, link, autolink or escape opened before a cut and closed
+#: after it; a table's header row; a line break): a cut is taken only after text with
+#: none of these. (A `>`, `!` or `&` alone changes nothing: `<` and `[` are excluded,
+#: the cut is at a word's start, and an entity would not be drawn as written, which
+#: the line-by-line comparison catches.)
+_MARKUP = re.compile(r"[\\`*_~\[\]<|\n\r]")
+
+
+class _Growing:
+    """A streaming tail's last block, drawn so that a paragraph of plain prose costs
+    the same per new word however long it is: its finished lines (all but the last)
+    are drawn once and cached, and only the text from the start of its last line is
+    drawn again.
+
+    Rich wraps a paragraph greedily, so a line's break depends only on the text before
+    it: the text from the start of a drawn line, drawn on its own, gives the same lines
+    as the rest of the paragraph. A cut is taken only where that held (both parts drawn
+    and compared) and only in text with no markup that more text could still change
+    (`_MARKUP`); a later change of width, theme or text draws the block whole again.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[int, bool, bool] | None = None  # width, dark, lead
+        self._text = ""  # the block's text whose lines are cached ...
+        self._lines: list[list[Segment]] = []  # ... and those lines
+
+    def draw(
+        self, console: Console, options: ConsoleOptions, text: str, dark: bool, lead: bool
+    ) -> list[list[Segment]]:
+        """`text`'s lines (the last block of a tail, `lead` as `_render`'s)."""
+        key = (options.max_width, dark, lead)
+        if key != self._key or not text.startswith(self._text):
+            self._key, self._text, self._lines = key, "", []
+        rest = text[len(self._text) :]
+        lead = lead and not self._text
+        lines = _render(console, options, rest, dark, lead)
+        drawn = self._lines + lines
+        if len(rest) > GROW_CHARS:
+            self._cut(console, options, rest, lines, dark, lead)
+        return drawn
+
+    def _cut(
+        self,
+        console: Console,
+        options: ConsoleOptions,
+        rest: str,
+        lines: list[list[Segment]],
+        dark: bool,
+        lead: bool,
+    ) -> None:
+        """Cache `rest`'s lines but its last, if the text they hold can be cut there."""
+        first = 1 if lead else 0
+        end = len(lines) - 1
+        if end <= first or (not self._text and _BLOCK_START.match(rest)):
+            return
+        at = 0  # where each drawn line's text is found in `rest`
+        for line in lines[first:end]:
+            shown = "".join(segment.text for segment in line).rstrip()
+            at = len(rest) - len(rest[at:].lstrip(" "))
+            if not shown or not rest.startswith(shown, at):
+                return
+            at += len(shown)
+        at = len(rest) - len(rest[at:].lstrip(" "))  # the last line's first word
+        head, tail = rest[:at], rest[at:]
+        if not head.endswith(" ") or _MARKUP.search(head):
+            return
+        if _BLOCK_START.match(tail) or _RULE.match(tail):
+            return
+        if _render(console, options, head, dark, lead) != lines[:end]:
+            return
+        if _render(console, options, tail, dark) != lines[end:]:
+            return
+        self._text += head
+        self._lines.extend(lines[:end])
 
 
 def _render(
