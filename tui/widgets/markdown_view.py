@@ -218,26 +218,26 @@ class MarkdownPiece(Widget):
         )
 
 
-#: What may change how a paragraph's earlier text is drawn once more text follows it
-#: (an emphasis, code span, link, autolink or escape opened before a cut and closed
-#: after it; a table's header row; a line break): a cut is taken only after text with
-#: none of these. (A `>`, `!` or `&` alone changes nothing: `<` and `[` are excluded,
-#: the cut is at a word's start, and an entity would not be drawn as written, which
-#: the line-by-line comparison catches.)
-_MARKUP = re.compile(r"[\\`*_~\[\]<|\n\r]")
+#: Markup that later text could still change, if it is drawn as written (an emphasis,
+#: code span, link or autolink opened and not closed yet; a table's cell bar; an
+#: escape): a cut is taken only where the lines before it show none of these. A closed
+#: span is drawn without its marks and stays as it is: later delimiters only pair with
+#: marks still open before them.
+_OPEN_MARKUP = re.compile(r"[\\`*_~\[\]<|]")
 
 
 class _Growing:
-    """A streaming tail's last block, drawn so that a paragraph of plain prose costs
-    the same per new word however long it is: its finished lines (all but the last)
-    are drawn once and cached, and only the text from the start of its last line is
-    drawn again.
+    """A streaming tail's last block, drawn so that a long paragraph costs the same per
+    new word however long it is: its finished lines (all but the last) are drawn once
+    and cached, and only the text from the start of its last line is drawn again.
 
     Rich wraps a paragraph greedily, so a line's break depends only on the text before
     it: the text from the start of a drawn line, drawn on its own, gives the same lines
-    as the rest of the paragraph. A cut is taken only where that held (both parts drawn
-    and compared) and only in text with no markup that more text could still change
-    (`_MARKUP`); a later change of width, theme or text draws the block whole again.
+    as the rest of the paragraph. A cut is taken only at a word's start, on the first
+    line of the paragraph's source (a newline could still make it a setext heading or
+    a table), where the lines before it show no open markup (`_OPEN_MARKUP`), and where
+    it held: both parts drawn and compared with the whole. A change of width, theme or
+    text before the cut draws the block whole again.
     """
 
     def __init__(self) -> None:
@@ -274,25 +274,43 @@ class _Growing:
         end = len(lines) - 1
         if end <= first or (not self._text and _BLOCK_START.match(rest)):
             return
-        at = 0  # where each drawn line's text is found in `rest`
-        for line in lines[first:end]:
-            shown = "".join(segment.text for segment in line).rstrip()
-            at = len(rest) - len(rest[at:].lstrip(" "))
-            if not shown or not rest.startswith(shown, at):
-                return
-            at += len(shown)
-        at = len(rest) - len(rest[at:].lstrip(" "))  # the last line's first word
+        # The last line's text as written ends the text (its words are plain): there
+        # it starts.
+        last = "".join(segment.text for segment in lines[end]).rstrip()
+        written = rest.rstrip(" ")
+        if not last or not written.endswith(last):
+            return
+        at = len(written) - len(last)
         head, tail = rest[:at], rest[at:]
-        if not head.endswith(" ") or _MARKUP.search(head):
+        if not head.endswith(" ") or "\n" in head or "\r" in head:
             return
         if _BLOCK_START.match(tail) or _RULE.match(tail):
             return
-        if _render(console, options, head, dark, lead) != lines[:end]:
+        shown = "".join(segment.text for line in lines[first:end] for segment in line)
+        if _OPEN_MARKUP.search(shown):
             return
-        if _render(console, options, tail, dark) != lines[end:]:
+        if not _same(_render(console, options, head, dark, lead), lines[:end]):
+            return
+        if not _same(_render(console, options, tail, dark), lines[end:]):
             return
         self._text += head
         self._lines.extend(lines[:end])
+
+
+def _same(a: list[list[Segment]], b: list[list[Segment]]) -> bool:
+    """Whether two drawings show the same (a plain segment's style is None in one and
+    an empty Style in the other, depending on what came before it in the paragraph)."""
+    if a == b:
+        return True
+    null = Style()
+    return len(a) == len(b) and all(
+        len(x) == len(y)
+        and all(
+            s.text == t.text and (s.style or null) == (t.style or null) and s.control == t.control
+            for s, t in zip(x, y, strict=True)
+        )
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _render(
