@@ -224,6 +224,9 @@ class MarkdownPiece(Widget):
 #: span is drawn without its marks and stays as it is: later delimiters only pair with
 #: marks still open before them.
 _OPEN_MARKUP = re.compile(r"[\\`*_~\[\]<|]")
+#: Anything Markdown may read as more than the character itself (inline marks, an
+#: entity, a tab): a head without any is drawn as its words, wrapped.
+_MARKS = re.compile(r"[\\`*_~\[\]<>&!|\t]")
 
 
 class _Growing:
@@ -289,7 +292,11 @@ class _Growing:
         shown = "".join(segment.text for line in lines[first:end] for segment in line)
         if _OPEN_MARKUP.search(shown):
             return
-        if not _same(_render(console, options, head, dark, lead), lines[:end]):
+        # Plain words (no mark of any kind) wrap greedily as they are: drawn alone, the
+        # head is the lines above the cut (the catch-up of a fast stream draws 8 KB a
+        # frame: a second drawing of it cost as much again).
+        plain = _MARKS.search(head) is None
+        if not plain and not _same(_render(console, options, head, dark, lead), lines[:end]):
             return
         if not _same(_render(console, options, tail, dark), lines[end:]):
             return
