@@ -134,6 +134,8 @@ class MarkdownPiece(Widget):
         """Grow in steps of `step` lines (1: exactly as tall as the text)."""
         if step != self.step:
             self.step = step
+            if step == 1:  # settled: what was kept for streaming would outlive the lines
+                self._last = _Growing()
             self.clear_cached_dimensions()
             self.refresh(layout=True)
 
