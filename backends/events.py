@@ -267,6 +267,17 @@ class EngineThreads:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuBusy:
+    """How busy other processes kept this machine's CPUs while the local engine decoded
+    an answer (backends/threads.py `CpuShare`, from /proc/stat less the engine's own CPU
+    time): `others` CPUs' worth of work on average, of the `cpus` it may run on. Sent
+    once, after the answer's last token; not sent when the span was too short to tell."""
+
+    others: float
+    cpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """Something the user should know that does not end the stream
     (e.g. the server ignored `stream: true` and sent its answer whole). `doubt`: it
@@ -321,6 +332,7 @@ Event = (
     | ServerAccount
     | KVStats
     | EngineThreads
+    | CpuBusy
     | Notice
     | AnswerTokens
     | Finished

@@ -566,7 +566,9 @@ class LocalBackend:
                     break
         finally:
             gen.close()
-            threads.end()
+            busy = threads.end()
+        if busy is not None:
+            emit(busy)
         tail = stops.flush(decode(None)) if reason != "stop" else ""
         for event in think.tail_events(tail):
             emit(event)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from phasechat.backends.events import EngineThreads
+from phasechat.backends.events import CpuBusy, EngineThreads
 
 #: gaps per judgement; the median of 16 ignores a few preempted tokens
 WINDOW = 16
@@ -212,19 +212,22 @@ class DecodeThreads:
         return self.policy is not None
 
     def begin(self) -> EngineThreads:
-        """The event that opens an answer: the count it starts with, and why."""
+        """The event that opens an answer: the count it starts with, and why. From here
+        to `end`, the others' use of the CPUs is measured (the answer's `CpuBusy`)."""
+        idle = self._cpu.idle_share()
         if self.policy is not None:
-            idle = self._cpu.idle_share()
             change = self.policy.begin(None if idle is None else idle * self.max_threads)
             if change is not None:
                 self._apply(change.threads)
                 self._reason = change.reason
         return EngineThreads(self.current, self.max_threads, self._reason, 0)
 
-    def end(self) -> None:
-        """An answer ended: the next one's idle share counts from here, so it measures
-        the others while this process is idle (a span too short to tell is ignored)."""
-        self._cpu.idle_share()
+    def end(self) -> CpuBusy | None:
+        """An answer ended: how busy the others kept the CPUs since `begin` (None: a span
+        too short to tell). The next one's idle share counts from here, so it measures
+        the others while this process is idle."""
+        others = self._cpu.others()
+        return None if others is None else CpuBusy(round(others, 2), self._cpu.cpus)
 
     def gap(self, gap_ns: int, at_token: int) -> EngineThreads | None:
         """One inter-token gap; an event (and the new count applied) when it changes."""
@@ -268,12 +271,23 @@ class CpuShare:
             return None
         return time.monotonic(), busy / os.sysconf("SC_CLK_TCK"), time.process_time()
 
-    def idle_share(self) -> float | None:
-        """The share (0-1) of our CPUs that others left idle, on average since the last
-        call (None: unknown, or too short a span to say)."""
+    @property
+    def cpus(self) -> int:
+        """How many CPUs this process may run on (0: unknown)."""
+        return len(self._cpus)
+
+    def others(self) -> float | None:
+        """The CPUs' worth of work others did on our CPUs, on average since the last
+        call to this or `idle_share` (None: unknown, or too short a span to say)."""
         now, last = self._sample(), self._last
         if now is None or last is None or now[0] - last[0] < self.MIN_S:
             return None
         self._last = now
-        others = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0])
-        return max(0.0, 1.0 - others / len(self._cpus))
+        busy = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / (now[0] - last[0])
+        return min(busy, float(len(self._cpus)))
+
+    def idle_share(self) -> float | None:
+        """The share (0-1) of our CPUs that others left idle, on average since the last
+        call (None: unknown, or too short a span to say)."""
+        others = self.others()
+        return None if others is None else max(0.0, 1.0 - others / len(self._cpus))

@@ -3,12 +3,16 @@
 socket takes it (faster than any model). Not a test: it prints figures and ratios.
 
     .venv/bin/python -m bench.tmux_ui [--tokens 20000] [--turns 16] [--turn-tokens 2000]
+    .venv/bin/python -m bench.tmux_ui --one-paragraph [--runs 3] [--size 200x50]
 
 Rows (issue 13, items 4-6):
 - cold start: from spawning the command to its first frame on screen;
 - one answer of --tokens max-rate tokens: the server's last byte -> the last token on
   screen, and keys typed during the stream -> the key written to the terminal (from
-  0.1 s, 50 ms apart);
+  0.1 s, 50 ms apart); its text is prose in paragraphs of 60 tokens, or with
+  --one-paragraph all in one paragraph (no newline: the worst case for the Markdown
+  view, which can seal finished blocks but cannot cut a paragraph at a block boundary),
+  and then only this row is measured, --runs times, at --size;
 - a chat of --turns answers of --turn-tokens tokens: Enter -> that answer's last token on
   screen, per turn (turn 1 against the last four), with the app's RSS and CPU seconds;
   then the goal's figure measured side by side: two apps at once, turns 1-4 of a new
@@ -45,7 +49,7 @@ from tests.fault_server import FaultServer, fault_server_thread
 ROOT = Path(__file__).resolve().parent.parent
 _PANES = itertools.count()
 POLL_S = float(os.environ.get("PHASECHAT_TMUX_POLL_S", "0.005"))
-COLS, ROWS = 120, 40
+COLS, ROWS = 120, 40  # --size changes them
 
 
 @dataclass
@@ -153,12 +157,14 @@ class Ingest:
     key_ms: list[float] = field(default_factory=list)
 
 
-def ingest(tokens: int) -> Ingest:
-    """One answer of `tokens` max-rate tokens; keys typed while it streams."""
+def ingest(tokens: int, one_paragraph: bool = False) -> Ingest:
+    """One answer of `tokens` max-rate tokens (`one_paragraph`: with no newline); keys
+    typed while it streams."""
     result = Ingest()
+    model = f"{'fastpara' if one_paragraph else 'fastend'}-{tokens}"
     with (
         fault_server_thread() as server,
-        phasechat_in_tmux(server, f"fastend-{tokens}", tokens + 10) as pane,
+        phasechat_in_tmux(server, model, tokens + 10) as pane,
     ):
         pane.wait_for(ready)
         time.sleep(1.0)  # let start-up work settle, as a user reads the screen first
@@ -182,7 +188,8 @@ def ingest(tokens: int) -> Ingest:
             t0 = time.perf_counter_ns()
             pane.keys("Z")
             with out.open("rb") as f:
-                while True:
+                # Bounded: a key the app never echoes is a figure (10 s), not a hang.
+                while time.perf_counter_ns() - t0 < 10e9:
                     f.seek(offset)
                     if b"Z" in f.read():
                         break
@@ -266,6 +273,34 @@ def growth(early: list[Turn], late: list[Turn]) -> tuple[float, float]:
     return ms, statistics.mean(t.cpu_s for t in late) / statistics.mean(t.cpu_s for t in early)
 
 
+def set_size(size: str) -> None:
+    """The terminal's size for the panes made from now on ("120x40")."""
+    global COLS, ROWS
+    cols, _, rows = size.partition("x")
+    COLS, ROWS = int(cols), int(rows)
+
+
+def one_paragraph(tokens: int, runs: int) -> None:
+    """The ingest row, its answer in one paragraph, `runs` times (with the load each)."""
+    for run in range(1, runs + 1):
+        load = os.getloadavg()[0]
+        r = ingest(tokens, one_paragraph=True)
+        keys = sorted(r.key_ms)
+        over = sum(k > 100 for k in keys)
+        print(
+            f"run {run} at {COLS}x{ROWS} (load {load:.2f}): {tokens:,} max-rate tokens in one "
+            f"paragraph, sent in {r.server_ms:.0f} ms; last token on screen "
+            f"{r.last_token_after_ms:.0f} ms after the server's last byte (goal <= 1000); "
+            + (
+                f"{len(keys)} keys, p50 {statistics.median(keys):.0f} ms, max {keys[-1]:.0f} "
+                f"ms, {over} over 100 (goal <= 100)"
+                if keys
+                else "no keys"
+            )
+        )
+        sys.stdout.flush()
+
+
 def main() -> None:
     # The app hanging up on a summary request it no longer needs is not news here.
     logging.getLogger("asyncio").setLevel(logging.ERROR)
@@ -273,9 +308,20 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20000)
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--turn-tokens", type=int, default=2000)
+    parser.add_argument(
+        "--one-paragraph",
+        action="store_true",
+        help="only the max-rate answer, all in one paragraph, --runs times",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="with --one-paragraph")
+    parser.add_argument("--size", default=f"{COLS}x{ROWS}", help="the terminal, COLSxROWS")
     args = parser.parse_args()
+    set_size(args.size)
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+    if args.one_paragraph:
+        one_paragraph(args.tokens, args.runs)
+        return
     starts = cold_starts(5)
     print(
         f"cold start: first frame after spawn, median {statistics.median(starts):.0f} ms "

@@ -36,6 +36,9 @@
 - `threads`, `thread_changes`, `threads_reason`: the local engine's decode thread count
   at the end of the answer, how many times it changed during it (it drops when a busy
   neighbour makes the gaps between tokens grow, and probes back up), and the last reason.
+- `busy_cpus`, `cpus`: the CPUs' worth of work other processes did on this machine's
+  CPUs while the local engine decoded (its own CPU time left out), of the CPUs it may run
+  on: what the verdict weighs the engine's threads against.
 
 `server_*` fields are the engine's own account beside ours: llama-server's `timings`,
 or, for the local backend, llama.cpp's perf counters (per-request deltas).
@@ -161,6 +164,10 @@ class Metrics:
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
     cpu_bytes_per_token: int | None = None
+    #: local: the CPUs' worth of other processes' work while the engine decoded, and the
+    #: CPUs it may run on (None: a server, or a span too short to tell)
+    busy_cpus: float | None = None
+    cpus: int | None = None
     #: why `decode_tok_s` (and TPOT, chars/s) is unknown: the tokens came in a burst
     decode_unknown: str | None = None
     #: read back from disk (telemetry/read_back.py): the fields whose stored value was
@@ -358,6 +365,8 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_prefill_means=prefill_means.means if prefill_means else None,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
         cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
+        busy_cpus=trace.cpu_busy.others if trace.cpu_busy else None,
+        cpus=trace.cpu_busy.cpus if trace.cpu_busy else None,
         decode_unknown=burst,
     )
 

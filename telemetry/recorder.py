@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from phasechat.backends.events import (
     AnswerTokens,
+    CpuBusy,
     EngineThreads,
     Event,
     Finished,
@@ -115,6 +116,8 @@ class Trace:
     #: the local engine's thread count now, and how often it changed mid-answer
     threads: EngineThreads | None = None
     thread_changes: int = 0
+    #: how busy other processes kept the CPUs while the local engine decoded
+    cpu_busy: CpuBusy | None = None
     notices: list[str] = field(default_factory=list)
     #: the answer's token ids, where the engine said (the local backend, at the end)
     answer_tokens: AnswerTokens | None = None
@@ -196,6 +199,8 @@ class Trace:
                 if self.threads is not None and event.threads != self.threads.threads:
                     self.thread_changes += 1
                 self.threads = event
+            case CpuBusy():
+                self.cpu_busy = event
             case Notice(text=text, doubt=doubt):
                 self.notices.append(text)
                 if doubt:

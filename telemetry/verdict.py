@@ -21,6 +21,12 @@ reads by the host's bandwidth. The knob follows the regime: far below that floor
 token in about a millisecond on a GPU), the time goes to per-token overhead (kernel
 launches, Python, sampling), which smaller weights do not cut; with the host's share of
 the reads the slower one, the lever is more layers on the GPU.
+
+On the CPU, decode far below what memory allows is held by something else than the
+weights, and the knob names what was measured (`cpu_knob`): a busy machine (other
+processes' work on the CPUs, beside the engine's threads, more than the cores), or the
+time a token spends outside llama.cpp's own decode (sampling, detokenizing, the
+hand-over); the weights only when neither is so.
 """
 
 from __future__ import annotations
@@ -44,6 +50,15 @@ KNOBS = {
 
 #: Decode below this share of what memory allows is overhead-bound, not memory-bound
 OVERHEAD_SHARE = 0.5
+
+#: Other processes' work on the CPUs (CPUs' worth, while the engine decoded) from which
+#: a busy machine is named, when with the engine's threads it is more than the CPUs
+#: (the UI and the odd daemon make a few hundredths on a quiet machine)
+BUSY_CPUS = 0.25
+
+#: The share of a token's time outside llama.cpp's own decode from which per-token
+#: overhead is named
+OVERHEAD_GAP = 0.25
 
 #: A prompt whose cached share is below this, with prefill the largest phase, gets the
 #: cache named first: reusing the prefix is the cheapest cut.
@@ -190,6 +205,36 @@ def gpu_knob(m: Metrics, memory: Memory) -> str | None:
     return None
 
 
+def cpu_knob(m: Metrics, bandwidth_gb_s: float | None) -> str | None:
+    """Decode's knob on the CPU when it runs far below what memory allows (under
+    OVERHEAD_SHARE of the roofline): a busy machine when other processes' work and the
+    engine's threads are more than the CPUs; else per-token overhead when a token took
+    OVERHEAD_GAP or more beyond llama.cpp's own decode time for it; None (the general
+    knob: smaller weights) otherwise, or without the roofline."""
+    implied = m.implied_bandwidth_gb_s
+    if implied is None or not _known(bandwidth_gb_s):
+        return None
+    if implied / (bandwidth_gb_s or 1) >= OVERHEAD_SHARE:
+        return None
+    busy, cpus, threads = m.busy_cpus, m.cpus, m.threads
+    if busy is not None and cpus and threads and busy >= BUSY_CPUS and busy + threads > cpus:
+        return (
+            f"fewer other processes on this machine's {cpus} CPUs, not smaller weights: "
+            f"others kept {busy:.1f} of them busy while it decoded, beside the engine's "
+            f"{threads} thread{'s' if threads != 1 else ''}"
+        )
+    ours, own = m.decode_tok_s, m.server_decode_tok_s
+    if m.server_source == "llama.cpp" and ours and own and 0 < ours < own:
+        token_ms, decode_ms = 1000 / ours, 1000 / own
+        if (token_ms - decode_ms) / token_ms >= OVERHEAD_GAP:
+            return (
+                "less per-token overhead (sampling, detokenizing, the hand-over), not "
+                f"smaller weights: llama.cpp's own decode took {decode_ms:.2f} of the "
+                f"{token_ms:.2f} ms a token took"
+            )
+    return None
+
+
 def _no_rate(m: Metrics) -> str:
     why = "the tokens came in a burst" if m.decode_unknown else "fewer than two tokens"
     return f"roofline: no decode rate ({why})"
@@ -218,7 +263,8 @@ def roofline(
 
 def knob(phase: str, m: Metrics, memory: Memory | None = None) -> str:
     """The knob for `phase`, made specific where the figures say which part applies;
-    with layers on a GPU, decode's follows the regime (`gpu_knob`, given `memory`)."""
+    decode's follows the regime, given `memory`: `gpu_knob` with layers on a GPU,
+    `cpu_knob` without."""
     cached, prompt, block = m.cached_tokens, m.prompt_tokens, m.server_kv_block_tokens
     if phase == "prefill" and prompt and block and prompt < block:
         # the server caches whole blocks: a prompt shorter than one is never cached
@@ -231,7 +277,10 @@ def knob(phase: str, m: Metrics, memory: Memory | None = None) -> str:
             f"a stable prefix the engine can cache ({cached:,} of {prompt:,} prompt tokens "
             "were cached), a shorter prompt, or trimming the history"
         )
-    regime = gpu_knob(m, memory) if phase == "decode" and memory is not None else None
+    regime = None
+    if phase == "decode" and memory is not None:
+        on_gpu = m.gpu_bytes_per_token is not None
+        regime = gpu_knob(m, memory) if on_gpu else cpu_knob(m, memory.cpu_gb_s)
     if phase in ("decode", "thinking") and m.finish == "length":
         first = regime or KNOBS[phase].split(", or")[0]
         return "a lower max_tokens (the answer stopped at it), " + first

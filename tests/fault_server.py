@@ -225,15 +225,19 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
 
     async def _b_fast(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """N one-token chunks as fast as the socket takes them; `fastend-N`: the last token
-        is `end<k>` for the k-th such request (a benchmark can tell answers apart)."""
+        is `end<k>` for the k-th such request (a benchmark can tell answers apart);
+        `fastpara-N`: as `fastend-N`, all in one paragraph (no newline: the worst case for
+        a Markdown view, which cannot cut a paragraph at a block boundary)."""
         n = int(arg or 20000)
         self.fast_requests += 1
-        last = f"end{self.fast_requests}" if req.get("model", "").startswith("fastend") else ""
+        model = req.get("model", "")
+        last = f"end{self.fast_requests}" if model.startswith(("fastend", "fastpara")) else ""
+        every = n + 1 if model.startswith("fastpara") else 60
         c.w.write(SSE_HEAD)
         for i in range(n):
             # Prose-like: a paragraph break every 60 tokens, as a model writes.
             token = last if last and i == n - 1 else f"t{i}"
-            c.w.write(chunk(f"{token}\n\n" if i % 60 == 59 else f"{token} "))
+            c.w.write(chunk(f"{token}\n\n" if i % every == every - 1 else f"{token} "))
             if i % 512 == 0:
                 await c.w.drain()
         self.tokens_sent += n
@@ -241,7 +245,7 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
         await c.w.drain()
         self.last_byte_ns = time.perf_counter_ns()  # for the UI-ingest benchmark
 
-    _b_fastend = _b_fast
+    _b_fastend = _b_fastpara = _b_fast
 
     async def _b_burst(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """`burst-N-MS`: after MS ms (50 by default), N tokens in one write, as a proxy

@@ -7,6 +7,7 @@ import pytest
 from rich.console import Console, ConsoleOptions
 from rich.markdown import Markdown
 from rich.segment import Segment
+from rich.style import Style
 
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
@@ -381,3 +382,92 @@ def test_text_that_looks_like_html_is_drawn_as_written() -> None:
         "<details>\nThe folded part.\n</details>"
     )
     assert drawn("JSX: <Button onClick={go}>Go</Button>") == "JSX: <Button onClick={go}>Go</Button>"
+
+
+def _one_paragraph(words: int, extra: dict[int, str]) -> str:
+    """`words` words in one paragraph (no newline), some replaced by `extra`."""
+    return " ".join(extra.get(i, f"w{i}") for i in range(words)) + " ZZEND"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # plain prose, with words that would start a block at a line's start, and one
+        # longer than the screen is wide (folded)
+        _one_paragraph(5000, {7: "-", 300: "1.", 301: "#", 900: ">", 901: "+", 1200: "x" * 150}),
+        # an emphasis opened early and closed 20 KB later: no cut may keep the `*`
+        _one_paragraph(4000, {5: "*opened", 3900: "closed*"}),
+        # closed spans (code, a link, strong) early on and on the way; a paragraph before
+        "First paragraph.\n\n"
+        + _one_paragraph(4000, {3: "`code`", 9: "[a](https://x.org)", 2500: "**strong**"}),
+        # a second long line after the first (a line break: the last block is new)
+        _one_paragraph(2500, {}) + "\nNext " + _one_paragraph(2500, {}),
+    ],
+    ids=["plain", "emphasis", "after-markup", "next-line"],
+)
+async def test_one_long_paragraph_draws_what_the_whole_draws_at_a_bounded_cost(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A streaming paragraph with no block boundary to seal at (issue 48: 20,000 tokens
+    in one paragraph drew the whole paragraph at every frame): its finished lines are
+    drawn once; every frame shows exactly what the whole text drawn at once shows (the
+    same segments), also after the terminal's width changes; and unless a mark is
+    left open (which a later one could close), the text drawn per append stays under a
+    bound that does not grow with the paragraph."""
+    from textual.app import App, ComposeResult
+
+    from phasechat.tui.widgets import markdown_view
+    from phasechat.tui.widgets.markdown_view import GROW_CHARS, SHARED_STEP, _render
+
+    rendered_now = 0  # characters given to Rich since the last append
+    per_append: list[int] = []
+    render = markdown_view._render
+
+    def counted(
+        console: Console, options: ConsoleOptions, source: str, dark: bool, lead: bool = False
+    ) -> list[list[Segment]]:
+        nonlocal rendered_now
+        rendered_now += len(source)
+        return render(console, options, source, dark, lead)
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MarkdownBody(step=SHARED_STEP)
+
+    def shown(lines: list[list[Segment]]) -> list[list[tuple[str, Style]]]:
+        # What a line shows: Rich leaves a plain segment's style None or empty
+        return [[(s.text, s.style or Style()) for s in line] for line in lines]
+
+    def whole(piece: MarkdownPiece) -> list[list[tuple[str, Style]]]:
+        console = piece.app.console
+        assert piece._drawn_key is not None
+        options = console.options.update_width(piece._drawn_key[1]).update(height=None)
+        dark = piece.app.current_theme.dark
+        return shown(_render(console, options, piece.source, dark, piece.lead))
+
+    app = One()
+    chunk = 97
+    resized = 0
+    async with app.run_test(size=(60, 30)) as pilot:
+        body = app.query_one(MarkdownBody)
+        monkeypatch.setattr(markdown_view, "_render", counted)
+        for n, i in enumerate(range(0, len(text), chunk)):
+            if i >= len(text) // 3 > i - chunk:
+                await pilot.resize_terminal(47, 30)  # a new width: drawn whole once
+                await pilot.pause()
+                resized = n
+            rendered_now, pieces = 0, body.pieces
+            await body.append(text[i : i + chunk], SHARED_STEP)
+            # a paragraph sealed into a piece of its own is drawn there once: not counted
+            per_append.append(rendered_now if body.pieces == pieces else 0)
+            if n % 25 == 0 or i + chunk >= len(text):
+                assert shown(body.tail._drawn) == whole(body.tail)
+        await pilot.pause()
+        assert body.source == text and "ZZEND" in "".join(s.text for s in body.tail._drawn[-1])
+        uncached = len(body.tail.source) - len(body.tail._last._text)  # drawn each time
+    if "*opened" not in text:  # no open markup: bounded per append, after a cut
+        late = [x for k, x in enumerate(per_append) if k > 40 and abs(k - resized) > 1]
+        assert max(late) <= 2 * (GROW_CHARS + 2 * chunk)
+        assert uncached <= GROW_CHARS + 2 * chunk
+    else:  # a mark open until 20 KB later: drawn whole until then (correct, not cheap)
+        assert max(per_append) > len(text) // 2

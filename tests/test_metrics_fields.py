@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from phasechat.backends.events import (
+    CpuBusy,
     EngineThreads,
     Finished,
     KVStats,
@@ -145,6 +146,8 @@ VLLM: dict[str, Any] = {
     "server_load_ms": None,
     "gpu_bytes_per_token": None,
     "cpu_bytes_per_token": None,
+    "busy_cpus": None,
+    "cpus": None,
     "decode_unknown": None,
 }
 
@@ -176,6 +179,7 @@ def local_answer() -> Trace:
     t.observe(EngineThreads(2, 8, "busy neighbour", 3), 221 * MS)
     for ms in (236, 250):
         t.observe(TextDelta("ab", 1), ms * MS)
+    t.observe(CpuBusy(1.25, 8), 250 * MS)
     t.observe(ServerTimings(100, 80.0, 5, 45.0, 20), 251 * MS)
     t.observe(
         KVStats(125, 2048, 1_000_000, 8_000_000, 99_000_000, 60_000_000, 40_000_000), 252 * MS
@@ -263,6 +267,8 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
         "server_load_ms": None,
         "gpu_bytes_per_token": 60_000_000,
         "cpu_bytes_per_token": 40_000_000,
+        "busy_cpus": 1.25,  # others' work on the CPUs while it decoded, of 8
+        "cpus": 8,
         "decode_unknown": None,
     }
     assert m.as_dict() == expected

@@ -164,3 +164,32 @@ def test_an_answer_starts_on_the_cores_others_left_idle() -> None:
     counts, _ = run(policy, lambda n: QUIET[n], 600)
     assert counts[0] == 1 and counts[-1] == 2
     assert counts.index(2) <= policy.window  # tried after the answer's first window
+
+
+def test_an_answer_s_busy_cpus_are_the_others_work_from_its_begin_to_its_end() -> None:
+    """The figure the verdict weighs (issue 48): busy CPU time of the CPUs less this
+    process's own, over the answer alone (fixed threads too), in CPUs' worth; None for a
+    span too short to tell. Samples are (wall s, busy s of our CPUs, our CPU s)."""
+    from phasechat.backends.events import CpuBusy
+    from phasechat.backends.threads import CpuShare, DecodeThreads
+
+    class Scripted(CpuShare):
+        def __init__(self, samples: list[tuple[float, float, float]]) -> None:
+            self.samples = samples
+            super().__init__()
+            self._cpus = {"cpu0", "cpu1"}
+
+        def _sample(self) -> tuple[float, float, float] | None:
+            return self.samples.pop(0)
+
+    # made at 0; the answer from 5 s to 6 s: 2.2 s of busy CPU time, 0.6 s of it ours
+    cpu = Scripted([(0.0, 0.0, 0.0), (5.0, 10.0, 1.0), (6.0, 12.2, 1.6)])
+    threads = DecodeThreads(2, adaptive=False, apply=lambda n: None, cpu=cpu)
+    threads.begin()
+    assert threads.end() == CpuBusy(1.6, 2)
+    # more than all the CPUs (ticks counted late) is all of them; 0.2 s is too short
+    cpu = Scripted([(0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (2.0, 3.0, 0.1), (2.2, 3.1, 0.1)])
+    threads = DecodeThreads(2, adaptive=True, apply=lambda n: None, cpu=cpu)
+    threads.begin()
+    assert threads.end() == CpuBusy(2.0, 2)
+    assert threads.end() is None

@@ -139,3 +139,34 @@ async def test_every_local_backend_decodes_on_one_thread(
         text, trace, _ = await answer(backend)
         assert trace.tokens == 48 and text
     assert len(callers) == 1 and callers.pop()[0].startswith("llama")
+
+
+async def test_an_answer_beside_a_busy_process_says_how_busy_it_kept_the_cpus(
+    one_thread: LocalBackend,
+) -> None:
+    """One process spinning beside a one-thread decode (issue 48): the answer's last
+    engine event before `Finished` is its `CpuBusy`, which counts the spinner (at least
+    half a CPU: it shares the cores with the decode) and not the decode itself (this
+    process's CPU time is left out), of the CPUs this process may run on."""
+    import asyncio
+    import os
+    import sys
+
+    from phasechat.backends.events import CpuBusy, Finished
+
+    long = GenerationRequest(REQUEST.messages, max_tokens=200, temperature=0)
+    spinner = await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass")
+    try:
+        trace = Trace(backend="local", model=one_thread.model)
+        events = [e async for e in record(one_thread.stream(long), trace)]
+    finally:
+        spinner.kill()
+        await spinner.wait()
+    busy = [e for e in events if isinstance(e, CpuBusy)]
+    assert len(busy) == 1 and isinstance(events[-1], Finished)
+    last_text = max(i for i, e in enumerate(events) if isinstance(e, TextDelta))
+    assert events.index(busy[0]) > last_text
+    cpus = len(os.sched_getaffinity(0))
+    m = compute(trace)
+    assert (m.busy_cpus, m.cpus) == (busy[0].others, cpus)
+    assert 0.5 <= busy[0].others <= cpus

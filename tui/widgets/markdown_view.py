@@ -47,6 +47,10 @@ STREAM_STEP = 4
 #: chat_log.SHARED_HZ): a layout pass and a redraw of the screen every 8 lines instead
 #: of 4 (the UI's CPU during a local answer: -8 ms per second, bench/README.md).
 SHARED_STEP = 8
+#: A streaming paragraph of plain prose whose open part is longer than this has its
+#: finished lines drawn once, cached (`_Growing`): one paragraph of 20,000 tokens was
+#: drawn whole at every frame (bench.tmux_ui --one-paragraph).
+GROW_CHARS = 2000
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 #: A thematic break (`---`): the one block Rich draws no blank line after.
@@ -116,6 +120,7 @@ class MarkdownPiece(Widget):
         self._drawn: list[list[Segment]] = []
         self._head_key: tuple[str, int, bool] | None = None  # while streaming (`draw`)
         self._head: list[list[Segment]] = []
+        self._last = _Growing()  # the last block, while streaming
         #: height granularity: STREAM_STEP while an answer streams into this piece
         self.step = 1
         self.lead = lead
@@ -129,26 +134,30 @@ class MarkdownPiece(Widget):
         """Grow in steps of `step` lines (1: exactly as tall as the text)."""
         if step != self.step:
             self.step = step
+            if step == 1:  # settled: what was kept for streaming would outlive the lines
+                self._last = _Growing()
             self.clear_cached_dimensions()
             self.refresh(layout=True)
 
     def draw(self, console: Console, options: ConsoleOptions) -> list[list[Segment]]:
         """The lines of the source at this width (rendered once per source and width).
         While an answer streams into it, the blocks before its last one are drawn once
-        (then cached): a new word re-renders the last block, not the whole tail."""
+        (then cached), and so are the finished lines of a last block of plain prose
+        (`_Growing`): a new word re-renders the last block's open end, not the tail."""
         dark = self.app.current_theme.dark
         key = (self.source, options.max_width, dark, self.lead)
         if self._drawn_key != key:
             self._drawn_key = key
             options = options.update(height=None)
-            head = seal_point(self.source, 0, split_fences=False)[0] if self.step > 1 else 0
-            if head:
+            if self.step > 1:
+                head = seal_point(self.source, 0, split_fences=False)[0]
                 text = self.source[:head]
-                if self._head_key != (text, options.max_width, dark):
+                if head and self._head_key != (text, options.max_width, dark):
                     self._head_key = (text, options.max_width, dark)
                     self._head = _render(console, options, text, dark, self.lead)
-                rest = _render(console, options, self.source[head:], dark, separated(text))
-                self._drawn = self._head + rest
+                lead = separated(text) if head else self.lead
+                rest = self._last.draw(console, options, self.source[head:], dark, lead)
+                self._drawn = (self._head if head else []) + rest
             else:
                 self._drawn = _render(console, options, self.source, dark, self.lead)
         return self._drawn
@@ -209,6 +218,108 @@ class MarkdownPiece(Widget):
             )
             for text, style, _ in strip
         )
+
+
+#: Markup that later text could still change, if it is drawn as written (an emphasis,
+#: code span, link or autolink opened and not closed yet; a table's cell bar; an
+#: escape): a cut is taken only where the lines before it show none of these. A closed
+#: span is drawn without its marks and stays as it is: later delimiters only pair with
+#: marks still open before them.
+_OPEN_MARKUP = re.compile(r"[\\`*_~\[\]<|]")
+#: Anything Markdown may read as more than the character itself (inline marks, an
+#: entity, a tab): a head without any is drawn as its words, wrapped.
+_MARKS = re.compile(r"[\\`*_~\[\]<>&!|\t]")
+
+
+class _Growing:
+    """A streaming tail's last block, drawn so that a long paragraph costs the same per
+    new word however long it is: its finished lines (all but the last) are drawn once
+    and cached, and only the text from the start of its last line is drawn again.
+
+    Rich wraps a paragraph greedily, so a line's break depends only on the text before
+    it: the text from the start of a drawn line, drawn on its own, gives the same lines
+    as the rest of the paragraph. A cut is taken only at a word's start, on the first
+    line of the paragraph's source (a newline could still make it a setext heading or
+    a table), where the lines before it show no open markup (`_OPEN_MARKUP`), and where
+    it held: both parts drawn and compared with the whole. A change of width, theme or
+    text before the cut draws the block whole again.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[int, bool, bool] | None = None  # width, dark, lead
+        self._text = ""  # the block's text whose lines are cached ...
+        self._lines: list[list[Segment]] = []  # ... and those lines
+
+    def draw(
+        self, console: Console, options: ConsoleOptions, text: str, dark: bool, lead: bool
+    ) -> list[list[Segment]]:
+        """`text`'s lines (the last block of a tail, `lead` as `_render`'s)."""
+        key = (options.max_width, dark, lead)
+        if key != self._key or not text.startswith(self._text):
+            self._key, self._text, self._lines = key, "", []
+        rest = text[len(self._text) :]
+        lead = lead and not self._text
+        lines = _render(console, options, rest, dark, lead)
+        drawn = self._lines + lines
+        if len(rest) > GROW_CHARS:
+            self._cut(console, options, rest, lines, dark, lead)
+        return drawn
+
+    def _cut(
+        self,
+        console: Console,
+        options: ConsoleOptions,
+        rest: str,
+        lines: list[list[Segment]],
+        dark: bool,
+        lead: bool,
+    ) -> None:
+        """Cache `rest`'s lines but its last, if the text they hold can be cut there."""
+        first = 1 if lead else 0
+        end = len(lines) - 1
+        if end <= first or (not self._text and _BLOCK_START.match(rest)):
+            return
+        # The last line's text as written ends the text (its words are plain): there
+        # it starts.
+        last = "".join(segment.text for segment in lines[end]).rstrip()
+        written = rest.rstrip(" ")
+        if not last or not written.endswith(last):
+            return
+        at = len(written) - len(last)
+        head, tail = rest[:at], rest[at:]
+        if not head.endswith(" ") or "\n" in head or "\r" in head:
+            return
+        if _BLOCK_START.match(tail) or _RULE.match(tail):
+            return
+        shown = "".join(segment.text for line in lines[first:end] for segment in line)
+        if _OPEN_MARKUP.search(shown):
+            return
+        # Plain words (no mark of any kind) wrap greedily as they are: drawn alone, the
+        # head is the lines above the cut (the catch-up of a fast stream draws 8 KB a
+        # frame: a second drawing of it cost as much again).
+        plain = _MARKS.search(head) is None
+        if not plain and not _same(_render(console, options, head, dark, lead), lines[:end]):
+            return
+        if not _same(_render(console, options, tail, dark), lines[end:]):
+            return
+        self._text += head
+        self._lines.extend(lines[:end])
+
+
+def _same(a: list[list[Segment]], b: list[list[Segment]]) -> bool:
+    """Whether two drawings show the same (a plain segment's style is None in one and
+    an empty Style in the other, depending on what came before it in the paragraph)."""
+    if a == b:
+        return True
+    null = Style()
+    return len(a) == len(b) and all(
+        len(x) == len(y)
+        and all(
+            s.text == t.text and (s.style or null) == (t.style or null) and s.control == t.control
+            for s, t in zip(x, y, strict=True)
+        )
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _render(
