@@ -232,6 +232,9 @@ class ServerAccount:
     #: than a queue before the prefill and the prefill (None: those, as named)
     queue_means: PartMeaning | None = None
     prefill_means: PartMeaning | None = None
+    #: the wait for the model to load before this request's prompt was read, as the
+    #: server measured it (Ollama's `load_duration`; 0: it was loaded)
+    load_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,11 +51,12 @@ from phasechat.backends.servers import (
     GENERIC,
     ask_window,
     context_refusal,
-    detect,
     header_account,
+    identify,
 )
+from phasechat.backends.servers.family import NativeChat
 from phasechat.backends.servers.forcing import Forcing, Server
-from phasechat.backends.sse import SSEParser
+from phasechat.backends.sse import LineParser, SSEParser
 from phasechat.backends.urls import endpoint, root_of, trimmed
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
 from phasechat.backends.windows import Window, read_body
@@ -154,6 +155,9 @@ class RemoteBackend:
         #: the server's /metrics, read before and after each request, where its family
         #: has a page (`PromNames.probe`: always, or where its window look-up said so)
         self.metrics = MetricsWatch()
+        #: the server keeps a record of each request (`PromNames.record`), until one
+        #: read finds none
+        self._records = True
 
     @property
     def name(self) -> str:
@@ -276,7 +280,7 @@ class RemoteBackend:
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         self.models = [as_text(m["id"]) for m in entries if isinstance(m.get("id"), str)]
-        self.family = detect(entries)
+        self.family = await identify(self._http(), self.base_url, self._plain_headers(), entries)
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
@@ -294,7 +298,9 @@ class RemoteBackend:
         said = self.window is not None and self.window.metrics
         if page is not None and (page.probe == "always" or said):
             root, headers = root_of(self.base_url), self._plain_headers()
-            await self.metrics.start(self._http(), root, headers, page.path)
+            await self.metrics.start(self._http(), root, headers, page.path, page)
+            if not self.metrics.enabled and page.absent:  # said once, on the next answer
+                self._pending.append(f"{self.shown_url}{page.path}: {page.absent}")
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:
@@ -357,7 +363,11 @@ class RemoteBackend:
             self._client = None
 
     def request_body(self, request: GenerationRequest) -> dict[str, Any]:
-        """The JSON body of a streamed chat completion."""
+        """The JSON body of a streamed chat completion (of its family's own chat
+        endpoint where it has one: `ServerFamily.native`)."""
+        native = self.family.native
+        if native is not None:
+            return {**native.body(request, self._model), **self.config.extra_body}
         body: dict[str, Any] = {
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "stream": True,
@@ -403,10 +413,16 @@ class RemoteBackend:
         connect = ConnectTimer()
         sent = time.perf_counter_ns()  # the server's account of the request fits after it
         extra = self._request_headers() if self._request_headers is not None else {}
+        native = self.family.native
+        url = (
+            endpoint(self.base_url, "/chat/completions")
+            if native is None
+            else endpoint(root_of(self.base_url), native.path)
+        )
         try:
             req = client.build_request(
                 "POST",
-                endpoint(self.base_url, "/chat/completions"),
+                url,
                 json=self.request_body(request),
                 headers={**extra, **self._headers()},
                 extensions={"trace": connect.trace},
@@ -444,11 +460,12 @@ class RemoteBackend:
             if said_wrong is not None:
                 yield Notice(said_wrong, doubt=True)
             ctype = response.headers.get("content-type", "")
-            events = (
-                self._sse(response, request)
-                if "text/event-stream" in ctype
-                else whole_reply(response, ctype, self.shown_url)
-            )
+            if "text/event-stream" in ctype:
+                events = self._sse(response, request)
+            elif native is not None and "ndjson" in ctype:
+                events = self._sse(response, request, native)
+            else:
+                events = whole_reply(response, ctype, self.shown_url)
             usage: Usage | None = None
             most = prompt_bound(request.messages)
             doubted: set[str] = set()  # llama-server sends timings with every token
@@ -476,6 +493,13 @@ class RemoteBackend:
                         if watch.enabled
                         else None
                     )
+                    page = self.family.metrics
+                    if own is None and watch.enabled and page and page.record and self._records:
+                        f = Fields()
+                        own = await page.record(client, root, headers, f)
+                        self._records = own is not None  # none kept: not asked again
+                        if (line := f.notice(self.shown_url)) is not None:
+                            yield Notice(line, doubt=True)
                     account = joined(own, scraped, span)
                     if account is not None:
                         yield account
@@ -495,10 +519,21 @@ class RemoteBackend:
         f = Fields()
         return header_account(headers, f), f.notice(self.shown_url)
 
+    def _events_of(self, data: str, native: NativeChat | None) -> list[Event]:
+        """The events of one payload: an SSE event's data, or a line of `native`'s
+        stream (with the notice naming what was not believed)."""
+        if native is None:
+            return parse_chunk(data, self.shown_url, self.family)
+        f = Fields()
+        out = native.parse(data, f)
+        line = f.notice(self.shown_url)
+        return out if line is None else [*out, Notice(line, doubt=True)]
+
     async def _sse(
-        self, response: httpx.Response, request: GenerationRequest
+        self, response: httpx.Response, request: GenerationRequest, native: NativeChat | None = None
     ) -> AsyncIterator[Event]:
-        """The events of a streamed answer, with the first-token and stall deadlines.
+        """The events of a streamed answer, with the first-token and stall deadlines
+        (SSE, or `native`'s stream of JSON lines).
 
         Only the socket read is under a deadline, never a `yield`: time the consumer
         spends on an event is not the server's, and a timeout must not fire in the
@@ -508,7 +543,7 @@ class RemoteBackend:
         pings but says nothing has stalled all the same.
         """
         cfg = self.config
-        parser = SSEParser()
+        parser: SSEParser | LineParser = SSEParser() if native is None else LineParser()
         chunks = 0
         finish: FinishReason | None = None
         silent: int | None = None  # when a finish reason came without text
@@ -550,7 +585,7 @@ class RemoteBackend:
                     if sse.data == "[DONE]":
                         yield Finished(finish or "stop", silent)
                         return
-                    events = _once(parse_chunk(sse.data, self.shown_url, self.family), said)
+                    events = _once(self._events_of(sse.data, native), said)
                     text = any(isinstance(e, TextDelta | ReasoningDelta) for e in events)
                     if chunks and not text and Finished("stop") in events:
                         silent = t_read  # see Finished.t_silent_ns (a length has none)
@@ -576,7 +611,7 @@ class RemoteBackend:
                 seen = parser.payload_bytes
         for sse in parser.close():
             if sse.data != "[DONE]":
-                for event in _once(parse_chunk(sse.data, self.shown_url, self.family), said):
+                for event in _once(self._events_of(sse.data, native), said):
                     if isinstance(event, Finished):
                         finish = event.reason
                     elif isinstance(

@@ -154,6 +154,9 @@ class Metrics:
     server_queue_means: str | None = None
     server_prefill_name: str | None = None
     server_prefill_means: str | None = None
+    #: the server's own wait for the model to load before this request (Ollama's
+    #: `load_duration`): part of the TTFT, apart from the prefill
+    server_load_ms: float | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
@@ -346,6 +349,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_kv_block_tokens=block,
         sent_ms=ms(trace.t_body_sent),
         server_kv_hit_share=known.kv_hit_share if known else None,
+        server_load_ms=known.load_ms if known else None,
         server_prefill_worker=known.prefill_worker if known else None,
         server_decode_worker=known.decode_worker if known else None,
         server_queue_name=queue_means.name if queue_means else None,
@@ -529,11 +533,11 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
     ):  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
         a = trace.account  # vLLM without prompt-token details: its /metrics says
-        if (
+        if (  # its own per-request figure (SGLang's sglext) is bounded by this prompt
             cached is None
             and a is not None
             and not a.unknown
-            and a.prompt_tokens == u.prompt_tokens
+            and a.prompt_tokens in (None, u.prompt_tokens)
         ):
             cached = a.cached_tokens
         evaluated = u.prompt_tokens - cached if cached is not None else None

@@ -4,6 +4,8 @@ was, measured here or said by the server, and the part nobody explains.
 In order, from the request's send (ms):
 - `connect`: opening the connection, TCP and TLS (0 on a kept-alive one; httpx's trace);
 - `request sent`: writing the request until its body was all out (httpx's trace);
+- `model load`: the server's wait for the model to load before it read the prompt
+  (its own figure: Ollama's `load_duration`);
 - `queued`: waiting at the server before its prefill began (the server's own figure);
 - `prefill`: the server's prefill (its own figure);
   a server that defines these two otherwise has them shown under its own names, with its
@@ -17,8 +19,11 @@ In order, from the request's send (ms):
 A part under a nanosecond (`NOISE_MS`: finer than either clock reads) is float noise
 from subtracting the server's figures: it is zero, and a server part of zero left over is
 no part. Every server figure is held against the client's clock: the server had at most the
-time from the request's send to its first token here. A part (or the parts together)
-longer than that is a contradiction, named, and every server part is then unknown:
+time from the connection's opening to its first token here (the body's "all written"
+stamp is taken after the write returns, and on a busy client it can trail the server's
+receipt: where the server's parts need the room, "request sent" is what is left). A part
+(or the parts together) longer than that is a contradiction, named, and every server part
+is then unknown:
 which clock is wrong, neither can say. Pure: numbers in, a `Waterfall` out.
 """
 
@@ -31,9 +36,10 @@ from phasechat.backends.events import PartMeaning
 from phasechat.backends.server_metrics import beyond
 from phasechat.telemetry.metrics import Metrics
 
-CONNECT, SENT, QUEUED, PREFILL, OTHER, REST = (
+CONNECT, SENT, LOAD, QUEUED, PREFILL, OTHER, REST = (
     "connect",
     "request sent",
+    "model load",
     "queued",
     "prefill",
     "server, other",
@@ -120,22 +126,26 @@ def waterfall(
     server_ttft_ms: float | None = None,
     source: str = "the server",
     meanings: Mapping[str, PartMeaning] | None = None,
+    load_ms: float | None = None,
 ) -> Waterfall:
     """The waterfall of a TTFT of `ttft_ms`: `connect_ms` and `sent_ms` (the body all
     written, from the send) measured here; `queue_ms`, `prefill_ms` and the server's own
     time to first token `server_ttft_ms` as the server (`source`) said them, `meanings`
-    the server's own names for its parts (by QUEUED and PREFILL) where it has them."""
+    the server's own names for its parts (by QUEUED and PREFILL) where it has them;
+    `load_ms` its wait for the model to load, where it says it."""
     here = "measured here"
     meanings = meanings or {}
     connect = connect_ms if connect_ms is not None else None
     sent = _zeroed(max(0.0, sent_ms - (connect or 0.0))) if sent_ms is not None else None
-    out = sent_ms if sent_ms is not None else (connect or 0.0)
-    budget = max(0.0, ttft_ms - out)  # the most time the server can have had
+    budget = max(0.0, ttft_ms - (connect or 0.0))  # the most time the server can have had
     steps = [Step(CONNECT, connect, here), Step(SENT, sent, here)]
     parts = {QUEUED: queue_ms, PREFILL: prefill_ms}
+    if load_ms is not None:
+        parts = {LOAD: load_ms, **parts}
     said = [v for v in (*parts.values(), server_ttft_ms) if v is not None]
     if not said:
-        return Waterfall(ttft_ms, (*steps, Step(REST, budget, here)), headers_ms)
+        rest = max(0.0, budget - (sent or 0.0))
+        return Waterfall(ttft_ms, (*steps, Step(REST, rest, here)), headers_ms)
     shown = {n: meanings[n].name if n in meanings else n for n in parts}
     claims = [
         f"{shown[n]} {v:,.0f} ms" for n, v in parts.items() if v is not None and beyond(v, budget)
@@ -143,8 +153,9 @@ def waterfall(
     if server_ttft_ms is not None and beyond(server_ttft_ms, budget):
         claims.append(f"time to first token {server_ttft_ms:,.0f} ms")
     both = [v for v in parts.values() if v is not None]
-    if not claims and len(both) == 2 and beyond(sum(both), budget):
-        claims.append(f"{' + '.join(shown.values())} {sum(both):,.0f} ms")
+    if not claims and len(both) >= 2 and beyond(sum(both), budget):
+        named = " + ".join(shown[n] for n, v in parts.items() if v is not None)
+        claims.append(f"{named} {sum(both):,.0f} ms")
     if claims:
         why = (
             f"contradiction: {source} says {', '.join(claims)}, longer than the "
@@ -157,10 +168,12 @@ def waterfall(
     other = None
     if server_ttft_ms is not None and _zeroed(server_ttft_ms - own) > 0:
         other, own = server_ttft_ms - own, server_ttft_ms
+    if sent is not None and sent > budget - own:  # the stamp trailed the server's receipt
+        steps[1] = Step(SENT, _zeroed(max(0.0, budget - own)), here)
     steps += [_said(n, v, source, meanings) for n, v in parts.items() if v is not None]
     if other is not None:
         steps.append(Step(OTHER, other, source))
-    steps.append(Step(REST, _zeroed(max(0.0, budget - own)), here))
+    steps.append(Step(REST, _zeroed(max(0.0, budget - own - (steps[1].ms or 0.0))), here))
     return Waterfall(ttft_ms, tuple(steps), headers_ms)
 
 
@@ -199,4 +212,5 @@ def waterfall_of(m: Metrics) -> Waterfall | None:
             )
             if name is not None
         },
+        load_ms=m.server_load_ms,
     )

@@ -28,6 +28,7 @@ from tests.shaped import (
     VLLM_MODELS,
     Shaped,
     answer,
+    ollama_answer,
     ollama_routes,
     sse,
 )
@@ -127,7 +128,7 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
         assert isinstance(messages, list)
         words = sum(len(str(m["content"]).split()) for m in messages)
         kept = min(words + 10, 2030)
-        return answer(4, {"prompt_tokens": kept, "completion_tokens": 4})
+        return ollama_answer(4, kept)
 
     server = Shaped(OLLAMA_MODELS, reply, ollama_routes(2048, True))
     backend = server.backend()

@@ -22,6 +22,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.widget import MountError
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -306,7 +307,7 @@ class PhasechatApp(ChatHost):
                 await view.finish(chat_log.footer_of(exchange.answer, footer))
                 await verdict_view.add_verdict(view, exchange)
                 self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
-        except NoMatches:
+        except (NoMatches, MountError):
             pass  # the app is shutting down: the answer itself was saved by the store's listener
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
@@ -325,11 +326,10 @@ class PhasechatApp(ChatHost):
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
         backend = self.backend
-        if backend.state == "loading" and self._status_seen != (
-            backend.state,
-            backend.state_detail,
-        ):
-            self.refresh_status()  # what the load is doing now (the first screen says it)
+        if self._status_seen != (backend.state, backend.state_detail):
+            # what the load is doing now (the first screen says it), or an engine ended
+            # while nothing was asked of it ("the engine did not answer for 5 s: ended")
+            self.refresh_status()
         if self._streaming is not None:
             if not self._pace.due(force):
                 return

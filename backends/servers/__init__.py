@@ -44,12 +44,50 @@ FAMILIES: tuple[ServerFamily, ...] = (
 )
 #: A server no family claims: the OpenAI wire format and nothing more.
 GENERIC = openai.FAMILY
+#: The longest the families' own endpoints are asked which server it is (each answers
+#: at once where it is served, a 404 where it is not).
+IDENTIFY_S = 2.0
 
 
 def detect(entries: list[dict[str, Any]]) -> ServerFamily:
     """The family whose `owned_by` the `/v1/models` `entries` carry, else `GENERIC`."""
+    return _claimed(entries) or GENERIC
+
+
+def _claimed(entries: list[dict[str, Any]]) -> ServerFamily | None:
+    """The family whose `owned_by` the entries carry (the hosted OpenAI's too), else None."""
     owners = {e.get("owned_by") for e in entries}
-    return next((fam for fam in FAMILIES if owners.intersection(fam.owned_by)), GENERIC)
+    return next((fam for fam in FAMILIES if owners.intersection(fam.owned_by)), None)
+
+
+async def identify(
+    client: httpx.AsyncClient,
+    base_url: str,
+    headers: dict[str, str],
+    entries: list[dict[str, Any]],
+) -> ServerFamily:
+    """The server's family: by the `owned_by` of its listing (`detect`), else by what only
+    one family's server answers (TGI's `/info`, Ollama's `/api/version`), asked of each
+    such family at once and within IDENTIFY_S all together; else `GENERIC`."""
+    listed = _claimed(entries)
+    asking = [fam for fam in FAMILIES if fam.identify is not None]
+    if listed is not None or not asking:
+        return listed or GENERIC
+    root = root_of(base_url)
+
+    async def ask(fam: ServerFamily) -> bool:
+        assert fam.identify is not None
+        try:
+            return await fam.identify(client, root, headers)
+        except httpx.HTTPError:
+            return False
+
+    try:
+        async with asyncio.timeout(IDENTIFY_S):
+            said = await asyncio.gather(*(ask(fam) for fam in asking))
+    except TimeoutError:
+        return GENERIC
+    return next((fam for fam, yes in zip(asking, said, strict=True) if yes), GENERIC)
 
 
 def by_name(name: str) -> ServerFamily | None:
@@ -58,13 +96,19 @@ def by_name(name: str) -> ServerFamily | None:
 
 
 def from_models(
-    entries: list[dict[str, Any]], model: str, f: Fields | None = None
+    entries: list[dict[str, Any]],
+    model: str,
+    f: Fields | None = None,
+    family: ServerFamily | None = None,
 ) -> Window | None:
     """The window the `/v1/models` listing gives for `model`, from whichever family's
-    field it carries (a proxy in front of a server passes the field through)."""
+    field it carries (a proxy in front of a server passes the field through): `family`'s
+    own first, so that a field two families share (`max_model_len`: vLLM and SGLang) is
+    named for the server it came from."""
     entry = next((e for e in entries if e.get("id") == model), entries[0] if entries else {})
-    for family in FAMILIES:
-        if family.listed_window is not None and (found := family.listed_window(entry, f)):
+    order: tuple[ServerFamily, ...] = FAMILIES if family is None else (family, *FAMILIES)
+    for fam in order:
+        if fam.listed_window is not None and (found := fam.listed_window(entry, f)):
             return found
     return None
 
@@ -87,8 +131,8 @@ async def ask_window(
         async with asyncio.timeout(DEADLINE_S):
             if own is not None and family.own_window_first:
                 found = await own(client, root, headers, model, f)
-                return found or from_models(entries, model, f)
-            listed = from_models(entries, model, f)
+                return found or from_models(entries, model, f, family)
+            listed = from_models(entries, model, f, family)
             if listed is not None or own is None:
                 return listed
             return await own(client, root, headers, model, f)

@@ -5,7 +5,8 @@ Each module beside this one defines one family (llama_server.py, vllm.py, ...), 
 server (openai.py, windows.py, server_metrics.py, openai_wire.py) read a family's
 fields and never name a family themselves: adding a server is one module here.
 
-A family says how to recognise it (`owned_by` in `GET /v1/models`), where its context
+A family says how to recognise it (`owned_by` in `GET /v1/models`, else an endpoint
+only it answers), where its context
 window is (a field of the listing, an endpoint of its own), how it says a prompt does
 not fit, its Prometheus names and where its page is, what a request adds for it, how
 finely it caches a prompt, and its own per-request timing fields (from a chunk of the
@@ -25,6 +26,8 @@ import httpx
 
 from phasechat.backends.base import RenderedPrompt
 from phasechat.backends.events import (
+    Event,
+    GenerationRequest,
     Message,
     PrefillProgress,
     ServerAccount,
@@ -57,10 +60,34 @@ ChunkProgress = Callable[[dict[str, Any], Fields], PrefillProgress | None]
 #: shape, bounded by the `Usage` of the same chunk (None: none in it).
 ChunkTimings = Callable[[dict[str, Any], Usage | None, Fields], ServerTimings | None]
 
+#: Is the server at this root this family, by what only it answers (client, root,
+#: headers)? Asked only of a server whose listing names no family, within a deadline.
+Identify = Callable[[httpx.AsyncClient, str, dict[str, str]], Awaitable[bool]]
 #: The prompt as the server renders and tokenizes it (None: it cannot say).
 Render = Callable[
     [httpx.AsyncClient, str, dict[str, str], tuple[Message, ...]],
     Awaitable[RenderedPrompt | None],
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeChat:
+    """A family's own chat endpoint, asked instead of `/chat/completions` where only it
+    carries the server's account of each answer (Ollama's `/api/chat`: its phases are on
+    the final message, and the OpenAI-compatible stream has none). Its stream is one
+    JSON object a line (NDJSON)."""
+
+    path: str  # from the server's root: "/api/chat"
+    #: the request's JSON body: (request, model)
+    body: Callable[[GenerationRequest, str], dict[str, Any]]
+    #: the events of one line of its stream (numbers not believed are noted in `Fields`)
+    parse: Callable[[str, Fields], list[Event]]
+
+
+#: The server's own record of the request that just ended, read from an endpoint of
+#: its own (client, root, headers, fields): None where it has none.
+RequestRecord = Callable[
+    [httpx.AsyncClient, str, dict[str, str], Fields], Awaitable[ServerAccount | None]
 ]
 #: How finely a family's prefix cache reuses a prompt, in tokens: 1 is exact (any
 #: prefix), n > 1 whole blocks of n, None unknown.
@@ -85,6 +112,13 @@ class PromNames:
     #: read at start for every server of the family ("always"), or only where its
     #: window look-up said it serves the page ("if_said": llama-server's /props)
     probe: Literal["always", "if_said"] = "always"
+    #: why a server of the family may not serve the page, said once where it does not
+    #: (TensorRT-LLM mounts it only with `return_perf_metrics`)
+    absent: str = ""
+    #: its record of each request, served with the page and read once the answer is
+    #: over (TensorRT-LLM's `/perf_metrics`): the request's own figures, preferred to
+    #: the page's differences
+    record: RequestRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +128,9 @@ class ServerFamily:
     name: str
     #: `owned_by` values of its `GET /v1/models` entries
     owned_by: tuple[str, ...] = ()
+    #: how to recognise it where its listing names no owner of its own (TGI's names
+    #: the model, Ollama's the model's namespace): an endpoint only it answers
+    identify: Identify | None = None
     listed_window: ListedWindow | None = None
     unknown_window: UnknownWindow | None = None
     own_window: OwnWindow | None = None
@@ -119,6 +156,8 @@ class ServerFamily:
     #: /apply-template and /tokenize, vLLM's /tokenize and /detokenize):
     #: (client, root, headers, messages)
     render: Render | None = None
+    #: its own chat endpoint, asked instead of the OpenAI one (None: the OpenAI one)
+    native: NativeChat | None = None
     #: how it reads a given token sequence, teacher-forced (None: it gives no
     #: log-probabilities of tokens it did not sample; backends/servers/forcing.py)
     forcing: Forcing | None = None
