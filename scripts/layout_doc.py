@@ -56,7 +56,8 @@ def summary(docstring: str | None) -> str:
 
 def layers_of(pyproject: dict[str, object]) -> list[list[list[str]]]:
     """Each `layers` contract's layers, from the top: each layer its module names (the
-    `|` and `:` separated siblings of one layer)."""
+    `|` and `:` separated siblings of one layer, each under each of the contract's
+    `containers` where it names any)."""
     tool = pyproject.get("tool", {})
     assert isinstance(tool, dict)
     contracts = tool.get("importlinter", {}).get("contracts", [])
@@ -64,6 +65,9 @@ def layers_of(pyproject: dict[str, object]) -> list[list[list[str]]]:
     for contract in contracts:
         if contract.get("type") == "layers":
             layers = [[n.strip() for n in re.split(r"[|:]", layer)] for layer in contract["layers"]]
+            containers = contract.get("containers", [])
+            if containers:
+                layers = [[f"{c}.{n}" for c in containers for n in layer] for layer in layers]
             out.append(layers)
     return out
 
@@ -116,7 +120,8 @@ def modules_under(
         dotted = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if any(dotted == c or dotted.startswith(c + ".") for c in claimed - {name}):
             continue
-        found.append((_rank(dotted, inner), file))
+        # the package's own row (its __init__.py) before its modules
+        found.append(((-1, dotted) if dotted == name else _rank(dotted, inner), file))
     rows = [read_module(root, file) for _, file in sorted(found)]
     return [row for row in rows if row is not None]
 

@@ -24,7 +24,7 @@ from phasechat.chat.store.writer import follow
 from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import ASK_ABOVE_RUNS, Ablation, duration
 from phasechat.chat.turns import InputError, TurnController
-from phasechat.cli.ablate_cli import _consent
+from phasechat.cli.commands.ablate_cli import _consent
 from phasechat.telemetry.forecast import Rates
 from phasechat.telemetry.metrics import metrics_from_dict
 

@@ -12,7 +12,7 @@ import pytest
 
 from phasechat.chat import roofline
 from phasechat.chat.roofline import Bandwidth, machine_bandwidth, machine_key
-from phasechat.cli import doctor
+from phasechat.cli.commands import doctor
 from phasechat.telemetry.membw import Probed
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.verdict import roofline as roofline_text

@@ -22,7 +22,7 @@ from phasechat.chat.trips.compare import (
     fmt_ratio,
     request_for,
 )
-from phasechat.cli.compare_cli import table_lines
+from phasechat.cli.commands.compare_cli import table_lines
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.tui.app import PhasechatApp

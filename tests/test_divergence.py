@@ -152,7 +152,7 @@ def state_bytes_per_token(model_path: Path, ggml_type: int) -> int:
 
 def test_a_position_over_the_chat_is_named_by_its_turn_and_token() -> None:
     from phasechat.chat.trips.diverge import Turn
-    from phasechat.cli.diverge_cli import where
+    from phasechat.cli.commands.diverge_cli import where
 
     three, one = compare_logits(REF, OTHER), compare_logits(REF[:1], REF[:1])
     turns = [

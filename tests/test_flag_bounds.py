@@ -23,8 +23,8 @@ from phasechat.chat.config.settings import Settings, load_problems, parse_settin
 from phasechat.chat.trips import replay
 from phasechat.chat.trips.compare_targets import prompt_text
 from phasechat.chat.user_file import read_user_file
+from phasechat.cli.commands.options import check_flags
 from phasechat.cli.main import main
-from phasechat.cli.options import check_flags
 
 TOO_MANY = str(threads_max() + 1)
 

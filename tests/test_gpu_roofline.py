@@ -17,7 +17,7 @@ from phasechat.backends.events import Finished, KVStats, TextDelta
 from phasechat.backends.gguf import Geometry, LayerBytes, geometry, layer_bytes
 from phasechat.backends.offload import on_gpu, split
 from phasechat.chat.roofline import Bandwidth, ceilings, largest_context, largest_context_offloaded
-from phasechat.cli import doctor
+from phasechat.cli.commands import doctor
 from phasechat.telemetry.metrics import compute, metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.verdict import KNOBS, verdict

@@ -15,7 +15,7 @@ def test_core_packages_do_not_load_textual() -> None:
     code = (
         "import sys, phasechat.backends.local, phasechat.backends.openai, phasechat.backends.sse, "
         "phasechat.telemetry.metrics, phasechat.telemetry.live, phasechat.chat.turns, "
-        "phasechat.chat.config.profiles, phasechat.cli.main, phasechat.cli.doctor; "
+        "phasechat.chat.config.profiles, phasechat.cli.main, phasechat.cli.commands.doctor; "
         "bad = [m for m in sys.modules if m.split('.')[0] == 'textual']; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

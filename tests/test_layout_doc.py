@@ -24,6 +24,13 @@ def load_script() -> ModuleType:
 layout_doc = load_script()
 
 
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """Each file of `files` (path: text) written under `root`, its folders made."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text + "\n")
+
+
 def test_the_committed_layout_is_what_the_code_says() -> None:
     committed = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
     assert layout_doc.rewritten(committed, layout_doc.table(ROOT)) == committed, (
@@ -70,9 +77,7 @@ def test_the_table_follows_the_layers_and_the_inner_contracts(tmp_path: Path) ->
         "pkg/extra/__init__.py": '"""Extra things."""',
         "bench/speed.py": '"""How fast. Measured."""',
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text + "\n")
+    write_tree(tmp_path, files)
     # by the inner contract: zed, alpha, then the rest (alphabetically alpha would lead)
     assert layout_doc.table(tmp_path).splitlines() == [
         "| floor | module | what |",

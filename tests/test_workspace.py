@@ -12,8 +12,8 @@ from phasechat.chat.config.file import Config, load_config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.workspace import Workspace
+from phasechat.cli.commands.options import build_workspace
 from phasechat.cli.main import build_parser, main
-from phasechat.cli.options import build_workspace
 from tests.scripted import ScriptedBackend
 
 TINY = """

@@ -17,8 +17,15 @@ from phasechat.backends import llama_logs
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.text import one_line
-from phasechat.cli import ablate_cli, ask_cli, bench_cli, chats_cli, compare_cli, endpoints_cli
-from phasechat.cli.options import add_backend_options, build_workspace, fail
+from phasechat.cli.commands import (
+    ablate_cli,
+    ask_cli,
+    bench_cli,
+    chats_cli,
+    compare_cli,
+    endpoints_cli,
+)
+from phasechat.cli.commands.options import add_backend_options, build_workspace, fail
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def doctor(args: argparse.Namespace) -> int:
     """Print the llama.cpp build, the GPU and the default model's geometry."""
-    from phasechat.cli.doctor import report
+    from phasechat.cli.commands.doctor import report
 
     print(report(args.gpu_layers))
     return 0
@@ -81,7 +88,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # before anything touches llama.cpp: its log lines stay off stderr unless asked for
     llama_logs.set_verbose(bool(getattr(args, "verbose", False)))
     if args.version:
-        from phasechat.cli.build_info import version_text
+        from phasechat.cli.commands.build_info import version_text
 
         print(version_text())
         return 0

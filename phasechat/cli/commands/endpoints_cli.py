@@ -19,7 +19,7 @@ from phasechat.chat.config import edit
 from phasechat.chat.config.file import Config, ConfigError, EndpointProfile
 from phasechat.chat.config.write import save_config
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.cli.options import fail, read_config
+from phasechat.cli.commands.options import fail, read_config
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -25,7 +25,7 @@ from phasechat.chat.roofline import (
     machine_bandwidth,
     mem_available,
 )
-from phasechat.cli.build_info import llama_build, not_importable
+from phasechat.cli.commands.build_info import llama_build, not_importable
 
 
 def report(gpu_layers: int | None = None) -> str:

@@ -35,7 +35,7 @@ from phasechat.chat.trips.ablate import (
 )
 from phasechat.chat.turns import InputError
 from phasechat.chat.workspace import Workspace
-from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
+from phasechat.cli.commands.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.forecast import measured_rates
 from phasechat.telemetry.records import dumps
 

@@ -34,7 +34,7 @@ from phasechat.chat.trips.sweep_chart import (
     warm_up_line,
 )
 from phasechat.chat.workspace import Workspace
-from phasechat.cli.options import build_workspace, fail
+from phasechat.cli.commands.options import build_workspace, fail
 from phasechat.telemetry.sweep_stats import Slo, parse_levels
 
 #: the longest pause between turns: an hour (a user reading; longer is a mistake)
@@ -42,7 +42,7 @@ MAX_THINK_S = 3600.0
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    """`bench`'s own options (the backend and engine ones come from phasechat.cli.options)."""
+    """`bench`'s own options (the backend and engine ones come from commands/options.py)."""
     p.add_argument(
         "script",
         nargs="?",

@@ -13,7 +13,7 @@ from datetime import datetime
 from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
 from phasechat.chat.store.export import FORMATS, to_json, to_markdown
 from phasechat.chat.text import one_line, visible_controls
-from phasechat.cli.options import parse_chat_id
+from phasechat.cli.commands.options import parse_chat_id
 from phasechat.telemetry.records import dumps
 
 

@@ -37,8 +37,8 @@ from phasechat.chat.trips.compare import (
 )
 from phasechat.chat.trips.compare_targets import Target, derive, split_name
 from phasechat.chat.turns import InputError
-from phasechat.cli.diverge_cli import run_chat
-from phasechat.cli.options import (
+from phasechat.cli.commands.diverge_cli import run_chat
+from phasechat.cli.commands.options import (
     add_backend_options,
     backend_spec,
     check_flags,
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_chat(args: argparse.Namespace) -> int:
-    """`compare --chat ID`: phasechat/cli/diverge_cli.py."""
+    """`compare --chat ID`: phasechat/cli/commands/diverge_cli.py."""
     if args.prompt is not None:
         return fail("compare takes a prompt or --chat ID, not both")
     try:

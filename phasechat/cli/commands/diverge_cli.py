@@ -24,7 +24,7 @@ from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall, ove
 from phasechat.chat.trips.forced_sides import caveats, forced_of, reader_of
 from phasechat.chat.trips.kv_cost import kv_bytes_per_token, kv_mib
 from phasechat.chat.turns import InputError
-from phasechat.cli.options import fail
+from phasechat.cli.commands.options import fail
 from phasechat.telemetry.divergence import Divergence
 from phasechat.telemetry.records import dumps
 

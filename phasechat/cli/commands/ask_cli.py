@@ -22,7 +22,7 @@ from phasechat.chat.store.database import ChatNotFound, StoreError
 from phasechat.chat.text import is_text, one_line, visible_controls
 from phasechat.chat.turns import Exchange, InputError
 from phasechat.chat.workspace import Workspace
-from phasechat.cli.options import add_backend_options, build_workspace, fail, parse_chat_id
+from phasechat.cli.commands.options import add_backend_options, build_workspace, fail, parse_chat_id
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.records import dumps
 from phasechat.telemetry.verdict import engine_says, stats_line, verdict
