@@ -1,0 +1,232 @@
+"""Issue 49: the divergence's small slips, each with inputs that tell it apart from its
+neighbour: asymmetric distributions (KL(A||B) is not KL(B||A)), two sides whose labels
+differ, numbers at each bound and one past it (chat/trips/diverge.py,
+chat/trips/forced_sides.py, backends/teacher.py, telemetry/divergence.py `combine`,
+backends/teacher_remote.py's checks)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from phasechat.backends.events import Message
+from phasechat.backends.local import LocalConfig
+from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.teacher_remote import (
+    LLAMA_SERVER_FORCING,
+    Forcing,
+    Listed,
+    Server,
+    vllm_top,
+)
+from phasechat.chat.config.settings import Settings
+from phasechat.chat.trips.compare import Side
+from phasechat.chat.trips.diverge import Turn, diverge, overall, overall_floor
+from phasechat.chat.trips.forced_sides import (
+    PROBE,
+    Reader,
+    Teaching,
+    compared,
+    measure,
+    vocabulary_check,
+    vocabulary_differs,
+)
+from phasechat.telemetry.divergence import Divergence, combine, compare_logits, compare_top
+from tests.scripted import ScriptedBackend
+from tests.test_engine_variants import tiny_gguf
+
+# Two asymmetric distributions over three tokens: KL(A||B) and KL(B||A) differ.
+A_P = (0.7, 0.2, 0.1)
+B_P = (0.4, 0.5, 0.1)
+KL_AB = sum(p * math.log(p / q) for p, q in zip(A_P, B_P, strict=True))
+KL_BA = sum(q * math.log(q / p) for p, q in zip(A_P, B_P, strict=True))
+
+
+def listed(ps: Sequence[float]) -> Listed:
+    return {i: math.log(p) for i, p in enumerate(ps)}
+
+
+def test_the_two_directions_differ_for_these_inputs() -> None:
+    assert (round(KL_AB, 4), round(KL_BA, 4)) == (0.2085, 0.2343)
+
+
+def test_a_server_side_is_compared_as_kl_of_a_against_b() -> None:
+    # both servers (top k); the model here against a server (its logits made a top k)
+    assert compared([listed(A_P)], [listed(B_P)]).kl[0] == pytest.approx(KL_AB)
+    logits = np.log(np.array([A_P]))
+    assert compared(logits, [listed(B_P)]).kl[0] == pytest.approx(KL_AB)
+    assert compared([listed(B_P)], logits).kl[0] == pytest.approx(KL_BA)
+    assert compared(logits, np.log(np.array([B_P]))).kl[0] == pytest.approx(KL_AB)
+
+
+def forcing_of(tops: dict[str, list[Listed]]) -> Forcing:
+    """A Forcing whose servers (by model name) list `tops`, and spell and split alike."""
+
+    async def top(server: Server, *_: Any) -> list[Listed]:
+        return tops[server.model]
+
+    async def tokenize(server: Server, text: str) -> tuple[list[int], tuple[bytes, ...]]:
+        return [*text.encode()], tuple(bytes([b]) for b in text.encode())
+
+    async def detokenize(server: Server, ids: Sequence[int]) -> str:
+        return bytes(ids).decode()
+
+    async def prompt_tokens(server: Server, messages: tuple[Message, ...]) -> list[int]:
+        return [1]
+
+    return Forcing(top, tokenize, detokenize, prompt_tokens, "a lower bound")
+
+
+def test_measure_between_two_servers_is_kl_of_a_against_b() -> None:
+    forcing = forcing_of({"a": [listed(A_P)], "b": [listed(B_P)]})
+    client = httpx.AsyncClient()
+    a = Reader("A", forcing=forcing, server=Server(client, "http://one:1/v1", {}, "a"))
+    b = Reader("B", forcing=forcing, server=Server(client, "http://two:2/v1", {}, "b"))
+    t = Teaching((1,), (104,), (b"h",), retokenized=True)
+    d, why = asyncio.run(measure(a, b, t))
+    assert why is None and d is not None
+    assert d.kl[0] == pytest.approx(KL_AB) and d.top_k == 3
+    back, _ = asyncio.run(measure(b, a, t))
+    assert back is not None and back.kl[0] == pytest.approx(KL_BA)
+
+
+def test_two_models_behind_one_url_are_checked_for_their_vocabulary() -> None:
+    answer = Teaching((1, 2), (5, 6), (b"Hi", b" there"))
+    probe = list(range(len(PROBE.encode())))
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/detokenize":
+            return httpx.Response(200, json={"content": "other text"})
+        text = json.loads(request.content)["content"].encode()
+        pieces = [{"id": i, "piece": [c]} for i, c in zip(probe, text, strict=False)]
+        return httpx.Response(200, json={"tokens": pieces})
+
+    async def check(model_b: str) -> str | None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
+            url = "http://127.0.0.1:8000/v1"
+            a = Reader("A", forcing=LLAMA_SERVER_FORCING, server=Server(client, url, {}, "one"))
+            b = Reader("B", forcing=LLAMA_SERVER_FORCING, server=Server(client, url, {}, model_b))
+            return await vocabulary_check(a, b, answer)
+
+    # one server, one model: nothing to check; another model behind the same URL: checked
+    assert asyncio.run(check("one")) is None
+    why = asyncio.run(check("two"))
+    assert why is not None and "reads A's answer ids as other text" in why
+
+
+def test_two_model_files_that_name_no_vocabulary_are_not_one(tmp_path: Path) -> None:
+    a = tiny_gguf(tmp_path / "a.gguf", [])
+    b = tiny_gguf(tmp_path / "b.gguf", [])
+    why = vocabulary_differs(a, b)
+    assert why is not None and "none named" in why
+    assert vocabulary_differs(a, a) is None  # one file: one vocabulary, named or not
+
+
+def div(kl: Sequence[float], top_k: int | None = None) -> Divergence:
+    d = compare_logits(np.zeros((len(kl), 2)), np.zeros((len(kl), 2)))
+    return dataclasses.replace(d, kl=tuple(kl), top_k=top_k)
+
+
+def test_a_combined_bound_is_the_smallest_top_k() -> None:
+    both = combine([div([0.1], 20), div([0.2], 5), div([0.3])])
+    assert both.top_k == 5 and "top 5 " in both.bound
+    assert combine([div([0.1]), div([0.2])]).top_k is None
+
+
+def test_a_log_probability_of_exactly_zero_is_one_and_believed() -> None:
+    async def read(entry: Any) -> list[Listed]:
+        body = {"choices": [{"prompt_logprobs": [None, entry]}]}
+
+        def reply(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, json=body)
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(reply)) as client:
+            return await vllm_top(Server(client, "http://x/v1", {}, "m"), [1, 2], 1)
+
+    assert asyncio.run(read({"7": {"logprob": 0.0}})) == [{7: 0.0}]
+    assert asyncio.run(read({"7": {"logprob": -0.0}})) == [{7: 0.0}]
+    assert compare_top([{7: 0.0}], [{7: 0.0}]).kl == (0.0,)
+
+
+def test_an_all_gpu_setting_is_labelled_with_its_layers() -> None:
+    assert EngineSetting(gpu_layers=-1).label == "kv=f16 gpu_layers=-1"
+    assert EngineSetting(gpu_layers=3).label == "kv=f16 gpu_layers=3"
+    assert EngineSetting().label == "kv=f16"  # the CPU
+
+
+class Here(ScriptedBackend):
+    """A side teacher forcing would read as the model here (a model file and a local
+    config), that answers from a script."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        super().__init__(name, "One two.")
+        self.model_path = path
+        self.config = LocalConfig(model_path=path)
+
+
+TURNS = (
+    (Message("user", "First?"),),
+    (Message("user", "First?"), Message("assistant", "One two."), Message("user", "Next?")),
+)
+
+
+def run_diverge(a: object, b: object) -> list[Turn]:
+    settings = Settings(max_tokens=8, temperature=0)
+    sa, sb = Side("a", a, settings), Side("b", b, settings)  # type: ignore[arg-type]
+    return asyncio.run(diverge(sa, sb, TURNS))
+
+
+def test_an_unread_side_is_named_and_turns_count_from_one(tmp_path: Path) -> None:
+    here = Here("here", tmp_path / "m.gguf")
+    turns = run_diverge(here, ScriptedBackend("elsewhere"))
+    assert [t.number for t in turns] == [1, 2]
+    assert [t.why for t in turns] == ["B: elsewhere: its model file was not found"] * 2
+    assert all(t.divergence is None for t in turns)
+    turns = run_diverge(ScriptedBackend("elsewhere"), here)
+    assert turns[0].why == "A: elsewhere: its model file was not found"
+    assert [t.number for t in turns] == [1, 2]
+    assert overall(turns) is None and overall_floor(turns) is None
+
+
+def test_the_overall_floor_is_the_floors_not_the_settings_divergence(tmp_path: Path) -> None:
+    [first, second] = run_diverge(ScriptedBackend("x"), ScriptedBackend("y"))
+    turns = [
+        dataclasses.replace(first, divergence=div([0.5, 0.7]), floor=div([0.01, 0.02])),
+        dataclasses.replace(second, divergence=div([0.9]), floor=None),
+    ]
+    floor = overall_floor(turns)
+    assert floor is not None and floor.kl == (0.01, 0.02)
+    whole = overall(turns)
+    assert whole is not None and whole.kl == (0.5, 0.7, 0.9)
+
+
+@pytest.mark.model
+def test_the_teacher_context_holds_the_sequence_rounded_up(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context is the sequence rounded up to 256 cells: 257 tokens need 512 (256
+    would not hold them), 100 need 256 (0 would be the model's whole training context)."""
+    import llama_cpp
+
+    sizes: list[int] = []
+    real = llama_cpp.Llama.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        sizes.append(kwargs["n_ctx"])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp.Llama, "__init__", spy)
+    for n in (100, 256, 257):
+        tokens = [1, *([28] * (n - 1))]
+        logits = forced_logits(model_path, EngineSetting(threads=2), tokens, n - 2)
+        assert logits.shape[0] == 2
+    assert sizes == [256, 256, 512]
