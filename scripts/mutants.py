@@ -135,6 +135,22 @@ def mutmut(where: pathlib.Path, *args: str, check: bool = True) -> str:
     return run.stdout
 
 
+def run_shown(where: pathlib.Path, jobs: int) -> str:
+    """`mutmut run`, its progress shown as it goes; the last of what it said."""
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+    proc = subprocess.Popen(
+        cmd, cwd=where, env=copy_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    tail = b""
+    while chunk := os.read(proc.stdout.fileno(), 4096):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        tail = (tail + chunk)[-65536:]
+    proc.wait()
+    return tail.decode("utf-8", "replace")
+
+
 def known_bugs(where: pathlib.Path, modules: list[str]) -> int:
     """scripts/known_bugs.py for `modules`, in the copy: the hand-made bugs of earlier
     reviews (a swapped side, a wrong field) that mutmut does not make."""
@@ -195,7 +211,7 @@ def main() -> int:
     where = pathlib.Path(args.where)
     stage(where)
     configure(where, modules, tests, args.marks)
-    said = mutmut(where, "run", "--max-children", str(args.jobs), check=False)
+    said = run_shown(where, args.jobs)
     if "could not find any test case for any mutant" in said:
         print("no selected test reaches a mutated function: all mutants are reached by no test")
     status = {}
