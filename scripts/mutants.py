@@ -266,11 +266,12 @@ def main() -> int:
             else:
                 open_.append(f"  {name} ({mine[name]}): {lines}")
         judged = len(mine) - len(equivalent)
+        unreached = counts.get("no tests", 0) + counts.get("not checked", 0)
         score = 100.0 * caught / judged if judged else 100.0
         worst = min(worst, score)
         print(
             f"\n{module}: {score:.1f}% caught ({caught} of {judged}; {len(mine)} mutants, "
-            f"{len(equivalent)} marked equivalent, {counts.get('no tests', 0)} reached by no test)"
+            f"{len(equivalent)} marked equivalent, {unreached} reached by no test)"
         )
         print("\n".join(open_))
     prefixes = tuple(m.removesuffix(".py").replace("/", ".") + ".x" for m in modules)
