@@ -29,8 +29,9 @@ from phasechat.backends.teacher_remote import (
     vllm_top,
 )
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trips.compare import Side
-from phasechat.chat.trips.diverge import Turn, diverge, overall, overall_floor
+from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall, overall_floor
 from phasechat.chat.trips.forced_sides import (
     PROBE,
     Reader,
@@ -230,3 +231,43 @@ def test_the_teacher_context_holds_the_sequence_rounded_up(
         logits = forced_logits(model_path, EngineSetting(threads=2), tokens, n - 2)
         assert logits.shape[0] == 2
     assert sizes == [256, 256, 512]
+
+
+def test_each_question_is_a_turn_with_the_history_the_chat_sends() -> None:
+    chat = Conversation("Be brief.")
+    for role, text, status in (
+        ("user", "q1", "complete"),
+        ("assistant", "a1", "complete"),
+        ("user", "too long", "error"),  # refused: not sent again
+        ("assistant", "", "error"),  # failed with no text: not sent again
+        ("user", "q3", "complete"),
+    ):
+        chat.add(ChatMessage(role, text, status=status))  # type: ignore[arg-type]
+    turns = chat_turns(chat)
+    system = Message("system", "Be brief.")
+    assert turns == [
+        (system, Message("user", "q1")),
+        (system, Message("user", "q1"), Message("assistant", "a1"), Message("user", "too long")),
+        (system, Message("user", "q1"), Message("assistant", "a1"), Message("user", "q3")),
+    ]
+    assert chat_turns(Conversation("", [ChatMessage("user", "hi")])) == [(Message("user", "hi"),)]
+
+
+def test_two_model_files_of_other_vocabularies_carry_the_reason_on_every_turn(
+    tmp_path: Path,
+) -> None:
+    a = Here("a", tiny_gguf(tmp_path / "a.gguf", ["<s>", "a"]))
+    b = Here("b", tiny_gguf(tmp_path / "b.gguf", ["<s>", "b"]))
+    turns = run_diverge(a, b)
+    assert [t.number for t in turns] == [1, 2]
+    assert all(t.why is not None and "vocabularies differ" in t.why for t in turns)
+    assert all(t.divergence is None and t.taught is None for t in turns)
+
+
+def test_an_answer_without_token_ids_is_a_turn_that_says_so(tmp_path: Path) -> None:
+    """Both sides read as the model here, one file: each turn asks A's answer for its
+    token ids (a scripted answer has none) and says why there is no divergence."""
+    path = tiny_gguf(tmp_path / "m.gguf", ["<s>", "a"])
+    turns = run_diverge(Here("a", path), Here("b", path))
+    why = "A's answer has no token ids"
+    assert [(t.number, t.why, t.divergence) for t in turns] == [(1, why, None), (2, why, None)]
