@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from phasechat.backends.events import Message
+from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.teacher import EngineSetting, forced_logits
 from phasechat.backends.teacher_remote import (
@@ -26,6 +26,7 @@ from phasechat.backends.teacher_remote import (
     Forcing,
     Listed,
     Server,
+    TeacherError,
     vllm_top,
 )
 from phasechat.chat.config.settings import Settings
@@ -34,10 +35,16 @@ from phasechat.chat.trips.compare import Side
 from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall, overall_floor
 from phasechat.chat.trips.forced_sides import (
     PROBE,
+    Forced,
     Reader,
     Teaching,
+    caveats,
     compared,
+    floor,
+    forced_of,
     measure,
+    reader_of,
+    teaching,
     vocabulary_check,
     vocabulary_differs,
 )
@@ -172,6 +179,9 @@ class Here(ScriptedBackend):
         super().__init__(name, "One two.")
         self.model_path = path
         self.config = LocalConfig(model_path=path)
+        self.flash_attn: bool | None = None
+        self.threads = 0
+        self.gpu_layers = 0
 
 
 TURNS = (
@@ -271,3 +281,91 @@ def test_an_answer_without_token_ids_is_a_turn_that_says_so(tmp_path: Path) -> N
     turns = run_diverge(Here("a", path), Here("b", path))
     why = "A's answer has no token ids"
     assert [(t.number, t.why, t.divergence) for t in turns] == [(1, why, None), (2, why, None)]
+
+
+def test_a_local_side_is_read_with_its_own_setting(tmp_path: Path) -> None:
+    here = Here("here", tmp_path / "m.gguf")
+    here.flash_attn, here.threads, here.gpu_layers = True, 3, 2
+    reader = reader_of(here)
+    assert reader is not None and reader.whole and reader.name == "llama.cpp here"
+    assert reader.forced == Forced(tmp_path / "m.gguf", EngineSetting("f16", True, 3, gpu_layers=2))
+    here.threads = 0
+    forced = forced_of(here)
+    assert forced is not None and forced.setting.threads is None  # 0: llama.cpp's choice
+    bare = Here("bare", tmp_path / "m.gguf")
+    assert forced_of(bare) == Forced(tmp_path / "m.gguf", EngineSetting())
+    bare.model_path = "m.gguf"  # type: ignore[assignment]  # not a Path: not a local side
+    assert forced_of(bare) is None and reader_of(bare) is None
+
+
+def test_caveats_are_said_once_each_in_order() -> None:
+    client = httpx.AsyncClient()
+    first = dataclasses.replace(forcing_of({}), cannot="first")
+    second = dataclasses.replace(forcing_of({}), cannot="second")
+    server = Server(client, "http://x/v1", {}, "m")
+    readers = [
+        Reader("s", forcing=second, server=server),
+        None,
+        Reader("here", forced=Forced(Path("m.gguf"), EngineSetting())),
+        Reader("f", forcing=first, server=server),
+        Reader("s2", forcing=second, server=server),
+    ]
+    assert caveats(readers) == ["second", "first"]
+    assert caveats([]) == []
+
+
+def test_a_servers_sequence_is_its_template_then_its_tokens_of_the_answer() -> None:
+    forcing = forcing_of({})
+    reader = Reader("A", forcing=forcing, server=Server(httpx.AsyncClient(), "http://x", {}, "a"))
+    t = asyncio.run(teaching(reader, ScriptedBackend(), (Message("user", "q"),), "hé", None))
+    assert t == Teaching((1,), (104, 195, 169), (b"h", b"\xc3", b"\xa9"), retokenized=True)
+    assert t.text == "hé"
+    with pytest.raises(ValueError, match="A's answer is empty"):
+        asyncio.run(teaching(reader, ScriptedBackend(), (Message("user", "q"),), "", None))
+
+
+def test_the_model_here_reads_its_own_prompt_ids_and_answer_ids(tmp_path: Path) -> None:
+    here = Here("here", tmp_path / "m.gguf")
+    reader = reader_of(here)
+    assert reader is not None
+    said = AnswerTokens((7, 8), (b"a", b"b"), "m.gguf")
+    messages = (Message("user", "q"),)
+    with pytest.raises(ValueError, match="did not read the prompt"):
+        asyncio.run(teaching(reader, here, messages, "ab", said))
+    with pytest.raises(ValueError, match="no token ids"):
+        asyncio.run(teaching(reader, here, messages, "ab", AnswerTokens((), (), "m.gguf")))
+
+    async def prompt_ids(messages: tuple[Message, ...]) -> list[int]:
+        return [5, 6]
+
+    here.prompt_ids = prompt_ids  # type: ignore[attr-defined]
+    t = asyncio.run(teaching(reader, here, messages, "ab", said))
+    assert t == Teaching((5, 6), (7, 8), (b"a", b"b")) and not t.retokenized
+    assert floor(Reader("server", forcing=forcing_of({})), t) is None  # only the model here
+
+
+def test_a_server_refusal_is_the_reason_and_each_side_reports_its_reading() -> None:
+    async def refuse(server: Server, *_: Any) -> list[Listed]:
+        raise TeacherError("B: HTTP 500: 'out of memory'")
+
+    good = forcing_of({"a": [listed(A_P)]})
+    bad = dataclasses.replace(good, top=refuse)
+    client = httpx.AsyncClient()
+    a = Reader("A", forcing=good, server=Server(client, "http://one:1/v1", {}, "a"))
+    b = Reader("B", forcing=bad, server=Server(client, "http://two:2/v1", {}, "b"))
+    t = Teaching((1,), (104,), (b"h",), retokenized=True)
+    assert asyncio.run(measure(a, b, t)) == (None, "B: HTTP 500: 'out of memory'")
+    seen: list[tuple[str, int, int]] = []
+
+    async def top(
+        server: Server, tokens: Any, start: int, progress: Any, stop: Any
+    ) -> list[Listed]:
+        assert (list(tokens), start) == ([1, 104], 1)  # the prompt, then the answer
+        progress(1, 1)
+        return [listed(A_P if server.model == "a" else B_P)]
+
+    both = dataclasses.replace(good, top=top)
+    a, b = (dataclasses.replace(r, forcing=both) for r in (a, b))
+    d, why = asyncio.run(measure(a, b, t, lambda *p: seen.append(p)))
+    assert why is None and d is not None and d.kl[0] == pytest.approx(KL_AB)
+    assert seen == [("A", 1, 1), ("B", 1, 1)]
