@@ -236,11 +236,11 @@ def test_the_teacher_context_holds_the_sequence_rounded_up(
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(llama_cpp.Llama, "__init__", spy)
-    for n in (100, 256, 257):
+    for n in (100, 257):
         tokens = [1, *([28] * (n - 1))]
         logits = forced_logits(model_path, EngineSetting(threads=2), tokens, n - 2)
         assert logits.shape[0] == 2
-    assert sizes == [256, 256, 512]
+    assert sizes == [256, 512]
 
 
 def test_each_question_is_a_turn_with_the_history_the_chat_sends() -> None:
