@@ -369,3 +369,18 @@ def test_a_server_refusal_is_the_reason_and_each_side_reports_its_reading() -> N
     d, why = asyncio.run(measure(a, b, t, lambda *p: seen.append(p)))
     assert why is None and d is not None and d.kl[0] == pytest.approx(KL_AB)
     assert seen == [("A", 1, 1), ("B", 1, 1)]
+
+
+def test_each_turn_is_a_round_of_a_then_b_handed_over_as_it_ends(tmp_path: Path) -> None:
+    settings = Settings(max_tokens=8, temperature=0)
+    a = Side("a", ScriptedBackend("a", "From A."), settings)
+    b = Side("b", Here("b", tmp_path / "m.gguf"), settings)
+    seen: list[Turn] = []
+    turns = asyncio.run(diverge(a, b, TURNS, on_turn=seen.append))
+    assert seen == turns and len(turns) == 2
+    for n, turn in enumerate(turns):
+        assert (turn.a.side, turn.a.round, turn.b.side, turn.b.round) == (0, n, 1, n)
+        assert (turn.a.text, turn.b.text) == ("From A. ", "One two. ")
+        assert turn.a.request.messages[-1] == TURNS[n][-1]
+        # A then B, not together: B is sent once A's answer is over
+        assert turn.a.trace.t_done is not None and turn.a.trace.t_done <= turn.b.trace.t_sent
