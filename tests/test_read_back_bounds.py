@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from phasechat.telemetry.read_back import MAX_BYTES, metrics_read_back
+from phasechat.backends.wire_numbers import MAX_MS, MAX_RATE
+from phasechat.telemetry.read_back import (
+    MAX_BYTES,
+    MAX_CHARS_PER_TOKEN,
+    MAX_GB_S,
+    Unreadable,
+    metrics_read_back,
+)
 
 BASE = {"output_tokens": 5, "chars": 20}
 
@@ -40,3 +47,40 @@ def test_a_byte_count_is_bounded_by_a_petabyte_wherever_bytes_is_in_its_name(nam
 def test_a_token_count_is_bounded_by_a_token_count() -> None:
     m = read(prompt_tokens=4 * 1024**3)
     assert m.prompt_tokens is None and len(m.ignored) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "top"),
+    [
+        ("ttft_ms", MAX_MS),  # a time: a week at most
+        ("itl_ms_max", MAX_MS),
+        ("decode_tok_s", MAX_RATE),  # a rate: belief's limit
+        ("chars_per_s", MAX_RATE),
+        ("implied_bandwidth_gb_s", MAX_GB_S),
+        ("chars_per_token", MAX_CHARS_PER_TOKEN),
+    ],
+)
+def test_each_kind_of_float_is_bounded_by_what_it_measures(name: str, top: float) -> None:
+    assert getattr(read(**{name: top}), name) == top
+    assert getattr(read(**{name: 0}), name) == 0.0
+    for bad in (top * 1.01, -1.0, "1.0", True):
+        m = read(**{name: bad})
+        assert getattr(m, name) is None and len(m.ignored) == 1 and m.ignored[0].startswith(name)
+
+
+def test_flags_text_and_warnings_are_what_they_say_or_unknown() -> None:
+    m = read(cache_reported=True, backend="b", warnings=["slow", "hot"], finish=None)
+    assert (m.cache_reported, m.backend, m.warnings, m.finish) == (True, "b", ("slow", "hot"), None)
+    bad = read(cache_reported=1, backend=7, warnings=["ok", 3])
+    # named in the fields' order
+    assert bad.ignored == ("backend (7)", "cache_reported (1)", "warnings (a list)")
+    assert bad.backend == "" and bad.warnings == ()
+    # a required figure that is null is unknown; an optional one's null is None, kept
+    assert read(output_tokens=3, prompt_tokens=None).ignored == ()
+    with pytest.raises(Unreadable, match="output_tokens is None, not a count"):
+        read(output_tokens=None)
+    with pytest.raises(Unreadable, match=r"chars is 2\.5, not a count"):
+        read(chars=2.5)
+    with pytest.raises(Unreadable, match="not an object"):
+        metrics_read_back([1, 2])
+    assert read(unknown_field=5).ignored == ()  # another version's field: left out
