@@ -5,16 +5,19 @@ petabyte."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from phasechat.backends.wire_numbers import MAX_MS, MAX_RATE
+from phasechat.telemetry.anatomy import Anatomy, CacheBreak, Section
 from phasechat.telemetry.read_back import (
     MAX_BYTES,
     MAX_CHARS_PER_TOKEN,
     MAX_GB_S,
     Unreadable,
+    anatomy_read_back,
     metrics_read_back,
 )
 
@@ -84,3 +87,72 @@ def test_flags_text_and_warnings_are_what_they_say_or_unknown() -> None:
     with pytest.raises(Unreadable, match="not an object"):
         metrics_read_back([1, 2])
     assert read(unknown_field=5).ignored == ()  # another version's field: left out
+
+
+SECTIONS = (
+    Section("template", None, 3, 3, 0, None),
+    Section("system", 0, 10, 10, 0, 0.0),
+    Section("new", 1, 7, None, 7, 12.5),
+)
+BREAK = CacheBreak(1, 4, "héld", "sent", 7, False, "retokenized", True, 16)
+
+
+def test_an_anatomy_reads_back_as_it_was_written() -> None:
+    anatomy = Anatomy(SECTIONS, "tokenizer", BREAK)
+    assert anatomy_read_back(anatomy.as_dict()) == anatomy
+    assert anatomy_read_back(Anatomy(SECTIONS, "estimate", None).as_dict()).cache_break is None
+
+
+def stored(section: int = 1, brk: Any = None, **changes: Any) -> dict[str, Any]:
+    """The stored anatomy with one section's or the break's fields changed."""
+    data = Anatomy(SECTIONS, "tokenizer", BREAK).as_dict()
+    if brk is None:
+        data["prompt_sections"][section].update(changes)
+    else:
+        data["cache_break"] = brk
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ([1], "its prompt anatomy is a list, not an object"),
+        (
+            {"prompt_sections": "x", "sections_source": "t"},
+            "its prompt sections are 'x', not a list",
+        ),
+        ({"prompt_sections": [], "sections_source": 3}, "its prompt anatomy's source is 3"),
+        ({"prompt_sections": [7], "sections_source": "t"}, "a prompt section is 7, not an object"),
+        (stored(cached_tokens=11), r"a prompt section's cached_tokens \(11\) exceed its tokens"),
+        (stored(evaluated_tokens=11), r"a prompt section's evaluated_tokens \(11\) exceed"),
+        (stored(cached_tokens=-1), "its prompt anatomy's cached_tokens is -1, not a count"),
+        (stored(evaluated_tokens=1.5), "evaluated_tokens is 1.5, not a count"),
+        (stored(tokens=None), "its prompt anatomy's tokens is None, not a count"),
+        (stored(kind="speech"), "a prompt section's kind is 'speech'"),
+        (stored(prefill_ms=-1.0), "a prompt section's prefill_ms is -1.0"),
+        (stored(message_index="0"), "message_index is '0', not a count"),
+        (stored(brk=[1]), "its cache break is a list, not an object"),
+        (stored(brk={**asdict(BREAK), "held": 5}), "its cache break's text or kind"),
+        (stored(brk={**asdict(BREAK), "kind": "typo"}), "its cache break's text or kind"),
+        (stored(brk={**asdict(BREAK), "estimated": 1}), "flags are not true or false"),
+        (stored(brk={**asdict(BREAK), "in_answer": None}), "flags are not true or false"),
+        (stored(brk={**asdict(BREAK), "grain": 0}), "its cache break's block size is 0"),
+        (
+            stored(brk={**asdict(BREAK), "char_offset": 2**40 + 1}),
+            "char_offset is a number too large",
+        ),
+    ],
+)
+def test_an_implausible_anatomy_is_unreadable_whole_and_says_why(data: Any, why: str) -> None:
+    with pytest.raises(Unreadable, match=why):
+        anatomy_read_back(data)
+
+
+def test_a_section_s_counts_at_their_bounds_are_believed() -> None:
+    # cached and evaluated equal to the section's tokens; the optional ones null
+    at = anatomy_read_back(stored(cached_tokens=10, evaluated_tokens=10, prefill_ms=None))
+    assert at.sections[1] == Section("system", 0, 10, 10, 10, None)
+    old = stored(brk={**asdict(BREAK), "grain": None, "kind": "edit", "message_index": None})
+    back = anatomy_read_back(old).cache_break
+    assert back is not None and back.grain == 1 and back.message_index is None
+    assert anatomy_read_back(stored(brk={**asdict(BREAK), "char_offset": 2**40})).cache_break
