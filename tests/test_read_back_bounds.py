@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from phasechat.backends.wire_numbers import MAX_MS, MAX_RATE
+from phasechat.telemetry import read_back
 from phasechat.telemetry.anatomy import Anatomy, CacheBreak, Section
 from phasechat.telemetry.read_back import (
     MAX_BYTES,
@@ -22,6 +23,14 @@ from phasechat.telemetry.read_back import (
 )
 
 BASE = {"output_tokens": 5, "chars": 20}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_checks() -> None:
+    """Each test builds the checks again (they are cached once a process): so that a
+    mutation tool that runs only the tests it saw reach a function sees every test here
+    reach the one that builds them (scripts/mutants.py)."""
+    read_back._checks.cache_clear()
 
 
 def read(**figures: Any) -> Any:
