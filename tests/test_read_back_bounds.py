@@ -165,3 +165,29 @@ def test_a_section_s_counts_at_their_bounds_are_believed() -> None:
     back = anatomy_read_back(old).cache_break
     assert back is not None and back.grain == 1 and back.message_index is None
     assert anatomy_read_back(stored(brk={**asdict(BREAK), "char_offset": 2**40})).cache_break
+
+
+def test_a_break_s_optional_fields_read_back_as_their_defaults() -> None:
+    """A break stored by an older phasechat: no kind, no in_answer, no count of tokens
+    read again, a block of 1; its estimated flag kept as it was (True here)."""
+    old = {**asdict(BREAK), "estimated": True, "grain": 1, "tokens_read_again": None}
+    for name in ("kind", "in_answer"):
+        del old[name]
+    back = anatomy_read_back(stored(brk=old)).cache_break
+    assert back == CacheBreak(1, 4, "héld", "sent", None, True, "edit", False, 1)
+    section = anatomy_read_back(stored(evaluated_tokens=None, cached_tokens=None)).sections[1]
+    assert (section.cached_tokens, section.evaluated_tokens) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("brk", "why"),
+    [
+        ({"held": 5}, "its cache break's text or kind is not plausible"),
+        ({"estimated": 1}, "its cache break's flags are not true or false"),
+        ({"grain": 0}, "its cache break's block size is 0"),
+    ],
+)
+def test_a_bad_break_says_so_in_these_words(brk: dict[str, Any], why: str) -> None:
+    with pytest.raises(Unreadable) as raised:
+        anatomy_read_back(stored(brk={**asdict(BREAK), **brk}))
+    assert str(raised.value) == why
