@@ -28,7 +28,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecodi
 
 from phasechat.backends.events import ServerTimings
 from phasechat.backends.gguf import GGUFError, vocabulary
-from phasechat.backends.llama_glue import perf_counters, read_prompt, reuse_prefix
+from phasechat.backends.llama_glue import perf_counters, read_prompt, reuse_prefix, usable_ctx
 from phasechat.backends.llama_logs import verbose
 
 #: a draft model's proposals per step: a small model's guesses beyond a few tokens are
@@ -93,7 +93,7 @@ class ModelDraft(LlamaDraftModel):
         import llama_cpp.llama_cpp as lib
 
         llm, tokens = self.llm, [int(t) for t in input_ids]
-        k = min(self.k, int(llm.n_ctx()) - len(tokens))
+        k = min(self.k, usable_ctx(llm) - len(tokens))
         out: list[int] = []
         if k <= 0:
             return np.array(out, dtype=np.intc)
@@ -152,7 +152,7 @@ def speculative_loop(
     read_prompt(llm, tokens, on_prompt, on_batch)
     count.read, count.read_ns = perf_counters(llm), time.perf_counter_ns()
     ctx, n_vocab, ids = llm.ctx, int(llm.n_vocab()), llm.input_ids
-    room_max = min(int(llm.n_ctx()), int(llm.n_batch))
+    room_max = min(usable_ctx(llm), int(llm.n_batch))
 
     def top(i: int) -> int:
         return int(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), (n_vocab,)).argmax())
@@ -163,7 +163,7 @@ def speculative_loop(
         n = int(llm.n_tokens)
         ids[n] = token
         # the proposals fit the context and one batch beside the token read with them
-        room = min(int(llm.n_ctx()) - n - 1, room_max - 1)
+        room = min(usable_ctx(llm) - n - 1, room_max - 1)
         proposals = [int(t) for t in draft(ids[: n + 1])][: max(room, 0)]
         batch = [token, *proposals]
         llm._batch.set_batch(batch=batch, n_past=n, logits_all=True)

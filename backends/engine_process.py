@@ -15,11 +15,21 @@ batches the child's own hand-over makes. A crash of the engine (a segfault in
 llama.cpp, the OOM killer) ends the answer with an error that says so; the app stays
 up, and the next `start` or send loads the model again.
 
+A child that stops answering (a wedged driver call; SIGSTOP does the same) never holds
+the app: the child says it is alive every `HEARTBEAT_S` from a thread of its own, a
+call the UI makes waits at most `CALL_TIMEOUT_S` and not at all once the child has been
+silent for `SILENT_S` (the count is estimated instead), a cancelled answer is left to
+end on its own, and a child silent for `HANG_S` is killed by the reader thread and named
+("the engine did not answer for 5 s: ended"); the next send starts a new one. So does a
+send after a load that failed, once the model file changed (a download that finished).
+The child's stderr goes through a pipe into a bounded tail (its last lines explain a
+crash), never the terminal and never a file that grows.
+
 The wire: `multiprocessing.connection.Connection` over a socket pair (pickles, each
 message whole). Parent -> child: ("load", config, name), ("stream", id, request,
 every_s), ("cancel", id), ("call", id, method, args), ("close",). Child -> parent:
 ("ready", snapshot), ("events", id, [event, ...]), ("end", id, snapshot),
-("result", id, ok, value). Only the parent's own messages are trusted: the child is
+("result", id, ok, value), ("alive",). Only the parent's own messages are trusted: the child is
 this program, run by this program.
 """
 
@@ -33,13 +43,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
@@ -55,11 +65,25 @@ from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import ModelNotFound, default_model_path
 
 #: how long a call the UI waits on (a token count) may take before it is estimated
-CALL_TIMEOUT_S = 30.0
-#: how long a closing child gets before it is killed
-CLOSE_TIMEOUT_S = 10.0
-#: how long a cancelled stream's child may take to free the context
-CANCEL_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 2.0
+#: how long a call off the UI's thread (warm, render) may wait behind an answer
+ASYNC_CALL_TIMEOUT_S = 30.0
+#: how long a closing child gets before it is killed (Ctrl+Q quits within 2 s)
+CLOSE_TIMEOUT_S = 1.5
+#: how long a cancelled answer is waited for before the stream returns (Esc); the next
+#: send waits for it up to `DRAIN_TIMEOUT_S`, then ends the child
+CANCEL_WAIT_S = 0.5
+DRAIN_TIMEOUT_S = 10.0
+#: the child says it is alive this often
+HEARTBEAT_S = 0.25
+#: silent this long, the child is not asked (its counts are estimated)
+SILENT_S = 1.0
+#: silent this long, the child is killed and named
+HANG_S = 5.0
+#: a child that never said it is alive (still importing) is given this long
+START_S = 60.0
+#: the bytes of the child's stderr kept (its tail)
+STDERR_TAIL = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +155,7 @@ class EngineProcess:
         self._snap: Snapshot | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
-        self._errors: IO[bytes] | None = None
+        self._errors: StderrTail | None = None
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._slots: dict[int, _Slot] = {}
@@ -140,6 +164,18 @@ class EngineProcess:
         self._start_task: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed = False
+        #: the reader thread's view of the child: when it last heard from it (monotonic
+        #: seconds), whether it has said it is alive, and why it killed it (a hang)
+        self._heard = time.monotonic()
+        self._alive = False
+        self._hung_s: float | None = None
+        #: no answer in flight in the child (cleared by a stream, set at its end)
+        self._idle = threading.Event()
+        self._idle.set()
+        #: the model file as the last load saw it (a failed load is retried once it changes)
+        self._stamp: tuple[int, int] | None = None
+        #: when the last answer was cancelled (monotonic seconds)
+        self._cancelled = 0.0
 
     # -- identity and state ---------------------------------------------------------
     @property
@@ -222,10 +258,8 @@ class EngineProcess:
     async def _spawn(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._state, self._detail = "loading", "starting the engine process"
+        self._stamp = _file_stamp(self._path)
         ours, theirs = socket.socketpair()
-        # The child's stderr goes to a file, never the terminal the UI draws on; its
-        # last lines explain a crash.
-        errors = self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (the child's life)
         argv = [sys.executable, "-m", "phasechat.backends.engine_process", str(theirs.fileno())]
 
         def spawn() -> subprocess.Popen[bytes]:
@@ -234,7 +268,9 @@ class EngineProcess:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=errors,
+                # a pipe drained into a bounded tail: never the terminal the UI draws
+                # on, never a file that grows without bound
+                stderr=subprocess.PIPE,
                 start_new_session=True,  # Ctrl+C in the terminal is the app's, not the engine's
             )
 
@@ -246,6 +282,9 @@ class EngineProcess:
             return
         finally:
             theirs.close()
+        self._errors = StderrTail(self._proc)
+        self._heard, self._alive, self._hung_s = time.monotonic(), False, None
+        self._idle.set()
         conn = self._conn = Connection(ours.detach())
         self._ready = loop.create_future()
         self._send(("load", replace(self.config, own_process=False), self._name))
@@ -266,12 +305,23 @@ class EngineProcess:
 
     def _read(self, conn: Connection) -> None:
         """The reader thread: answers to calls are handed over here; the rest on the loop
-        of the latest request (a caller may use a new event loop for each, as tests do)."""
+        of the latest request (a caller may use a new event loop for each, as tests do).
+        It is also the watchdog: a child silent for `HANG_S` is killed here."""
+        proc = self._proc
         while True:
             try:
+                if not conn.poll(HEARTBEAT_S):
+                    self._watch(proc)
+                    continue
                 message = conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError, ValueError):
                 break
+            self._heard = time.monotonic()
+            if message[0] == "alive":
+                self._alive = True
+                continue
+            if message[0] == "end":
+                self._idle.set()
             if message[0] == "result":
                 _, cid, ok, value = message
                 slot = self._slots.pop(cid, None)
@@ -284,7 +334,33 @@ class EngineProcess:
             slot.value = EngineGone("the engine process ended")
             slot.done.set()
         self._slots.clear()
+        self._idle.set()
         self._post(self._gone, conn)
+
+    def _watch(self, proc: subprocess.Popen[bytes] | None) -> None:
+        """Kill the child if it has been silent too long (once; its end is then read as
+        any other: the socket closes, `_gone` names why)."""
+        silent = time.monotonic() - self._heard
+        if proc is None or self._hung_s is not None or proc.poll() is not None:
+            return
+        if silent > (HANG_S if self._alive else START_S):
+            self._hung_s = silent
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+    def _silent(self) -> float:
+        """Seconds since the child last said anything (0 while none runs or it starts)."""
+        if self._conn is None or not self._alive:
+            return 0.0
+        return time.monotonic() - self._heard
+
+    def _end_hung(self, seconds: float) -> None:
+        """Kill a child that has not answered for `seconds` (named as the watchdog's)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self._hung_s = self._hung_s or seconds
+            with contextlib.suppress(OSError):
+                proc.kill()
 
     def _post(self, handler: Any, message: Any) -> None:
         """Run `handler(message)` on the loop of the latest request."""
@@ -324,20 +400,24 @@ class EngineProcess:
         why = self._why()
         self._crashed = True
         self._state = "failed"
-        self._detail = f"the engine process ended ({why}): send again to load the model again"
+        # "...(killed by SIGKILL): send again", "...did not answer for 5 s: ended; send again"
+        mark = ":" if self._hung_s is None else ";"
+        self._detail = f"{why}{mark} send again to load the model again"
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(EngineGone(why))
         for queue in self._streams.values():
-            queue.put_nowait([StreamError("model", f"the engine process ended ({why})")])
+            queue.put_nowait([StreamError("model", why)])
             queue.put_nowait(None)
 
     def _why(self) -> str:
         """How the child ended, and the last line it wrote to stderr."""
         proc = self._proc
         code = None
-        if proc is not None:
+        if proc is not None:  # reaped: never left a zombie
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=2)
+        if self._hung_s is not None:
+            return f"the engine did not answer for {self._hung_s:.0f} s: ended"
         if code is None:
             how = "no exit status"
         elif code < 0:
@@ -347,17 +427,21 @@ class EngineProcess:
                 how = f"killed by signal {-code}"
         else:
             how = f"exit status {code}"
-        last = _last_line(self._errors)
-        return f"{how}: {last}" if last else how
+        last = self._errors.last_line() if self._errors is not None else ""
+        how = f"{how}: {last}" if last else how
+        return f"the engine process ended ({how})"
 
     async def aclose(self) -> None:
         """Close the model and end the engine process (killed if it does not end)."""
         proc, self._state, self._detail = self._proc, "idle", "closed"
         if proc is None:
             return
-        with contextlib.suppress(EngineGone):
-            self._send(("close",))
         loop = asyncio.get_running_loop()
+        if self._silent() > SILENT_S:  # it would not read the request: no wait
+            proc.kill()
+        else:
+            with contextlib.suppress(EngineGone):
+                self._send(("close",))
         try:
             await loop.run_in_executor(None, proc.wait, CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -367,28 +451,34 @@ class EngineProcess:
             with contextlib.suppress(OSError):
                 self._conn.close()
             self._conn = None
-        if self._errors is not None:
-            self._errors.close()
-            self._errors = None
+        self._errors = None
         self._proc = None
         self._start_task = None
 
     # -- calls ----------------------------------------------------------------------
     def _call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
-        """Call the child's backend and wait for its answer (blocking this thread)."""
+        """Call the child's backend and wait for its answer (blocking this thread): at
+        most `timeout`, and no longer than the child stays silent `SILENT_S`."""
+        if self._silent() > SILENT_S:
+            raise EngineGone(f"the engine has not answered for {self._silent():.0f} s")
         cid = next(self._ids)
         slot = self._slots[cid] = _Slot()
         self._send(("call", cid, method, args))
-        if not slot.done.wait(timeout):
-            self._slots.pop(cid, None)
-            raise EngineGone(f"the engine did not answer {method} in {timeout:.0f} s")
+        deadline = time.monotonic() + timeout
+        while not slot.done.wait(0.05):
+            if time.monotonic() > deadline or self._silent() > SILENT_S:
+                self._slots.pop(cid, None)
+                raise EngineGone(f"the engine did not answer {method} in {timeout:.0f} s")
         if not slot.ok:
             raise slot.value
         return slot.value
 
     async def _acall(self, method: str, *args: Any) -> Any:
         """`_call` without blocking the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, self._call, method, *args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: self._call(method, *args, timeout=ASYNC_CALL_TIMEOUT_S)
+        )
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if self._state == "ready":
@@ -446,6 +536,9 @@ class EngineProcess:
         the next token (and waits until the engine is free for the next request)."""
         if self._proc is not None and self._proc.poll() is not None and self._conn is not None:
             self._gone(self._conn)  # it ended while no loop listened
+        await self._free()
+        if self._state == "failed" and not self._crashed and self._changed():
+            await self.aclose()  # the model file changed since the load failed: again
         if self._state != "ready":
             loads = self._state == "loading" or self._crashed or self._start_task is None
             if loads:
@@ -465,8 +558,10 @@ class EngineProcess:
         ended = False
         try:
             try:
+                self._idle.clear()
                 self._send(("stream", rid, request, every_s))
             except EngineGone as exc:
+                self._idle.set()
                 yield StreamError("model", str(exc))
                 return
             while (batch := await queue.get()) is not None:
@@ -474,32 +569,91 @@ class EngineProcess:
                     yield event
             ended = True
         finally:
+            self._streams.pop(rid, None)
             if not ended:
+                self._cancelled = time.monotonic()
                 with contextlib.suppress(EngineGone):
                     self._send(("cancel", rid))
-                with contextlib.suppress(TimeoutError):
-                    # the context is busy until the child has stopped its thread
-                    await asyncio.shield(_until_end(queue, CANCEL_TIMEOUT_S))
-            self._streams.pop(rid, None)
+                # A moment for the child to stop at its next token; one that does not
+                # is waited for by the next send (`_free`), never here: Esc ends the
+                # answer at once whatever the child does.
+                await asyncio.shield(self._until_idle(CANCEL_WAIT_S))
+
+    async def _until_idle(self, limit_s: float) -> bool:
+        """Wait (polling: the reader thread sets it) until no answer is in flight in the
+        child, at most `limit_s` and not while it is silent; whether it is."""
+        deadline = time.monotonic() + limit_s
+        while not self._idle.is_set():
+            if time.monotonic() > deadline or self._silent() > SILENT_S:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def _free(self) -> None:
+        """Before a send: the last answer, if cancelled and not yet ended, ended; a child
+        that does not end it (or is silent) is killed, named, and a new one started."""
+        conn = self._conn
+        if conn is None or self._proc is None:
+            return
+        if self._silent() <= SILENT_S and await self._until_idle(DRAIN_TIMEOUT_S):
+            return
+        if self._silent() <= SILENT_S and self._idle.is_set():
+            return
+        self._end_hung(max(self._silent(), time.monotonic() - self._cancelled))
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await loop.run_in_executor(None, self._proc.wait, CLOSE_TIMEOUT_S)
+        self._gone(conn)  # now, not when the reader's word reaches this loop
+
+    def _changed(self) -> bool:
+        """Whether the model file is not as the last load saw it (size, change time)."""
+        return _file_stamp(self._path) != self._stamp
 
 
-async def _until_end(queue: asyncio.Queue[list[Event] | None], limit_s: float) -> None:
-    async with asyncio.timeout(limit_s):
-        while await queue.get() is not None:
-            pass
-
-
-def _last_line(f: IO[bytes] | None) -> str:
-    """The last non-empty line of the child's stderr, shown as text (at most 200 chars)."""
-    if f is None:
-        return ""
+def _file_stamp(path: Path | None) -> tuple[int, int] | None:
     try:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-        tail = f.read().decode("utf-8", "replace")
-    except (OSError, ValueError):
-        return ""
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if st is not None else None
+
+
+class StderrTail:
+    """The child's stderr, drained by a thread into its last `STDERR_TAIL` bytes: a
+    child that writes without end costs a little CPU, never the disk or the memory."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._tail = b""
+        self._thread: threading.Thread | None = None
+        if proc.stderr is not None:
+            self._thread = threading.Thread(
+                target=self._drain, args=(proc.stderr,), name="engine-stderr", daemon=True
+            )
+            self._thread.start()
+
+    def _drain(self, pipe: Any) -> None:
+        fd = pipe.fileno()
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                self._tail = (self._tail + chunk)[-STDERR_TAIL:]
+        except OSError:
+            pass
+        finally:
+            pipe.close()
+
+    def last_line(self) -> str:
+        """The last non-empty line written (at most 200 chars), once the pipe is read
+        to its end (a moment at most: the child has ended)."""
+        if self._thread is not None:
+            self._thread.join(0.5)
+        text = self._tail.decode("utf-8", "replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[-1][:200] if lines else ""
+
+    @property
+    def size(self) -> int:
+        """Bytes held (at most `STDERR_TAIL`)."""
+        return len(self._tail)
 
 
 # -- the child --------------------------------------------------------------------------
@@ -527,6 +681,12 @@ async def serve(conn: Connection) -> None:
             if message[0] == "close":
                 return
 
+    def beat() -> None:  # a thread of its own: alive while the loop or llama.cpp is busy
+        while True:
+            time.sleep(HEARTBEAT_S)
+            send(("alive",))
+
+    threading.Thread(target=beat, name="engine-alive", daemon=True).start()
     _, config, name = conn.recv()
     backend = LocalBackend(config, name)
     threading.Thread(target=read, name="engine-inbox", daemon=True).start()

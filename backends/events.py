@@ -187,6 +187,17 @@ class ServerTimings:
 
 
 @dataclass(frozen=True, slots=True)
+class PartMeaning:
+    """What a server's own figure for one part of the wait covers, in the server's terms
+    (read from its source): the name it is shown under, and what it runs from and to.
+    Dynamo's `prefill_wait_time_ms` is no queue but its frontend's tokenizing and
+    routing: it is shown as that, not as "queued"."""
+
+    name: str
+    means: str
+
+
+@dataclass(frozen=True, slots=True)
 class ServerAccount:
     """A server's own account of the request, from its `/metrics` read before and after
     it (backends/server_metrics.py) or from its own per-request fields (its family's
@@ -217,6 +228,13 @@ class ServerAccount:
     #: (Dynamo's disaggregated serving); an id as the server gave it, shown, never obeyed
     prefill_worker: str | None = None
     decode_worker: str | None = None
+    #: what `queue_ms` and `prefill_ms` cover where the server defines them otherwise
+    #: than a queue before the prefill and the prefill (None: those, as named)
+    queue_means: PartMeaning | None = None
+    prefill_means: PartMeaning | None = None
+    #: the wait for the model to load before this request's prompt was read, as the
+    #: server measured it (Ollama's `load_duration`; 0: it was loaded)
+    load_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

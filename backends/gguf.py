@@ -9,6 +9,8 @@ clear message before llama.cpp sees it.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,31 @@ KV_TYPE_NAMES: dict[str, int] = {"f16": 1, "q8_0": 8, "q4_0": 2}
 
 class GGUFError(ValueError):
     """The file is not a readable GGUF model; the message says why, in one line."""
+
+
+class _Damaged(Exception):
+    """A header field that cannot be what it says (a length past the file's end)."""
+
+
+#: (elements a block, bytes a block) of the ggml tensor types whose layout is fixed and
+#: known here (ggml/src/ggml.c `type_traits`); a tensor of another type is not sized
+_TYPE_BLOCKS: dict[int, tuple[int, int]] = {
+    0: (1, 4),  # f32
+    1: (1, 2),  # f16
+    2: (32, 18),  # q4_0
+    3: (32, 20),  # q4_1
+    6: (32, 22),  # q5_0
+    7: (32, 24),  # q5_1
+    8: (32, 34),  # q8_0
+    10: (256, 84),  # q2_K
+    11: (256, 110),  # q3_K
+    12: (256, 144),  # q4_K
+    13: (256, 176),  # q5_K
+    14: (256, 210),  # q6_K
+    30: (1, 2),  # bf16
+}
+#: opened this way, a FIFO with no writer does not block the open
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,27 +138,78 @@ def read_metadata(path: Path) -> dict[str, object]:
     return read_header(path)[0]
 
 
-def read_header(path: Path) -> tuple[dict[str, object], dict[str, int]]:
+def read_header(path: Path, whole: bool = False) -> tuple[dict[str, object], dict[str, int]]:
     """The metadata (as `read_metadata`) and each tensor's bytes, by name: the distance
-    from its offset to the next tensor's (the last one's: to the end of the file)."""
+    from its offset to the next tensor's (the last one's: to the end of the file; {}
+    when they do not add up).
+
+    Raises GGUFError, one line naming the file and what is wrong, for anything but a
+    regular, readable GGUF file whose header fits in it: a FIFO or device (checked on
+    the descriptor, opened without blocking), a length past the file's end (read as
+    such, not allocated), a vocabulary with a token twice (llama.cpp asserts on it and
+    aborts the process); with `whole`, also tensors that end past the file (a download
+    cut off), which llama.cpp would be given to load.
+    """
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            meta, infos, data_start = _read(f, size)
-            return meta, _tensor_sizes(infos, size - data_start)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         raise GGUFError(f"model file not found: {path}") from None
     except IsADirectoryError:
         raise GGUFError(f"model path is a directory, not a GGUF file: {path}") from None
     except PermissionError:
         raise GGUFError(f"model file is not readable: {path}") from None
+    except OSError as exc:
+        raise GGUFError(f"model file cannot be opened ({exc.strerror or exc}): {path}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise GGUFError(f"model path is a directory, not a GGUF file: {path}")
+        if not stat.S_ISREG(mode):
+            raise GGUFError(f"model path is not a regular file ({_kind(mode)}): {path}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            meta, infos, data_start = _read(f, size)
     except (struct.error, EOFError):
         raise GGUFError(f"model file is truncated (ends inside its header): {path}") from None
+    except _Damaged as exc:
+        raise GGUFError(f"model file is damaged ({exc}): {path}") from None
+    except IsADirectoryError:
+        raise GGUFError(f"model path is a directory, not a GGUF file: {path}") from None
+    except OSError as exc:
+        raise GGUFError(f"model file cannot be read ({exc.strerror or exc}): {path}") from None
+    finally:
+        os.close(fd)
+    data_bytes = size - data_start
+    need = max((offset + (nbytes or 1) for _, offset, nbytes in infos), default=0)
+    if whole and need > data_bytes:
+        raise GGUFError(
+            f"model file is truncated: its tensors need {data_start + need:,} bytes, "
+            f"it has {size:,} (a download not finished?): {path}"
+        )
+    return meta, _tensor_sizes([(name, offset) for name, offset, _ in infos], data_bytes)
 
 
-def _read(f: BinaryIO, size: int) -> tuple[dict[str, object], list[tuple[str, int]], int]:
-    """The metadata, each tensor's (name, offset in the data section), and where the
-    data section starts."""
+def check_model(path: Path) -> None:
+    """Raise GGUFError (one line) unless `path` is a GGUF model llama.cpp can be given:
+    everything `read_header` checks, its tensors whole, before anything loads it."""
+    read_header(path, whole=True)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def _read(
+    f: BinaryIO, size: int
+) -> tuple[dict[str, object], list[tuple[str, int, int | None]], int]:
+    """The metadata, each tensor's (name, offset in the data section, bytes where its
+    type is known), and where the data section starts."""
     magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"not a GGUF model file (starts with {magic!r}, expected b'GGUF')")
@@ -144,18 +222,37 @@ def _read(f: BinaryIO, size: int) -> tuple[dict[str, object], list[tuple[str, in
         key = _string(f)
         (vtype,) = _unpack(f, "<I")
         meta[key] = _vocab(f) if key == VOCAB_KEY and vtype == _ARRAY else _value(f, vtype)
-    infos: list[tuple[str, int]] = []
+    infos: list[tuple[str, int, int | None]] = []
     for _ in range(n_tensors):
         name = _string(f)
         (n_dims,) = _unpack(f, "<I")
         if n_dims > 8:  # GGML_MAX_DIMS is 4: not a tensor table
             raise GGUFError(f"tensor {name!r} has {n_dims} dimensions: not a GGUF tensor table")
-        f.seek(8 * n_dims + 4, 1)  # the dimensions and the type: sizes come from offsets
-        (offset,) = _unpack(f, "<Q")
-        infos.append((name, offset))
+        dims = _unpack(f, f"<{n_dims}Q")
+        (ttype, offset) = _unpack(f, "<IQ")
+        infos.append((name, offset, _tensor_bytes(dims, ttype)))
     align = meta.get("general.alignment", 32)
     align = align if isinstance(align, int) and align > 0 else 32
     return meta, infos, -(-f.tell() // align) * align
+
+
+def _tensor_bytes(dims: tuple[int, ...], ttype: int) -> int | None:
+    """A tensor's bytes from its shape and type (None: a type not sized here)."""
+    block = _TYPE_BLOCKS.get(ttype)
+    if block is None or not dims:
+        return None
+    elements = 1
+    for d in dims:
+        elements *= d
+    return -(-elements // block[0]) * block[1]
+
+
+def _left(f: BinaryIO) -> int:
+    """Bytes from here to the end of the file."""
+    here = f.tell()
+    end = f.seek(0, os.SEEK_END)
+    f.seek(here)
+    return end - here
 
 
 def _tensor_sizes(infos: list[tuple[str, int]], data_bytes: int) -> dict[str, int]:
@@ -184,6 +281,8 @@ def _unpack_any(f: BinaryIO, fmt: str) -> tuple[object, ...]:
 
 def _string(f: BinaryIO) -> str:
     (n,) = _unpack(f, "<Q")
+    if n > (left := _left(f)):
+        raise _Damaged(f"a string of {n:,} bytes with {left:,} left in the file")
     data = f.read(n)
     if len(data) != n:
         raise EOFError
@@ -197,12 +296,26 @@ def _vocab(f: BinaryIO) -> str:
     (etype, count) = _unpack(f, "<IQ")
     if etype != _STRING:
         raise GGUFError(f"{VOCAB_KEY} is not an array of strings")
+    left = _left(f)
+    if count * 8 > left:
+        raise _Damaged(f"a vocabulary of {count:,} tokens with {left:,} bytes left in the file")
     digest = hashlib.sha256()
-    for _ in range(count):
+    seen: set[bytes] = set()
+    for i in range(count):
         (n,) = _unpack(f, "<Q")
+        left -= 8
+        if n > left:
+            raise _Damaged(f"token {i:,} of {n:,} bytes with {left:,} left in the file")
         data = f.read(n)
         if len(data) != n:
             raise EOFError
+        left -= n
+        # llama.cpp maps each text to its id and asserts that no two ids share one
+        # (llama-vocab.cpp, GGML_ASSERT(id_to_token.size() == token_to_id.size())): an
+        # abort of the whole process. Empty ones it renames, so they never collide.
+        if data and data in seen:
+            raise _Damaged(f"token {i:,} {data[:40]!r} is in its vocabulary twice")
+        seen.add(data)
         digest.update(struct.pack("<Q", n) + data)
     return f"<{count} tokens, sha256 {digest.hexdigest()[:16]}>"
 
@@ -223,21 +336,34 @@ def _value(f: BinaryIO, vtype: int) -> object:
         (etype, count) = _unpack(f, "<IQ")
         if etype in _SCALARS:
             fmt = _SCALARS[etype]
+            if count * struct.calcsize(fmt) > (left := _left(f)):
+                raise _Damaged(f"an array of {count:,} values with {left:,} bytes left")
             if count <= 4096:
                 return list(
                     struct.unpack(f"<{count}{fmt[1]}", f.read(count * struct.calcsize(fmt)))
                 )
             f.seek(count * struct.calcsize(fmt), 1)
         else:
-            for _ in range(count):
-                _value(f, etype)
+            if count * 8 > (left := _left(f)):  # each at least a length or a scalar
+                raise _Damaged(f"an array of {count:,} values with {left:,} bytes left")
+            if etype == _STRING:  # merges: many short strings, bounded by one `left`
+                for _ in range(count):
+                    (n,) = _unpack(f, "<Q")
+                    left -= 8 + n
+                    if left < 0:
+                        raise _Damaged(f"a string of {n:,} bytes past the file's end")
+                    f.seek(n, 1)
+            else:
+                for _ in range(count):
+                    _value(f, etype)
         return f"<array of {count}>"
     raise GGUFError(f"unknown GGUF value type {vtype}")
 
 
-def geometry(path: Path) -> Geometry:
-    """The KV geometry of a GGUF model and its weights by layer, from its header alone."""
-    meta, tensors = read_header(path)
+def geometry(path: Path, whole: bool = False) -> Geometry:
+    """The KV geometry of a GGUF model and its weights by layer, from its header alone
+    (`whole`: and raise GGUFError when its tensors end past the file, as `check_model`)."""
+    meta, tensors = read_header(path, whole)
     arch = str(meta.get("general.architecture", "unknown"))
 
     def num(key: str, default: int | None = None) -> int:

@@ -177,6 +177,14 @@ def read_prompt(
         on_batch(min(len(tokens), i + step) - start)
 
 
+def usable_ctx(llm: Any) -> int:
+    """The tokens a context holds: llama.cpp's n_ctx, but no more than llama-cpp-python's
+    record of the cache (`input_ids`, sized by the n_ctx asked for). llama.cpp pads a
+    small n_ctx up (16 becomes 256), so a prompt that fits its n_ctx could overrun that
+    record: "could not broadcast input array from shape (5,) into shape (0,)"."""
+    return min(int(llm.n_ctx()), len(llm.input_ids))
+
+
 def reuse_prefix(llm: Any, tokens: list[int]) -> int:
     """Trim the KV cache to its common prefix with `tokens`; return that length. Same rule
     as `Llama.generate`: a prompt held whole replays its last token to refresh the logits,

@@ -59,6 +59,7 @@ from phasechat.backends.llama_glue import (
     reuse_prefix,
     token_decoder,
     token_loop,
+    usable_ctx,
     warm_up,
 )
 from phasechat.backends.llama_logs import quiet_llama, verbose
@@ -193,7 +194,7 @@ class LocalBackend:
 
     @property
     def context_window(self) -> int | None:
-        return int(self._llm.n_ctx()) if self._llm is not None else self.config.n_ctx
+        return usable_ctx(self._llm) if self._llm is not None else self.config.n_ctx
 
     @property
     def context_source(self) -> str | None:
@@ -227,7 +228,8 @@ class LocalBackend:
 
         path = self._path or default_model_path()
         self._path = path
-        self.geometry = geometry(path)  # rejects missing / truncated / not-GGUF files
+        # rejects a missing, truncated, damaged or not-GGUF file, a FIFO: check_model's checks
+        self.geometry = geometry(path, whole=True)
         g = self.geometry
         if g.n_ctx_train and self.config.n_ctx > g.n_ctx_train:
             raise ValueError(
@@ -346,7 +348,7 @@ class LocalBackend:
             tokens, _ = self.format_prompt(messages)
         except PromptRefused:
             return 0
-        if len(tokens) >= int(llm.n_ctx()):
+        if len(tokens) >= usable_ctx(llm):
             return 0
         start = reuse_prefix(llm, tokens)
         if start < len(tokens):
@@ -498,7 +500,7 @@ class LocalBackend:
         except PromptRefused as exc:
             emit(StreamError("bad_request", str(exc)))
             raise _Handled from None
-        n_ctx = int(llm.n_ctx())
+        n_ctx = usable_ctx(llm)
         if len(tokens) >= n_ctx:
             emit(overflow_error(len(tokens), n_ctx))
             raise _Handled

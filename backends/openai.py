@@ -51,13 +51,15 @@ from phasechat.backends.servers import (
     GENERIC,
     ask_window,
     context_refusal,
-    detect,
     header_account,
+    identify,
 )
-from phasechat.backends.sse import SSEParser
-from phasechat.backends.teacher_remote import Forcing, Server
+from phasechat.backends.servers.family import NativeChat
+from phasechat.backends.servers.forcing import Forcing, Server
+from phasechat.backends.sse import LineParser, SSEParser
+from phasechat.backends.urls import endpoint, root_of, trimmed
 from phasechat.backends.windows import DEADLINE_S as WINDOW_DEADLINE_S
-from phasechat.backends.windows import Window, read_body, root_of
+from phasechat.backends.windows import Window, read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, NOT_JSON, Fields, load_json, prompt_bound
 from phasechat.backends.wire_text import as_text
 
@@ -134,6 +136,8 @@ class RemoteBackend:
         self._transport = transport  # tests replay recorded streams through this
         self._request_headers = request_headers
         self.models: list[str] = []
+        #: the HTTP status of the `/models` listing at `start` (None: no answer)
+        self.listing_status: int | None = None
         #: what kind of server it is (from its /models listing at `start`)
         self.family = GENERIC
         self._model = self.config.model or ""
@@ -142,13 +146,18 @@ class RemoteBackend:
         self._client: httpx.AsyncClient | None = None
         #: notices from `start` (numbers not believed, a slow listing), for the next answer
         self._pending: list[str] = []
-        #: the context window and where it came from (None: unknown)
+        #: the context window and where it came from (None: unknown), and why it is
+        #: unknown where the server's listing says (Dynamo's `context_window: 0`)
         self.window: Window | None = None
+        self.window_unknown: str | None = None
         if self.config.context_window:
             self.window = Window(self.config.context_window, "set by the user")
         #: the server's /metrics, read before and after each request, where its family
         #: has a page (`PromNames.probe`: always, or where its window look-up said so)
         self.metrics = MetricsWatch()
+        #: the server keeps a record of each request (`PromNames.record`), until one
+        #: read finds none
+        self._records = True
 
     @property
     def name(self) -> str:
@@ -156,7 +165,7 @@ class RemoteBackend:
 
     @property
     def base_url(self) -> str:
-        return self.config.base_url.rstrip("/")
+        return trimmed(self.config.base_url)
 
     @property
     def shares_cpu(self) -> bool:
@@ -245,9 +254,10 @@ class RemoteBackend:
             async with (
                 asyncio.timeout(wait),
                 self._http().stream(
-                    "GET", f"{self.base_url}/models", headers=self._headers(), timeout=wait
+                    "GET", endpoint(self.base_url, "/models"), headers=self._headers(), timeout=wait
                 ) as r,
             ):
+                self.listing_status = r.status_code
                 if r.status_code != 200:
                     raw = await _prefix(r, 64 * 1024)
                     # Scrubbed before anything cuts it short: a cut key would not match.
@@ -270,7 +280,7 @@ class RemoteBackend:
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         self.models = [as_text(m["id"]) for m in entries if isinstance(m.get("id"), str)]
-        self.family = detect(entries)
+        self.family = await identify(self._http(), self.base_url, self._plain_headers(), entries)
         if not self._model and self.models:
             self._model = self.models[0]
         if self.window is None:
@@ -280,11 +290,17 @@ class RemoteBackend:
             )
             if (line := f.notice(self.shown_url)) is not None:
                 self._pending.append(line)
+            unknown = self.family.unknown_window
+            if self.window is None and unknown is not None:
+                entry = next((e for e in entries if e.get("id") == self._model), {})
+                self.window_unknown = unknown(entry)
         page = self.family.metrics
         said = self.window is not None and self.window.metrics
         if page is not None and (page.probe == "always" or said):
             root, headers = root_of(self.base_url), self._plain_headers()
-            await self.metrics.start(self._http(), root, headers, page.path)
+            await self.metrics.start(self._http(), root, headers, page.path, page)
+            if not self.metrics.enabled and page.absent:  # said once, on the next answer
+                self._pending.append(f"{self.shown_url}{page.path}: {page.absent}")
         self._state, self._detail = "ready", self._with_tls(f"{self.shown_url} · {self.model}")
 
     async def _listing(self, r: httpx.Response) -> object:
@@ -296,7 +312,7 @@ class RemoteBackend:
         except TimeoutError:
             body = None
             self._pending.append(
-                f"{self.shown_url}/models took over {WINDOW_DEADLINE_S:g} s: "
+                f"{endpoint(self.shown_url, '/models')} took over {WINDOW_DEADLINE_S:g} s: "
                 "its model list and context window are unknown"
             )
         return load_json(body) if body is not None else NOT_JSON
@@ -307,7 +323,9 @@ class RemoteBackend:
 
     @property
     def context_source(self) -> str | None:
-        return self.window.source if self.window is not None else None
+        """Where the window comes from; without one, why it is unknown where the server
+        says (None: it says nothing)."""
+        return self.window.source if self.window is not None else self.window_unknown
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         from phasechat.backends.tokens import estimate_messages
@@ -345,7 +363,11 @@ class RemoteBackend:
             self._client = None
 
     def request_body(self, request: GenerationRequest) -> dict[str, Any]:
-        """The JSON body of a streamed chat completion."""
+        """The JSON body of a streamed chat completion (of its family's own chat
+        endpoint where it has one: `ServerFamily.native`)."""
+        native = self.family.native
+        if native is not None:
+            return {**native.body(request, self._model), **self.config.extra_body}
         body: dict[str, Any] = {
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "stream": True,
@@ -391,10 +413,16 @@ class RemoteBackend:
         connect = ConnectTimer()
         sent = time.perf_counter_ns()  # the server's account of the request fits after it
         extra = self._request_headers() if self._request_headers is not None else {}
+        native = self.family.native
+        url = (
+            endpoint(self.base_url, "/chat/completions")
+            if native is None
+            else endpoint(root_of(self.base_url), native.path)
+        )
         try:
             req = client.build_request(
                 "POST",
-                f"{self.base_url}/chat/completions",
+                url,
                 json=self.request_body(request),
                 headers={**extra, **self._headers()},
                 extensions={"trace": connect.trace},
@@ -432,11 +460,12 @@ class RemoteBackend:
             if said_wrong is not None:
                 yield Notice(said_wrong, doubt=True)
             ctype = response.headers.get("content-type", "")
-            events = (
-                self._sse(response, request)
-                if "text/event-stream" in ctype
-                else whole_reply(response, ctype, self.shown_url)
-            )
+            if "text/event-stream" in ctype:
+                events = self._sse(response, request)
+            elif native is not None and "ndjson" in ctype:
+                events = self._sse(response, request, native)
+            else:
+                events = whole_reply(response, ctype, self.shown_url)
             usage: Usage | None = None
             most = prompt_bound(request.messages)
             doubted: set[str] = set()  # llama-server sends timings with every token
@@ -464,6 +493,13 @@ class RemoteBackend:
                         if watch.enabled
                         else None
                     )
+                    page = self.family.metrics
+                    if own is None and watch.enabled and page and page.record and self._records:
+                        f = Fields()
+                        own = await page.record(client, root, headers, f)
+                        self._records = own is not None  # none kept: not asked again
+                        if (line := f.notice(self.shown_url)) is not None:
+                            yield Notice(line, doubt=True)
                     account = joined(own, scraped, span)
                     if account is not None:
                         yield account
@@ -483,10 +519,21 @@ class RemoteBackend:
         f = Fields()
         return header_account(headers, f), f.notice(self.shown_url)
 
+    def _events_of(self, data: str, native: NativeChat | None) -> list[Event]:
+        """The events of one payload: an SSE event's data, or a line of `native`'s
+        stream (with the notice naming what was not believed)."""
+        if native is None:
+            return parse_chunk(data, self.shown_url, self.family)
+        f = Fields()
+        out = native.parse(data, f)
+        line = f.notice(self.shown_url)
+        return out if line is None else [*out, Notice(line, doubt=True)]
+
     async def _sse(
-        self, response: httpx.Response, request: GenerationRequest
+        self, response: httpx.Response, request: GenerationRequest, native: NativeChat | None = None
     ) -> AsyncIterator[Event]:
-        """The events of a streamed answer, with the first-token and stall deadlines.
+        """The events of a streamed answer, with the first-token and stall deadlines
+        (SSE, or `native`'s stream of JSON lines).
 
         Only the socket read is under a deadline, never a `yield`: time the consumer
         spends on an event is not the server's, and a timeout must not fire in the
@@ -496,7 +543,7 @@ class RemoteBackend:
         pings but says nothing has stalled all the same.
         """
         cfg = self.config
-        parser = SSEParser()
+        parser: SSEParser | LineParser = SSEParser() if native is None else LineParser()
         chunks = 0
         finish: FinishReason | None = None
         silent: int | None = None  # when a finish reason came without text
@@ -538,7 +585,7 @@ class RemoteBackend:
                     if sse.data == "[DONE]":
                         yield Finished(finish or "stop", silent)
                         return
-                    events = _once(parse_chunk(sse.data, self.shown_url, self.family), said)
+                    events = _once(self._events_of(sse.data, native), said)
                     text = any(isinstance(e, TextDelta | ReasoningDelta) for e in events)
                     if chunks and not text and Finished("stop") in events:
                         silent = t_read  # see Finished.t_silent_ns (a length has none)
@@ -564,7 +611,7 @@ class RemoteBackend:
                 seen = parser.payload_bytes
         for sse in parser.close():
             if sse.data != "[DONE]":
-                for event in _once(parse_chunk(sse.data, self.shown_url, self.family), said):
+                for event in _once(self._events_of(sse.data, native), said):
                     if isinstance(event, Finished):
                         finish = event.reason
                     elif isinstance(

@@ -1,9 +1,11 @@
 """The chat-completion wire format: what one streamed `data:` payload, or one whole
 non-streamed reply, means as backend events.
 
-Tolerant of what real servers send: llama-server's `timings` and `prompt_progress`,
-OpenAI's `usage` with cached-token details, an `{"error": ...}` object mid-stream, and a
-server that ignores `stream: true` and answers in one JSON body.
+Tolerant of what real servers send: OpenAI's `usage` with cached-token details, an
+`{"error": ...}` object mid-stream, and a server that ignores `stream: true` and answers
+in one JSON body. A server's own fields on a chunk (llama-server's `timings` and
+`prompt_progress`, vLLM's `metrics`, Dynamo's `nvext`, ...) are its family's to read
+(backends/servers/): this module calls the family's hooks and names none.
 
 A thinking model's chain of thought arrives beside the answer: `reasoning_content`
 (llama-server, older vLLM) or `reasoning` (newer vLLM, OpenRouter) in the delta, and
@@ -21,15 +23,13 @@ from phasechat.backends.events import (
     Finished,
     FinishReason,
     Notice,
-    PrefillProgress,
     ReasoningDelta,
-    ServerTimings,
     StreamError,
     TextDelta,
     Usage,
 )
 from phasechat.backends.http_errors import body_text, error_text
-from phasechat.backends.servers import context_refusal
+from phasechat.backends.servers import chunk_progress, chunk_timings, context_refusal
 from phasechat.backends.servers.family import ServerFamily
 from phasechat.backends.wire_numbers import NOT_JSON, Fields, load_json
 from phasechat.backends.wire_text import as_text
@@ -73,9 +73,8 @@ def parse_chunk(
         return [StreamError("server", f"server error: {error_text(obj)}", True, status)]
     f = Fields()
     out: list[Event] = []
-    progress = obj.get("prompt_progress")
-    if isinstance(progress, dict):
-        out += _progress(progress, f)
+    if (progress := chunk_progress(obj, f)) is not None:
+        out.append(progress)
     choices = obj.get("choices")
     if choices is not None and not isinstance(choices, list):
         f.ignore("choices", choices)
@@ -85,9 +84,8 @@ def parse_chunk(
     said = _usage(usage, f) if isinstance(usage, dict) else None
     if said is not None:
         out.append(said)
-    timings = obj.get("timings")
-    if isinstance(timings, dict) and "prompt_n" in timings:
-        out.append(_timings(timings, said, f))
+    if (timings := chunk_timings(obj, said, f)) is not None:
+        out.append(timings)
     if family is not None and family.chunk_timing is not None:
         own = family.chunk_timing(obj, f)
         if own is not None:
@@ -95,19 +93,6 @@ def parse_chunk(
     if (line := f.notice(server)) is not None:
         out.append(Notice(line, doubt=True))
     return out
-
-
-def _progress(progress: dict[str, object], f: Fields) -> list[Event]:
-    """llama-server's `prompt_progress`: dropped whole when a number is not plausible."""
-    total = f.count(progress, "total", "prompt_progress")
-    cache = f.count(progress, "cache", "prompt_progress")
-    done = f.count(progress, "processed", "prompt_progress")
-    time_ms = f.ms(progress, "time_ms", "prompt_progress")
-    cache = f.at_most(cache, total, "prompt_progress.cache", "prompt_progress.total")
-    done = f.at_most(done, total, "prompt_progress.processed", "prompt_progress.total")
-    if total is None or cache is None or done is None:
-        return []
-    return [PrefillProgress(total, cache, done, time_ms or 0.0)]
 
 
 def _choice(choice: object, f: Fields) -> list[Event]:
@@ -155,26 +140,6 @@ def _usage(usage: dict[str, object], f: Fields) -> Usage:
         f.at_most(
             thought, completion, f"{_OUT_DETAILS}.reasoning_tokens", "usage.completion_tokens"
         ),
-    )
-
-
-def _timings(timings: dict[str, object], usage: Usage | None, f: Fields) -> ServerTimings:
-    """llama.cpp's `timings`; `usage` from the same event bounds what it says was read."""
-    prompt_n = f.count(timings, "prompt_n", "timings")
-    cache_n = f.count(timings, "cache_n", "timings")
-    total = usage.prompt_tokens if usage is not None else None
-    # only with a draft model (llama.cpp tools/server/server-common.cpp,
-    # server_slot_stats::to_json: "if (n_draft_tokens > 0)")
-    drafted = f.count(timings, "draft_n", "timings")
-    accepted = f.count(timings, "draft_n_accepted", "timings")
-    return ServerTimings(
-        f.at_most(prompt_n, total, "timings.prompt_n", "usage.prompt_tokens"),
-        f.ms(timings, "prompt_ms", "timings"),
-        f.count(timings, "predicted_n", "timings"),
-        f.ms(timings, "predicted_ms", "timings"),
-        f.at_most(cache_n, total, "timings.cache_n", "usage.prompt_tokens"),
-        drafted,
-        f.at_most(accepted, drafted, "timings.draft_n_accepted", "timings.draft_n"),
     )
 
 

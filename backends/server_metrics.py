@@ -37,6 +37,7 @@ import httpx
 from phasechat.backends.events import Message, ServerAccount, Usage
 from phasechat.backends.servers import FAMILIES
 from phasechat.backends.servers.family import PromNames
+from phasechat.backends.urls import endpoint
 from phasechat.backends.windows import read_body
 from phasechat.backends.wire_numbers import MAX_TOKENS, prompt_bound
 
@@ -79,11 +80,17 @@ class Scrape:
         return self.values.get(name)
 
 
-def parse(text: str) -> Scrape | None:
-    """The figures in a Prometheus text page, or None when it is no server we know."""
+def parse(text: str, names: PromNames | None = None) -> Scrape | None:
+    """The figures in a Prometheus text page, or None when it is no server we know.
+    `names`: the family the server is known to be (its page may hold none of its names
+    yet: a server writes a metric when it first counts something)."""
     sums: dict[str, float] = {}
     labels_of: dict[str, str] = {}
+    declared: set[str] = set()
     for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            declared.update(_declared(line))
+            continue
         if not line or line.startswith("#"):
             continue
         m = _LINE.match(line)
@@ -97,7 +104,7 @@ def parse(text: str) -> Scrape | None:
         value = _number(raw)
         if value is not None:
             sums[name] = sums.get(name, 0.0) + value
-    names = _family_of(sums)
+    names = names or _family_of({**dict.fromkeys(declared, 0.0), **sums})
     if names is None:
         return None
     values = {}
@@ -105,6 +112,11 @@ def parse(text: str) -> Scrape | None:
         found = [sums[s] for s in sources if s in sums]
         if found:
             values[key] = sum(found)
+        elif declared.intersection(sources):
+            # declared with no sample: nothing counted yet (prometheus_client writes a
+            # label set's first sample when it is first counted: SGLang's cached
+            # tokens only when some were cached)
+            values[key] = 0.0
     for key, source in names.fallbacks.items():
         if key not in values and source in sums:
             values[key] = sums[source]
@@ -122,6 +134,18 @@ def parse(text: str) -> Scrape | None:
     pool = pool if pool and pool <= MAX_POOL else None
     excluded = names.prompt_excludes_cached
     return Scrape(names.engine, values, pool, block, broken, excluded, names.path)
+
+
+def _declared(line: str) -> tuple[str, ...]:
+    """The sample names a `# TYPE <name> <kind>` line declares (a histogram's or a
+    summary's `_sum` and `_count`)."""
+    parts = line.split()
+    if len(parts) != 4:
+        return ()
+    name, kind = parts[2], parts[3]
+    if kind in ("histogram", "summary"):
+        return (f"{name}_sum", f"{name}_count")
+    return (name,)
 
 
 def _family_of(sums: dict[str, float]) -> PromNames | None:
@@ -215,7 +239,7 @@ def account(
     assert before is not None
 
     def delta(name: str) -> float | None:
-        a, b = before.get(name), after.get(name)
+        a, b = _start(before, after, name), after.get(name)
         return b - a if a is not None and b is not None and b >= a else None
 
     def tokens(name: str) -> int | None:
@@ -255,20 +279,32 @@ def _bounded(a: ServerAccount, span: Span) -> ServerAccount:
             f"{a.source}: {a.prompt_tokens:,} prompt tokens for a prompt of at most "
             f"{span.prompt_tokens:,}: not believed"
         )
+    whole = a.prompt_tokens if a.prompt_tokens is not None else span.prompt_tokens
+    if "cached_tokens" not in gone and a.cached_tokens is not None and a.cached_tokens > whole:
+        gone["cached_tokens"] = None
+        doubts.append(
+            f"{a.source}: {a.cached_tokens:,} cached tokens of a prompt of at most "
+            f"{whole:,}: not believed"
+        )
     if a.generated_tokens is not None and a.generated_tokens > span.output_tokens:
         gone["generated_tokens"] = None
         doubts.append(
             f"{a.source}: {a.generated_tokens:,} tokens generated for an answer of at most "
             f"{span.output_tokens:,}: not believed"
         )
-    phases = {"queue_ms": "queue", "prefill_ms": "prefill", "decode_ms": "decode"}
+    phases = {
+        "load_ms": "model load",
+        "queue_ms": "queue",
+        "prefill_ms": "prefill",
+        "decode_ms": "decode",
+    }
     times = {**phases, "ttft_ms": "time to first token"}
     claims = [
         (name, f"{value:,.0f} ms of {label}")
         for name, label in times.items()
         if (value := getattr(a, name)) is not None and beyond(value, span.e2e_ms)
     ]
-    # queue, prefill and decode follow one another: together they fit in the whole too
+    # load, queue, prefill and decode follow one another: together they fit in the whole
     left = [n for n in phases if getattr(a, n) is not None and n not in dict(claims)]
     total = sum(getattr(a, n) for n in left)
     if len(left) > 1 and beyond(total, span.e2e_ms):
@@ -299,17 +335,26 @@ def _overlap(before: Scrape | None, after: Scrape, usage: Usage | None) -> str |
         return restart
     if before.get("running") or after.get("running"):
         return "other requests ran on the server at the same time"
-    finished_a, finished_b = before.get("finished"), after.get("finished")
+    finished_a, finished_b = _start(before, after, "finished"), after.get("finished")
     if finished_a is not None and finished_b is not None and finished_b - finished_a != 1:
         n = finished_b - finished_a
         return f"{n:g} requests finished on the server meanwhile, not 1"
-    gen_a, gen_b = before.get("generated"), after.get("generated")
+    gen_a, gen_b = _start(before, after, "generated"), after.get("generated")
     said = usage.completion_tokens if usage is not None else None
-    if gen_a is not None and gen_b is not None and said is not None and gen_b - gen_a != said:
-        return (
-            f"the server generated {gen_b - gen_a:g} tokens meanwhile, this answer {said}: "
-            "other requests ran at the same time"
-        )
+    if gen_a is not None and gen_b is not None and said is not None:
+        counted = gen_b - gen_a
+        if counted > said:
+            return (
+                f"the server generated {counted:g} tokens meanwhile, this answer {said}: "
+                "other requests ran at the same time"
+            )
+        if counted < said:
+            # other requests only add to a count: fewer is the server's own count
+            # disagreeing with its usage (or a proxy's usage), not a crowd
+            return (
+                f"mismatch: the server's /metrics counted {counted:g} generated tokens, "
+                f"its usage {said} for this answer"
+            )
     return None
 
 
@@ -326,20 +371,25 @@ def _restarted(before: Scrape, after: Scrape) -> str | None:
 
 
 async def scrape(
-    client: httpx.AsyncClient, root: str, headers: dict[str, str], path: str = "/metrics"
+    client: httpx.AsyncClient,
+    root: str,
+    headers: dict[str, str],
+    path: str = "/metrics",
+    names: PromNames | None = None,
 ) -> Scrape | None:
-    """`GET {root}{path}`, read within DEADLINE_S and MAX_BODY; None when it fails."""
+    """`GET {root}{path}`, read within DEADLINE_S and MAX_BODY (as `names`' page where
+    given); None when it fails."""
     try:
         async with (
             asyncio.timeout(DEADLINE_S),
-            client.stream("GET", f"{root}{path}", headers=headers, timeout=DEADLINE_S) as r,
+            client.stream("GET", endpoint(root, path), headers=headers, timeout=DEADLINE_S) as r,
         ):
             if r.status_code != 200:
                 return None
             body = await read_body(r, MAX_BODY)
     except (TimeoutError, httpx.HTTPError):
         return None
-    return parse(body.decode("utf-8", errors="replace")) if body is not None else None
+    return parse(body.decode("utf-8", errors="replace"), names) if body is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +415,7 @@ class MetricsWatch:
     def __init__(self) -> None:
         self.enabled = False
         self.path = "/metrics"  # where the server's family serves its page
+        self.names: PromNames | None = None  # its family's names, where known
         self.last: Scrape | None = None
         self.active = 0
         self.started = 0
@@ -394,7 +445,9 @@ class MetricsWatch:
         if self.alone(ticket):
             return await self.after(client, root, headers, usage, span)
         # the last one out reads once: a "before" for the next request
-        read = await scrape(client, root, headers, self.path) if self.active == 1 else None
+        read = (
+            await scrape(client, root, headers, self.path, self.names) if self.active == 1 else None
+        )
         last, self.last = self.last or read, read
         if last is None:
             return None
@@ -411,9 +464,10 @@ class MetricsWatch:
         root: str,
         headers: dict[str, str],
         path: str = "/metrics",
+        names: PromNames | None = None,
     ) -> None:
-        self.path = path
-        self.last = await scrape(client, root, headers, path)
+        self.path, self.names = path, names
+        self.last = await scrape(client, root, headers, path, names)
         self.enabled = self.last is not None
 
     async def after(
@@ -429,7 +483,7 @@ class MetricsWatch:
         before = self.last
         deadline = time.monotonic() + SETTLE_S
         while True:
-            now = await scrape(client, root, headers, self.path)
+            now = await scrape(client, root, headers, self.path, self.names)
             if now is None:
                 self.last = None
                 return None
@@ -446,11 +500,21 @@ def _counted(before: Scrape | None, after: Scrape, usage: Usage | None) -> bool:
     if before is None or before.broken or after.broken or _restarted(before, after):
         return True  # broken or restarted: waiting longer will not make it this request's account
     for name in ("finished", "generated"):
-        a, b = before.get(name), after.get(name)
+        a, b = _start(before, after, name), after.get(name)
         if a is not None and b is not None:
             want = 1 if name == "finished" else (usage.completion_tokens if usage else 1) or 1
             return b - a >= want
     return True
+
+
+def _start(before: Scrape, after: Scrape, name: str) -> float | None:
+    """Counter `name` in `before`, 0 where only `after` has it: a counter a server has
+    not yet written counted nothing (prometheus_client's multiprocess collector, which
+    SGLang and TensorRT-LLM use, writes a label set's first sample when it first counts)."""
+    said = before.get(name)
+    if said is None and name in COUNTERS and after.get(name) is not None:
+        return 0.0
+    return said
 
 
 #: the figures a server's per-request account gives that its /metrics' do not
@@ -465,6 +529,7 @@ _OWN = (
     "kv_hit_share",
     "prefill_worker",
     "decode_worker",
+    "load_ms",
 )
 
 

@@ -1,4 +1,5 @@
-"""An incremental Server-Sent Events parser (the WHATWG event-stream format).
+"""An incremental Server-Sent Events parser (the WHATWG event-stream format), and its
+sibling for a stream of one JSON object a line (NDJSON: Ollama's `/api/chat`).
 
 Bytes go in as they arrive, in pieces of any size; complete events come out. It handles
 events split across reads (even inside a UTF-8 character or a CRLF), `:` keep-alive
@@ -106,3 +107,34 @@ class SSEParser:
         elif field == "id" and "\0" not in value:
             self._id = value
         # "retry" and unknown fields are ignored, as the spec says.
+
+
+class LineParser:
+    """NDJSON as `SSEParser` gives events: each non-empty line is one event's `data`
+    (a line split across reads is held until its end arrives)."""
+
+    def __init__(self, max_event_bytes: int = 64 * 1024 * 1024) -> None:
+        self._buf = bytearray()
+        self._payload = 0
+        self.max_event_bytes = max_event_bytes
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes so far, the partial line held included (as `SSEParser`'s)."""
+        return self._payload + len(self._buf)
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The lines `chunk` completes; the rest is kept for the next call."""
+        self._buf += chunk
+        *lines, rest = bytes(self._buf).split(b"\n")
+        self._payload += len(self._buf) - len(rest)
+        self._buf = bytearray(rest)
+        if len(self._buf) > self.max_event_bytes:
+            raise ValueError(f"NDJSON line longer than {self.max_event_bytes} bytes")
+        return [SSEEvent(t) for line in lines if (t := line.decode("utf-8", "replace").strip())]
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: a last line without its newline."""
+        last = bytes(self._buf).decode("utf-8", "replace").strip()
+        self._buf.clear()
+        return [SSEEvent(last)] if last else []

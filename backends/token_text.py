@@ -9,16 +9,13 @@ vocabulary uses cannot be told from a string alone, so the caller checks the byt
 against the server's own text of the same tokens (`/detokenize`) and believes neither
 spelling that disagrees with it.
 
-llama-server names a token by its piece instead (`/tokenize` with `with_pieces`): its
-text, or its byte values where it is not valid UTF-8 alone (`llama_piece`).
+llama-server names a token by its piece instead: backends/servers/llama_server/pieces.py.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-
-from phasechat.backends.wire_text import as_text
 
 
 def _byte_level_table() -> dict[str, int]:
@@ -67,16 +64,4 @@ def pieces_of(strs: Sequence[str], text: str) -> tuple[bytes, ...] | None:
     for pieces in (byte_level(strs), sentencepiece(strs)):
         if pieces is not None and b"".join(pieces) == want:
             return pieces
-    return None
-
-
-def llama_piece(piece: object) -> bytes | None:
-    """One token's bytes from llama-server's `/tokenize` (`with_pieces`): its text, or a
-    list of byte values for a piece that is part of a character; None: neither."""
-    if isinstance(piece, str):
-        return as_text(piece).encode("utf-8")  # a lone surrogate cannot be encoded
-    if isinstance(piece, list) and all(
-        isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in piece
-    ):
-        return bytes(piece)
     return None

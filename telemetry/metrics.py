@@ -22,6 +22,10 @@
   The window ends where the count ends: when the server's count includes a token it sent
   no text for (the end-of-sequence token: vLLM, llama-server), at the chunk that stood
   for it (`Finished.t_silent_ns`), one decode step after the last text.
+  Unknown (None, and `decode_unknown` says why) when the tokens came in a burst: closer
+  together than any engine decodes them (`decode_rate`: a proxy that buffers the stream
+  hands on what was decoded earlier); the server's own account (`server_decode_tok_s`)
+  is still shown as the server's.
 - `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive token events
   (tokens locally; chunks remotely, where a chunk is not necessarily a token).
 - `chars` (of the answer), `chars_per_s`, `chars_per_token`: Unicode characters over the
@@ -48,9 +52,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from phasechat.backends.server_metrics import beyond
+from phasechat.backends.servers import timings_source
 from phasechat.backends.tokens import estimate_text
 from phasechat.backends.wire_numbers import as_rate
-from phasechat.telemetry.recorder import Trace
+from phasechat.telemetry.recorder import BURST_GAP_NS, Trace
 
 _NS_PER_MS = 1_000_000
 
@@ -142,10 +147,22 @@ class Metrics:
     server_kv_hit_share: float | None = None
     server_prefill_worker: str | None = None
     server_decode_worker: str | None = None
+    #: the server's own names and definitions of its queue and prefill figures, where
+    #: they are not a queue and a prefill (Dynamo: its frontend's tokenizing and routing,
+    #: its worker's queue and prefill together); None: as named
+    server_queue_name: str | None = None
+    server_queue_means: str | None = None
+    server_prefill_name: str | None = None
+    server_prefill_means: str | None = None
+    #: the server's own wait for the model to load before this request (Ollama's
+    #: `load_duration`): part of the TTFT, apart from the prefill
+    server_load_ms: float | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
     gpu_bytes_per_token: int | None = None
     cpu_bytes_per_token: int | None = None
+    #: why `decode_tok_s` (and TPOT, chars/s) is unknown: the tokens came in a burst
+    decode_unknown: str | None = None
     #: read back from disk (telemetry/read_back.py): the fields whose stored value was
     #: not plausible, each named with it ("ttft_ms (nan)"); those fields are None
     ignored: tuple[str, ...] = ()
@@ -230,8 +247,8 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     if beyond and silent is not None and last is not None and silent > last:
         last = silent
     decode_s = _window_s(trace.t_first_token, last)
-    decode_tok_s = _rate(output - 1, decode_s)
-    tpot = decode_s * 1000 / (output - 1) if decode_s and output > 1 else None
+    decode_tok_s, burst = decode_rate(trace, output, trace.t_first_token, last)
+    tpot = decode_s * 1000 / (output - 1) if decode_tok_s and decode_s and output > 1 else None
     prefill_tok_s = (
         _rate(evaluated, ready_ttft / 1000 if ready_ttft else None) if evaluated else None
     )
@@ -241,7 +258,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     answer_s = _window_s(trace.t_first_answer, last)
     window_chars = trace.chars - trace.chars_first
-    chars_per_s = window_chars / answer_s if answer_s else None
+    chars_per_s = window_chars / answer_s if answer_s and burst is None else None
     chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
     share = ready_ttft / e2e if ready_ttft is not None and e2e else None
     # Thinking that goes on after the answer began (a server that interleaves them) ends
@@ -252,6 +269,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
 
     s, a = trace.server, trace.account
     known = a if a is not None and a.unknown is None else None  # this request's own
+    # what the server's queue and prefill figures cover, where it defines them otherwise
+    queue_means = known.queue_means if known else None
+    prefill_means = known.prefill_means if known else None
     own, contradictions = _bounded_engine(trace, _engine(trace), ttft, e2e)
     block = a.block_tokens if a else None
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
@@ -310,7 +330,9 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         threads=trace.threads.threads if trace.threads else None,
         thread_changes=trace.thread_changes if trace.threads else None,
         threads_reason=trace.threads.reason if trace.threads else None,
-        warnings=tuple(_disagreements(trace, prompt_tokens) + contradictions),
+        warnings=tuple(
+            _disagreements(trace, prompt_tokens) + contradictions + ([burst] if burst else [])
+        ),
         connect_ms=trace.connect_ms,
         headers_ms=ms(trace.t_first_byte),
         time_to_second_token_ms=ms(trace.t_second_token),
@@ -327,11 +349,49 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_kv_block_tokens=block,
         sent_ms=ms(trace.t_body_sent),
         server_kv_hit_share=known.kv_hit_share if known else None,
+        server_load_ms=known.load_ms if known else None,
         server_prefill_worker=known.prefill_worker if known else None,
         server_decode_worker=known.decode_worker if known else None,
+        server_queue_name=queue_means.name if queue_means else None,
+        server_queue_means=queue_means.means if queue_means else None,
+        server_prefill_name=prefill_means.name if prefill_means else None,
+        server_prefill_means=prefill_means.means if prefill_means else None,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
         cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
+        decode_unknown=burst,
     )
+
+
+def decode_rate(
+    trace: Trace, tokens: int, first: int | None, last: int | None
+) -> tuple[float | None, str | None]:
+    """The decode rate of `tokens` (or chunks) from `first` to `last` (ns), and why it
+    is unknown when it is (None: it is not). The rate of the finished answer and of the
+    live panel alike.
+
+    A burst is no decode rate: tokens that came closer together than any engine
+    decodes them (BURST_GAP_NS per token) were decoded earlier and handed on at once.
+    Either the whole window is shorter than that floor for its tokens, or one run of
+    events that came that fast, together, holds most of them (a proxy that held back
+    most of the answer; the few tokens of a speculative step that arrive together are
+    not most of an answer, and the step's own gap ends their run).
+    Cheap: the run is counted by the recorder as the tokens arrive."""
+    gaps = tokens - 1
+    if first is None or last is None or gaps < 1:
+        return None, None
+    window = last - first
+    if window < gaps * BURST_GAP_NS:
+        return None, (
+            f"{tokens:,} tokens arrived within {window / _NS_PER_MS:,.2f} ms, faster than "
+            "any engine decodes: a burst (a proxy that buffers the stream?), no decode rate"
+        )
+    if trace.burst_gaps * 2 > trace.deltas - 1:
+        return None, (
+            f"{trace.burst_gaps + 1:,} of {trace.deltas:,} token events arrived together "
+            f"within {trace.burst_ns / _NS_PER_MS:,.2f} ms: a burst (a proxy that buffers "
+            "the stream?), no decode rate"
+        )
+    return _rate(gaps, window / 1e9), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +416,7 @@ def _engine(trace: Trace) -> _Engine:
     s, a = trace.server, trace.account
     if s is not None:
         return _Engine(
-            "llama.cpp" if trace.prompt is not None else "timings",
+            timings_source(local=trace.prompt is not None),
             s.prompt_n,
             s.cache_n,
             s.prompt_ms,
@@ -473,11 +533,11 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
     ):  # what it cached, only where it says (else: unknown, not zero)
         cached = u.cached_tokens
         a = trace.account  # vLLM without prompt-token details: its /metrics says
-        if (
+        if (  # its own per-request figure (SGLang's sglext) is bounded by this prompt
             cached is None
             and a is not None
             and not a.unknown
-            and a.prompt_tokens == u.prompt_tokens
+            and a.prompt_tokens in (None, u.prompt_tokens)
         ):
             cached = a.cached_tokens
         evaluated = u.prompt_tokens - cached if cached is not None else None

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,8 +53,10 @@ CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 #: the values of CONTENT_ENV that put the messages in the span: "true" (the first
 #: instrumentations' boolean) and the modes that include spans (the newer ones)
 CONTENT_ON = frozenset({"true", "1", "span_only", "span_and_event"})
-#: how long closing (the app's exit) waits for the collector to take what is pending
-CLOSE_WAIT_S = 5.0
+#: how long closing (the app's exit) waits for the collector to take what is pending:
+#: a collector that does not answer never holds the exit longer (what it has not taken
+#: is dropped, and said once)
+CLOSE_WAIT_S = 1.0
 
 #: The conventions' ExplicitBucketBoundaries, for every duration histogram (s) and for
 #: token counts (docs/gen-ai/gen-ai-metrics.md of the GenAI semantic conventions).
@@ -96,6 +99,54 @@ def collector() -> str:
         "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"
     )
     return redact_url(said.strip())
+
+
+class _SdkLog(logging.Handler):
+    """Where the OpenTelemetry SDK's log records go instead of stderr: each becomes one
+    line of our own words (`sdk_line`), handed to `sink` (the tracing's notes). The
+    SDK's own text is never shown: it quotes a malformed header whole, token and all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.sink: Callable[[str], None] = lambda line: None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink(sdk_line(record))
+
+
+_SDK_LOG = _SdkLog()
+
+
+def sdk_line(record: logging.LogRecord) -> str:
+    """One of the SDK's warnings in our words: what it is about, never its arguments (a
+    header's value, a collector's token)."""
+    said = str(record.msg)
+    if said.startswith("Header format invalid"):
+        return (
+            "OTEL_EXPORTER_OTLP_HEADERS (or a per-signal ..._HEADERS): a header that is "
+            "not name=value, URL-encoded, is left out (not shown: it may hold a token)"
+        )
+    if said.startswith("Couldn't recognize sampler"):
+        return (
+            "OTEL_TRACES_SAMPLER names no sampler the OpenTelemetry SDK knows: its default "
+            "(parentbased_always_on) is used"
+        )
+    if "TRACES_SAMPLER_ARG" in said:
+        return "OTEL_TRACES_SAMPLER_ARG is not a number: the sampler's rate is 1.0"
+    return (
+        f"the OpenTelemetry SDK warned ({record.name}, {record.levelname.lower()}); its "
+        "words are not shown, as they may quote a header"
+    )
+
+
+def _quiet_sdk(sink: Callable[[str], None]) -> None:
+    """Route the SDK's log records to `sink`, not to stderr (Python's last-resort
+    handler printed them there, after the app's exit: a collector's token among them)."""
+    sdk = logging.getLogger("opentelemetry")
+    if _SDK_LOG not in sdk.handlers:
+        sdk.addHandler(_SDK_LOG)
+    sdk.propagate = False
+    _SDK_LOG.sink = sink
 
 
 def _exporters(refused: Callable[[], None]) -> tuple[Any, Any]:
@@ -174,6 +225,12 @@ class TurnExporter:
     collector."""
 
     def __init__(self, *, capture_content: bool = False) -> None:
+        #: the SDK's warnings about its settings, each once, in our words (`sdk_line`):
+        #: shown by the app (toasts) and `ask` (stderr); never the SDK's own text
+        self.notes: list[str] = []
+        #: set by `close` when the collector did not take the last of it in time
+        self.dropped: str | None = None
+        _quiet_sdk(self._note)
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
@@ -339,6 +396,10 @@ class TurnExporter:
         self._send()
 
     # -- sending -----------------------------------------------------------------------
+    def _note(self, line: str) -> None:
+        if line not in self.notes:  # each exporter parses the headers: said once
+            self.notes.append(line)
+
     def _refused(self) -> None:
         self.problem = (
             f"the OpenTelemetry collector at {collector()} refused the spans or metric "
@@ -393,6 +454,11 @@ class TurnExporter:
 
         finished = self._after(shut, wait_s)
         self._jobs.put(None)
+        if not finished:
+            self.dropped = self.problem = (
+                f"the OpenTelemetry collector at {collector()} did not take the last spans "
+                f"and metric points within {wait_s:g} s: they are dropped"
+            )
         return finished
 
 
@@ -465,24 +531,28 @@ def _output_tokens(metrics: Metrics) -> int | None:
 def _wait(metrics: Metrics) -> dict[str, Any]:
     """A remote wait's waterfall (telemetry/waterfall.py) on the prefill span, one
     `phasechat.wait.*_ms` per part known: durations, not spans of their own, as the
-    server says how long its parts took, never when they began."""
+    server says how long its parts took, never when they began. A part the server
+    defines otherwise is keyed by its own name (Dynamo's
+    `phasechat.wait.frontend_tokenize_route_ms`), its definition beside it (`.means`)."""
     fall = waterfall_of(metrics)
     if fall is None:
         return {}
-    out: dict[str, Any] = {
-        f"phasechat.wait.{_slug(step.name)}_ms": step.ms
-        for step in fall.steps
-        if step.ms is not None
-    }
+    out: dict[str, Any] = {}
+    for step in fall.steps:
+        if step.ms is not None:
+            out[f"phasechat.wait.{_slug(step.shown)}_ms"] = step.ms
+        if step.means:
+            out[f"phasechat.wait.{_slug(step.shown)}.means"] = step.means
     if fall.contradiction is not None:
         out["phasechat.wait.contradiction"] = fall.contradiction
     return out
 
 
 def _slug(name: str) -> str:
-    """A waterfall part's name as an attribute key's part: "server, other" is
-    "server_other"."""
-    return "_".join(name.replace(",", " ").split())
+    """A waterfall part's name as an attribute key's part, letters and digits joined by
+    `_`: "server, other" is "server_other", "frontend: tokenize + route"
+    "frontend_tokenize_route"."""
+    return "_".join(re.findall(r"[a-z0-9]+", name.lower()))
 
 
 def _answered_by(peer: Peer, trace: Trace) -> dict[str, str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from phasechat.backends.servers import said_by
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.waterfall import CONNECT, QUEUED, REST, SENT, waterfall_of
 
@@ -144,7 +145,7 @@ def gpu_roofline(m: Metrics, memory: Memory) -> str:
     """The roofline with layers on a GPU: the GPU's share of a token's reads at its
     bandwidth, the host's at its own, and what the two allow beside what decode did."""
     if m.decode_tok_s is None:
-        return "roofline: no decode rate (fewer than two tokens)"
+        return _no_rate(m)
     if not _known(memory.gpu_gb_s):
         return "roofline unknown: the GPU's memory bandwidth is not known (no CUDA runtime)"
     floor = gpu_floor(m, memory)
@@ -189,6 +190,11 @@ def gpu_knob(m: Metrics, memory: Memory) -> str | None:
     return None
 
 
+def _no_rate(m: Metrics) -> str:
+    why = "the tokens came in a burst" if m.decode_unknown else "fewer than two tokens"
+    return f"roofline: no decode rate ({why})"
+
+
 def roofline(
     m: Metrics, bandwidth_gb_s: float | None, label: str = "", memory: Memory | None = None
 ) -> str:
@@ -201,7 +207,7 @@ def roofline(
         )
     if m.implied_bandwidth_gb_s is None:
         if m.decode_tok_s is None:
-            return "roofline: no decode rate (fewer than two tokens)"
+            return _no_rate(m)
         return "roofline unknown: the weights' size is not known for this backend"
     if not _known(bandwidth_gb_s):
         return "roofline unknown: this machine's memory bandwidth is not measured"
@@ -272,7 +278,9 @@ def wait(m: Metrics) -> str:
     ttft = found.ttft_ms
     # without the server's queue, what is left may be that queue: `transport` says so
     queue_said = found.ms(QUEUED) is not None
-    if top is not None and top.name == QUEUED:
+    if top is not None and top.means is not None:  # the server's own part, as it defines it
+        bits.append(f"{top.shown}: {top.ms or 0:,.0f} of the {ttft:,.0f} ms TTFT ({top.means})")
+    elif top is not None and top.name == QUEUED:
         bits.append(
             f"the queue: {top.ms or 0:,.0f} of the {ttft:,.0f} ms TTFT waited in the "
             "server's queue behind other requests (fewer requests at once, or more replicas)"
@@ -301,15 +309,25 @@ def transport(m: Metrics) -> str:
         return ""
     ttft = m.ttft_ms
     if m.server_ttft_ms is not None and m.transport_ms is not None:  # vLLM's /metrics
-        queue = f"queue {m.server_queue_ms:,.0f} ms, " if m.server_queue_ms is not None else ""
+        # its parts under the server's own names where it defines them otherwise (Dynamo)
+        named_queue, named_prefill = m.server_queue_name or "queue", m.server_prefill_name
+        queue = (
+            f"{named_queue} {m.server_queue_ms:,.0f} ms, " if m.server_queue_ms is not None else ""
+        )
         prefill = m.server_prompt_ms
         return (
             f"TTFT {ttft:,.0f} ms: the server's own {m.server_ttft_ms:,.0f} ms ({queue}"
-            + (f"prefill {prefill:,.0f} ms" if prefill is not None else "prefill unknown")
+            + f"{named_prefill or 'prefill'} "
+            + (f"{prefill:,.0f} ms" if prefill is not None else "unknown")
             + f"), the transport {m.transport_ms:,.0f} ms ({m.transport_ms / ttft:.0%})"
         )
     if m.server_prompt_ms is not None and m.server_prompt_ms <= ttft:
         rest = ttft - m.server_prompt_ms
+        if m.server_prefill_name is not None:  # no prefill alone: the rest is not a queue
+            return (
+                f"TTFT {ttft:,.0f} ms: the server's {m.server_prefill_name} "
+                f"{m.server_prompt_ms:,.0f} ms, the rest {rest:,.0f} ms ({rest / ttft:.0%})"
+            )
         return (
             f"TTFT {ttft:,.0f} ms: the server's prefill {m.server_prompt_ms:,.0f} ms, "
             f"the transport and its queue {rest:,.0f} ms ({rest / ttft:.0%})"
@@ -335,10 +353,11 @@ def stats_line(m: Metrics) -> str:
         "" if m.evaluated_prompt_tokens is None else f", {m.evaluated_prompt_tokens:,} evaluated"
     )
     load = f" (load {m.load_ms:,.0f} ms)" if m.load_ms is not None else ""
+    decode = f"unknown ({m.decode_unknown})" if m.decode_unknown else n(m.decode_tok_s, " tok/s", 1)
     return (
         f"ttft {n(m.ttft_ms, ' ms')}{load}"
         f" · prompt {n(m.prompt_tokens, '')} tokens ({cached}{evaluated})"
-        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {n(m.decode_tok_s, ' tok/s', 1)}"
+        f" · prefill {n(m.prefill_tok_s, ' tok/s', 1)} · decode {decode}"
         f" ({approx}{m.output_tokens:,} tokens) · e2e {n(m.e2e_ms, ' ms')}"
     )
 
@@ -357,20 +376,25 @@ def engine_account(m: Metrics) -> tuple[str, str]:
     def n(v: float | None) -> str:
         return "-" if v is None else f"{v:,.1f}"
 
-    who = {"llama.cpp": "llama.cpp", "timings": "the server"}.get(
-        m.server_source or "", m.server_source or "the server"
-    )
+    who = said_by(m.server_source)
     label, bits = "", []
     if m.server_prompt_ms is not None or m.server_predicted_ms is not None:
         cached = f", {m.server_cache_n:,} cached" if m.server_cache_n else ""
         label = f"{who} says "
-        bits.append(
-            f"prefill {n(m.server_prefill_tok_s)} tok/s "
-            f"({'-' if m.server_prompt_n is None else m.server_prompt_n} tok{cached})"
-            f" · decode {n(m.server_decode_tok_s)} tok/s"
-        )
-        if m.server_queue_ms is not None:
-            bits.append(f"queue {m.server_queue_ms:,.0f} ms")
+        if m.server_prefill_name is not None and m.server_prompt_ms is not None:
+            # the server's own parts, as it defines them: its "prefill" is no prefill
+            # alone (Dynamo's holds the worker's queue), so no rate is made of it
+            if m.server_queue_ms is not None:
+                bits.append(f"{m.server_queue_name or 'queue'} {m.server_queue_ms:,.0f} ms")
+            bits.append(f"{m.server_prefill_name} {m.server_prompt_ms:,.0f} ms")
+        else:
+            bits.append(
+                f"prefill {n(m.server_prefill_tok_s)} tok/s "
+                f"({'-' if m.server_prompt_n is None else m.server_prompt_n} tok{cached})"
+                f" · decode {n(m.server_decode_tok_s)} tok/s"
+            )
+            if m.server_queue_ms is not None:
+                bits.append(f"queue {m.server_queue_ms:,.0f} ms")
     elif m.server_unknown:
         bits.append(f"{who}: this request's own figures unknown ({m.server_unknown})")
     if m.server_kv_hit_share is not None:  # Dynamo's router: the prompt found cached

@@ -4,29 +4,42 @@ was, measured here or said by the server, and the part nobody explains.
 In order, from the request's send (ms):
 - `connect`: opening the connection, TCP and TLS (0 on a kept-alive one; httpx's trace);
 - `request sent`: writing the request until its body was all out (httpx's trace);
+- `model load`: the server's wait for the model to load before it read the prompt
+  (its own figure: Ollama's `load_duration`);
 - `queued`: waiting at the server before its prefill began (the server's own figure);
 - `prefill`: the server's prefill (its own figure);
+  a server that defines these two otherwise has them shown under its own names, with its
+  own definitions (`PartMeaning`: Dynamo's "frontend: tokenize + route" and "worker:
+  queue + prefill"), so that no part is called what the server did not measure;
 - `server, other`: the rest of the server's own time to first token (tokenizing,
   scheduling), where it says that whole as well as its parts;
 - `the rest`: the TTFT less all of the above: the first bytes' way back, and whatever
   neither side accounts for.
 
-Every server figure is held against the client's clock: the server had at most the
-time from the request's send to its first token here. A part (or the parts together)
-longer than that is a contradiction, named, and every server part is then unknown:
+A part under a nanosecond (`NOISE_MS`: finer than either clock reads) is float noise
+from subtracting the server's figures: it is zero, and a server part of zero left over is
+no part. Every server figure is held against the client's clock: the server had at most the
+time from the connection's opening to its first token here (the body's "all written"
+stamp is taken after the write returns, and on a busy client it can trail the server's
+receipt: where the server's parts need the room, "request sent" is what is left). A part
+(or the parts together) longer than that is a contradiction, named, and every server part
+is then unknown:
 which clock is wrong, neither can say. Pure: numbers in, a `Waterfall` out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from phasechat.backends.events import PartMeaning
 from phasechat.backends.server_metrics import beyond
 from phasechat.telemetry.metrics import Metrics
 
-CONNECT, SENT, QUEUED, PREFILL, OTHER, REST = (
+CONNECT, SENT, LOAD, QUEUED, PREFILL, OTHER, REST = (
     "connect",
     "request sent",
+    "model load",
     "queued",
     "prefill",
     "server, other",
@@ -34,15 +47,28 @@ CONNECT, SENT, QUEUED, PREFILL, OTHER, REST = (
 )
 #: A part that takes at least this share of the TTFT dominates it.
 DOMINANT_SHARE = 0.5
+#: Less than a nanosecond: no clock here or at a server resolves it, so a difference of
+#: figures that small is the floats' rounding (Dynamo's ttft_ms less its two parts gave
+#: 3.6e-15 ms), not time anyone spent.
+NOISE_MS = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One part of the wait: its name, its time (ms; None: unknown) and who said it."""
+    """One part of the wait: its name (one of the six above), its time (ms; None:
+    unknown) and who said it; `label` and `means`: the server's own name for it and its
+    definition, where the server defines the part otherwise (None: the name says it)."""
 
     name: str
     ms: float | None
     source: str
+    label: str | None = None
+    means: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The name the part is shown under: the server's own, else ours."""
+        return self.label or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +96,20 @@ class Waterfall:
     def line(self) -> str:
         """`TTFT 250 ms = connect 1 · request sent 0 · queued 40 · prefill 120 · the rest 89`"""
         parts = " · ".join(
-            f"{s.name} {'?' if s.ms is None else f'{s.ms:,.0f}'}" for s in self.steps
+            f"{s.shown} {'?' if s.ms is None else f'{s.ms:,.0f}'}" for s in self.steps
         )
         return f"TTFT {self.ttft_ms:,.0f} ms = {parts} ms"
 
     def as_dict(self) -> dict[str, object]:
-        """A JSON-ready dict: each part's ms and source, and the contradiction."""
+        """A JSON-ready dict: each part's ms and source (and the server's own name and
+        definition of it, where it has them), and the contradiction."""
         return {
             "ttft_ms": self.ttft_ms,
-            "steps": [{"name": s.name, "ms": s.ms, "source": s.source} for s in self.steps],
+            "steps": [
+                {"name": s.name, "ms": s.ms, "source": s.source}
+                | ({"label": s.label, "means": s.means} if s.label is not None else {})
+                for s in self.steps
+            ],
             "headers_ms": self.headers_ms,
             "contradiction": self.contradiction,
         }
@@ -94,43 +125,69 @@ def waterfall(
     prefill_ms: float | None = None,
     server_ttft_ms: float | None = None,
     source: str = "the server",
+    meanings: Mapping[str, PartMeaning] | None = None,
+    load_ms: float | None = None,
 ) -> Waterfall:
     """The waterfall of a TTFT of `ttft_ms`: `connect_ms` and `sent_ms` (the body all
     written, from the send) measured here; `queue_ms`, `prefill_ms` and the server's own
-    time to first token `server_ttft_ms` as the server (`source`) said them."""
+    time to first token `server_ttft_ms` as the server (`source`) said them, `meanings`
+    the server's own names for its parts (by QUEUED and PREFILL) where it has them;
+    `load_ms` its wait for the model to load, where it says it."""
     here = "measured here"
+    meanings = meanings or {}
     connect = connect_ms if connect_ms is not None else None
-    sent = max(0.0, sent_ms - (connect or 0.0)) if sent_ms is not None else None
-    out = sent_ms if sent_ms is not None else (connect or 0.0)
-    budget = max(0.0, ttft_ms - out)  # the most time the server can have had
+    sent = _zeroed(max(0.0, sent_ms - (connect or 0.0))) if sent_ms is not None else None
+    budget = max(0.0, ttft_ms - (connect or 0.0))  # the most time the server can have had
     steps = [Step(CONNECT, connect, here), Step(SENT, sent, here)]
     parts = {QUEUED: queue_ms, PREFILL: prefill_ms}
+    if load_ms is not None:
+        parts = {LOAD: load_ms, **parts}
     said = [v for v in (*parts.values(), server_ttft_ms) if v is not None]
     if not said:
-        return Waterfall(ttft_ms, (*steps, Step(REST, budget, here)), headers_ms)
-    claims = [f"{n} {v:,.0f} ms" for n, v in parts.items() if v is not None and beyond(v, budget)]
+        rest = max(0.0, budget - (sent or 0.0))
+        return Waterfall(ttft_ms, (*steps, Step(REST, rest, here)), headers_ms)
+    shown = {n: meanings[n].name if n in meanings else n for n in parts}
+    claims = [
+        f"{shown[n]} {v:,.0f} ms" for n, v in parts.items() if v is not None and beyond(v, budget)
+    ]
     if server_ttft_ms is not None and beyond(server_ttft_ms, budget):
         claims.append(f"time to first token {server_ttft_ms:,.0f} ms")
     both = [v for v in parts.values() if v is not None]
-    if not claims and len(both) == 2 and beyond(sum(both), budget):
-        claims.append(f"queued + prefill {sum(both):,.0f} ms")
+    if not claims and len(both) >= 2 and beyond(sum(both), budget):
+        named = " + ".join(shown[n] for n, v in parts.items() if v is not None)
+        claims.append(f"{named} {sum(both):,.0f} ms")
     if claims:
         why = (
             f"contradiction: {source} says {', '.join(claims)}, longer than the "
             f"{budget:,.0f} ms from the request's send to its first token measured here: "
             "its figures are unknown"
         )
-        unknown = [Step(QUEUED, None, source), Step(PREFILL, None, source)]
+        unknown = [_said(n, None, source, meanings) for n in parts]
         return Waterfall(ttft_ms, (*steps, *unknown, Step(REST, None, here)), headers_ms, why)
     own = sum(both)
     other = None
-    if server_ttft_ms is not None and server_ttft_ms > own:
+    if server_ttft_ms is not None and _zeroed(server_ttft_ms - own) > 0:
         other, own = server_ttft_ms - own, server_ttft_ms
-    steps += [Step(n, v, source) for n, v in parts.items() if v is not None]
+    if sent is not None and sent > budget - own:  # the stamp trailed the server's receipt
+        steps[1] = Step(SENT, _zeroed(max(0.0, budget - own)), here)
+    steps += [_said(n, v, source, meanings) for n, v in parts.items() if v is not None]
     if other is not None:
         steps.append(Step(OTHER, other, source))
-    steps.append(Step(REST, max(0.0, budget - own), here))
+    steps.append(Step(REST, _zeroed(max(0.0, budget - own - (steps[1].ms or 0.0))), here))
     return Waterfall(ttft_ms, tuple(steps), headers_ms)
+
+
+def _said(name: str, ms: float | None, source: str, meanings: Mapping[str, PartMeaning]) -> Step:
+    """A part the server said, under its own name and definition where it has them."""
+    meaning = meanings.get(name)
+    if meaning is None:
+        return Step(name, ms, source)
+    return Step(name, ms, source, meaning.name, meaning.means)
+
+
+def _zeroed(ms: float) -> float:
+    """`ms`, or 0 where it is float noise (`NOISE_MS`)."""
+    return 0.0 if abs(ms) < NOISE_MS else ms
 
 
 def waterfall_of(m: Metrics) -> Waterfall | None:
@@ -147,4 +204,13 @@ def waterfall_of(m: Metrics) -> Waterfall | None:
         prefill_ms=m.server_prompt_ms,
         server_ttft_ms=m.server_ttft_ms,
         source=m.server_source or "the server",
+        meanings={
+            part: PartMeaning(name, means or "")
+            for part, name, means in (
+                (QUEUED, m.server_queue_name, m.server_queue_means),
+                (PREFILL, m.server_prefill_name, m.server_prefill_means),
+            )
+            if name is not None
+        },
+        load_ms=m.server_load_ms,
     )

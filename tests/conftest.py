@@ -18,6 +18,11 @@ import pytest
 from phasechat.backends.flash import cache_file
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import default_model_path
+from tests.dynamo_server import BUILD_HINT as DYNAMO_HINT
+from tests.dynamo_server import ENV as DYNAMO_ENV
+from tests.dynamo_server import SKIPPED_ON_REQUEST as DYNAMO_SKIPPED_ON_REQUEST
+from tests.dynamo_server import DynamoServer, dynamo_python
+from tests.dynamo_server import skipped_line as dynamo_skipped
 from tests.llama_server import (
     NO_BINARY,
     SKIP_ENV,
@@ -41,15 +46,18 @@ FIXTURES = ROOT / "tests" / "fixtures" / "llama-server"
 
 #: each collected test's kind, for the count at the end of the run (`kind_of`)
 KINDS: dict[str, str] = {}
-KIND_ORDER = ("unit", "real engine", "llama-server", "vLLM", "UI")
+KIND_ORDER = ("unit", "real engine", "llama-server", "vLLM", "Dynamo", "UI")
 
 
 def kind_of(item: pytest.Item) -> str:
-    """What a test runs against, the heaviest first: a vLLM, a llama-server, the app
-    (Textual), the bundled model through llama-cpp-python, or nothing outside Python."""
+    """What a test runs against, the heaviest first: a vLLM, a Dynamo, a llama-server,
+    the app (Textual), the bundled model through llama-cpp-python, or nothing outside
+    Python."""
     fixtures = set(getattr(item, "fixturenames", ()))
     if fixtures & {"vllm", "start_vllm"}:
         return "vLLM"
+    if "dynamo" in fixtures:
+        return "Dynamo"
     if fixtures & {
         "llama_server",
         "start_llama_server",
@@ -89,7 +97,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line("tests by kind: " + "; ".join(parts))
     skipped = terminalreporter.stats.get("skipped", [])
     reasons = [str(report.longrepr) for report in skipped]
-    for line in (skipped_summary(reasons), skipped_line(reasons)):
+    for line in (skipped_summary(reasons), skipped_line(reasons), dynamo_skipped(reasons)):
         if line:
             terminalreporter.write_line(line, yellow=True, bold=True)
 
@@ -324,3 +332,24 @@ def _servers(
 def vllm(start_vllm: Callable[..., VllmServer]) -> VllmServer:
     """A real vLLM that reports cached tokens in usage (`--enable-prompt-tokens-details`)."""
     return start_vllm("--enable-prompt-tokens-details")
+
+
+@pytest.fixture(scope="session")
+def dynamo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DynamoServer]:
+    """A real NVIDIA Dynamo on 127.0.0.1: its frontend with the KV router and one mocker
+    worker (tests/dynamo_server.py; set up by scripts/dynamo_tool.sh, named by
+    $PHASECHAT_DYNAMO), started once for the run (about 10 s), both stopped at the end.
+    Skipped only with PHASECHAT_SKIP_SERVER_TESTS=1 and no $PHASECHAT_DYNAMO; a missing
+    set-up otherwise fails: the tests run against the real server or not at all."""
+    python = dynamo_python()
+    if python is None:
+        if os.environ.get(SKIP_ENV) != "1":
+            pytest.fail(f"no Dynamo set up in {DYNAMO_ENV}. {DYNAMO_HINT}")
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs every test: {SKIP_ENV}=1 is for a quick edit loop")
+        pytest.skip(DYNAMO_SKIPPED_ON_REQUEST)
+    server = DynamoServer.start(python, tmp_path_factory.mktemp("dynamo"))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -152,6 +152,12 @@ class NumberBehaviours:
             else:
                 n = DIGITS_4000 if how == "digits" else str(10**18)
                 await self._send(c, f'{{"default_generation_settings":{{"n_ctx":{n}}}}}')
+        elif path.endswith("/api/version") and server in ("ollama", "show"):
+            await self._send(c, '{"version":"0.0.0"}')  # what only Ollama answers
+        elif path.endswith("/api/chat"):  # Ollama's own chat: three pieces, then the end
+            piece = '{"message":{"role":"assistant","content":"tok "},"done":false}\n'
+            end = '{"message":{"role":"assistant","content":""},"done":true,"eval_count":3}\n'
+            await self._send(c, piece * 3 + end, ctype="application/x-ndjson")
         elif path.endswith("/api/ps"):
             await self._send(c, '{"models":[]}')
         elif path.endswith("/api/show"):
@@ -163,10 +169,12 @@ class NumberBehaviours:
         else:  # llama-server's /apply-template and /tokenize: not this server's
             c.w.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
 
-    async def _send(self, c: Conn, body: str, listing: bool = False) -> None:
+    async def _send(
+        self, c: Conn, body: str, listing: bool = False, ctype: str = "application/json"
+    ) -> None:
         data = ('{"object":"list","data":[' + body + "]}" if listing else body).encode()
         c.w.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            f"HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\n".encode()
             + f"content-length: {len(data)}\r\nconnection: close\r\n\r\n".encode()
             + data
         )

@@ -6,7 +6,10 @@ than any real model. Used by tests and by the UI-ingest benchmark; it answers on
 loopback and every behaviour ends by itself or as soon as the client goes away.
 
 `model` is `name-arg`: `_b_<name>` handles it with `arg` (e.g. `stall-30`, `status-429`).
-A base URL under `/window-<case>/` serves hostile window metadata (tests/fault_numbers.py).
+A base URL under `/window-<case>/` serves hostile window metadata (tests/fault_numbers.py);
+under `/counts-<n>/` it says it is vLLM and serves a `/metrics` page that counts `n`
+generated tokens per answer, whatever the answer's usage says. Routes ignore a query
+(`...?api-version=X`, as Azure's); `paths` keeps each request's target as sent.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ MARKUP_PIECES = (
 
 #: The model id `/hostile/v1/models` lists: a window title, a clipboard write, markup.
 HOSTILE_MODEL = "evil\x1b]0;pwned title\x07\x1b]52;c;cHduZWQ=\x07[/]\u202egnp.exe"
+#: what a web server answers where the API was expected (a URL missing its port, a UI)
+HTML_PAGE = b"<!doctype html><html><head><title>Welcome</title></head><body>hi</body></html>"
 
 
 def http(status: int, body: bytes, ctype: str = "application/json", extra: str = "") -> bytes:
@@ -83,6 +88,10 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
         self.last_byte_ns = 0
         self.fast_requests = 0
         self.drip_cut = asyncio.Event()
+        #: each request's target as it came (path and query)
+        self.paths: list[str] = []
+        #: the answers served under `/counts-<n>/` (what its /metrics page counts)
+        self.counted_answers = 0
 
     @property
     def base_url(self) -> str:
@@ -110,14 +119,18 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
-            _method, path, _ = lines[0].split(" ", 2)
+            _method, target, _ = lines[0].split(" ", 2)
+            self.paths.append(target)
+            path = target.partition("?")[0]
             headers = {
                 k.strip().lower(): v.strip()
                 for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
             }
             self.headers.append(headers)
             body = await reader.readexactly(int(headers.get("content-length", "0")))
-            if "/window-" in path and not path.endswith("/chat/completions"):
+            if "/counts-" in path and not path.endswith("/chat/completions"):
+                await self._counts(path, Conn(reader, writer, headers))
+            elif "/window-" in path and not path.endswith("/chat/completions"):
                 # metadata that lies about the window, or drips (tests/fault_numbers.py)
                 case = path.split("/window-", 1)[1].split("/", 1)[0]
                 await self._window(case, path, Conn(reader, writer, headers))
@@ -126,10 +139,18 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
                 # markup; a chat request naming it gets a 404 that quotes it back.
                 model = HOSTILE_MODEL if "/hostile/" in path else "scripted"
                 listing = {"object": "list", "data": [{"id": model}]}
-                writer.write(http(200, json.dumps(listing).encode()))
+                if "/two-models/" in path:  # a server that serves several (Ollama, a proxy)
+                    listing["data"] = [{"id": "ok-3"}, {"id": "ok-7"}]
+                if "/hostile-models/" in path:  # markup and a name listed twice
+                    listing["data"] = [{"id": "ok-3"}, {"id": HOSTILE_MODEL}, {"id": "ok-3"}]
+                if "/html/" in path:  # a web page where the API was expected
+                    writer.write(http(200, HTML_PAGE, "text/html"))
+                else:
+                    writer.write(http(200, json.dumps(listing).encode()))
             else:
                 request = json.loads(body or b"{}")
                 self.requests.append(request)
+                self.counted_answers += int("/counts-" in path)
                 behaviour = str(request.get("model", "ok-5"))
                 await self._behave(behaviour, request, Conn(reader, writer, headers))
             await writer.drain()
@@ -168,6 +189,26 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
                 await w.drain()
                 await asyncio.sleep(delay)
 
+    async def _counts(self, path: str, c: Conn) -> None:
+        """Under `/counts-<n>/`: a vLLM listing, and a `/metrics` page (vLLM's names,
+        nothing running) whose counters grow by one finished request and `n` generated
+        tokens per answer served: a count the answer's usage contradicts."""
+        n = int(path.split("/counts-", 1)[1].split("/", 1)[0])
+        if path.endswith("/v1/models"):
+            listing = {"object": "list", "data": [{"id": "scripted", "owned_by": "vllm"}]}
+            c.w.write(http(200, json.dumps(listing).encode()))
+        elif path.endswith("/metrics"):
+            done = self.counted_answers
+            page = (
+                "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+                f"vllm:e2e_request_latency_seconds_count {done}\n"
+                f"vllm:prompt_tokens_total {5 * done}\n"
+                f"vllm:generation_tokens_total {n * done}\n"
+            )
+            c.w.write(http(200, page.encode(), "text/plain; version=0.0.4"))
+        else:
+            c.w.write(http(404, b'{"error":{"message":"not served here"}}'))
+
     # -- behaviours: the part of `model` before the first "-" -----------------------
     async def _b_ok(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         n = int(arg or 5)
@@ -201,6 +242,17 @@ class FaultServer(ThinkBehaviours, NumberBehaviours):
         self.last_byte_ns = time.perf_counter_ns()  # for the UI-ingest benchmark
 
     _b_fastend = _b_fast
+
+    async def _b_burst(self, arg: str, req: dict[str, Any], c: Conn) -> None:
+        """`burst-N-MS`: after MS ms (50 by default), N tokens in one write, as a proxy
+        that buffers the stream hands them on: no gap between them to time."""
+        n, _, ms = arg.partition("-")
+        c.w.write(SSE_HEAD)
+        await c.w.drain()
+        await asyncio.sleep(float(ms or 50) / 1000)
+        body = b"".join(chunk("tok ") for _ in range(int(n)))
+        c.w.write(body + chunk(finish="stop") + USAGE_CHUNK % int(n) + DONE)
+        self.tokens_sent += int(n)
 
     async def _b_paced(self, arg: str, req: dict[str, Any], c: Conn) -> None:
         """`paced-N-R`: N prose tokens at R tokens a second (a local model's pace, with

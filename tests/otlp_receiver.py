@@ -49,6 +49,8 @@ class Receiver:
 
     url: str = ""
     bodies: list[bytes] = field(default_factory=list)
+    #: each POST's headers (names lower-cased)
+    headers: list[dict[str, str]] = field(default_factory=list)
     traces: list[ExportTraceServiceRequest] = field(default_factory=list)
     metric_batches: list[ExportMetricsServiceRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -90,6 +92,7 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             reply: bytes
             with receiver.lock:
                 receiver.bodies.append(body)
+                receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if self.path == "/v1/traces":
                     receiver.traces.append(ExportTraceServiceRequest.FromString(body))
                     reply = ExportTraceServiceResponse().SerializeToString()

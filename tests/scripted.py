@@ -3,6 +3,7 @@ real timings would make every picture different."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
@@ -16,9 +17,12 @@ class ScriptedBackend:
     context_window: int | None = None
     context_source = None
 
-    def __init__(self, name: str = "scripted", text: str = "Hello.") -> None:
+    def __init__(self, name: str = "scripted", text: str = "Hello.", gap_s: float = 0.0) -> None:
+        """`gap_s`: a pause before each word after the first (0: all at once, a burst
+        that has no decode rate: telemetry/metrics.decode_rate)."""
         self._name = name
         self.text = text
+        self.gap_s = gap_s
         self.closed = False
 
     @property
@@ -52,7 +56,9 @@ class ScriptedBackend:
     async def stream(
         self, request: GenerationRequest, *, every_s: float | None = None
     ) -> AsyncIterator[Event]:
-        for word in self.text.split(" "):
+        for i, word in enumerate(self.text.split(" ")):
+            if i and self.gap_s:
+                await asyncio.sleep(self.gap_s)
             yield TextDelta(word + " ")
         yield Finished("stop")
 

@@ -6,7 +6,8 @@ client path (requests, SSE parsing, the window probes) runs. The shapes:
 - vLLM `/v1/models` entries carry `max_model_len` (vllm/entrypoints/openai/protocol.py,
   `ModelCard`); its streamed `usage` has `prompt_tokens_details: null` unless the server
   runs with `--enable-prompt-tokens-details`.
-- Ollama lists models with `owned_by: "library"`; `GET /api/ps` reports the loaded
+- Ollama answers `GET /api/version`, lists models with `owned_by: "library"`, streams
+  its answers on `/api/chat` as JSON lines; `GET /api/ps` reports the loaded
   model's `context_length`; `POST /api/show` has `parameters` (`num_ctx N`) and
   `model_info` (`<arch>.context_length`, the trained context); a prompt longer than
   `num_ctx` is cut to fit and usage reports what was kept.
@@ -61,7 +62,7 @@ class Shaped:
         path = request.url.path
         if path.endswith("/v1/models"):
             return httpx.Response(200, json={"object": "list", "data": self.models})
-        if path.endswith("/chat/completions"):
+        if path.endswith(("/chat/completions", "/api/chat")):
             if self.fail_next:
                 status, self.fail_next = self.fail_next, 0
                 error = {"message": "invalid request", "type": "invalid_request_error"}
@@ -73,9 +74,8 @@ class Shaped:
             async def stream() -> AsyncIterator[bytes]:
                 yield body
 
-            return httpx.Response(
-                200, content=stream(), headers={"content-type": "text/event-stream"}
-            )
+            ctype = "application/x-ndjson" if path.endswith("/api/chat") else "text/event-stream"
+            return httpx.Response(200, content=stream(), headers={"content-type": ctype})
         if path in self.routes:
             return httpx.Response(200, json=self.routes[path])
         return httpx.Response(404, json={"error": "not found"})
@@ -109,4 +109,24 @@ def ollama_routes(num_ctx: int, loaded: bool) -> dict[str, dict[str, Any]]:
         "parameters": f'num_ctx {num_ctx}\nstop "<|eot_id|>"',
         "model_info": {"llama.context_length": 131072},
     }
-    return {"/api/ps": ps if loaded else {"models": []}, "/api/show": show}
+    return {
+        "/api/ps": ps if loaded else {"models": []},
+        "/api/show": show,
+        "/api/version": {"version": "0.0.0"},  # what only Ollama answers
+    }
+
+
+def ollama_answer(words: int, prompt_eval_count: int) -> bytes:
+    """An answer on Ollama's own `/api/chat` (NDJSON): `words` pieces, then the final
+    message with its counts (server/routes.go handleNativeChat; api/types.go Metrics)."""
+    lines = [
+        {"message": {"role": "assistant", "content": f"w{i} "}, "done": False} for i in range(words)
+    ]
+    final = {
+        "message": {"role": "assistant", "content": ""},
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": prompt_eval_count,
+        "eval_count": words,
+    }
+    return "".join(json.dumps(x) + "\n" for x in [*lines, final]).encode()

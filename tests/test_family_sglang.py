@@ -1,37 +1,95 @@
-"""SGLang (backends/servers/sglang.py), replayed over HTTP from fixtures written from its
-documentation (tests/fixtures/servers/sglang/): the queue in the waterfall is the
-request's own `meta_info.queue_time` (42.3 ms), not its /metrics histogram's difference
-(45 ms); the server's time to first token is the /metrics difference (161.2 ms), so
-its time beyond the queue is 118.9 ms; the cached prompt is the cache report's."""
+"""SGLang (backends/servers/sglang.py) against a stand-in written from its source
+(tests/standins/sglang.py, sgl-project/sglang at the commits it names): a two-turn chat
+through the real backend and session. Its stream carries no `meta_info` (it refuses
+`return_meta_info` with `stream: true`); the cache comes from the `sglext` chunk phasechat
+asks for and from the usage; the queue and the server's time to first token from its
+/metrics histograms, read around each request."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from phasechat.backends.events import ServerAccount
-from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST, waterfall_of
-from tests.family_server import replay
+from phasechat.backends.events import StreamError
+from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
+from tests.standins import serve
+from tests.standins.chat import chat
+from tests.standins.sglang import Sent, SGLang
 
-FOLDER = Path(__file__).parent / "fixtures" / "servers" / "sglang"
+
+async def test_a_two_turn_chat_shows_what_sglang_sent() -> None:
+    with serve(SGLang) as server:
+        answers, backend = await chat(server.base_url)
+        said = server.record()
+    sent = [Sent(**s) for s in said["sent"]]
+    assert backend.window is not None
+    assert (backend.window.tokens, backend.window.source) == (
+        4096,
+        "SGLang /v1/models max_model_len",
+    )
+    assert all(b["return_cached_tokens_details"] is True for b in said["bodies"])
+    assert not any("return_meta_info" in b for b in said["bodies"])
+    assert said["paths"].count("/metrics") == 3  # at start, then after each answer
+    for answer, one in zip(answers, sent, strict=True):
+        m, wf = answer.metrics, answer.waterfall
+        assert m.server_source == "SGLang sglext + SGLang /metrics", m.server_unknown
+        assert (m.prompt_tokens, m.cached_tokens) == (one.prompt_tokens, one.cached_tokens)
+        assert m.server_queue_ms == pytest.approx(one.queue_s * 1000)
+        assert m.server_ttft_ms == pytest.approx(one.ttft_s * 1000)
+        assert wf is not None and wf.contradiction is None, wf
+        assert wf.ms(QUEUED) == pytest.approx(one.queue_s * 1000)
+        assert wf.ms(PREFILL) is None  # SGLang does not say its prefill apart
+        assert wf.ms(OTHER) == pytest.approx((one.ttft_s - one.queue_s) * 1000)
+        rest = wf.ms(REST)
+        assert rest is not None and rest >= 0
+        assert not m.warnings
+    first, second = sent
+    assert first.cached_tokens == 0 and first.details == {"device": 0, "host": 0}
+    assert first.usage is not None and first.usage["prompt_tokens_details"] is None
+    # the second turn's prompt holds the first turn's prompt and answer: cached
+    assert second.cached_tokens > first.prompt_tokens
+    assert answers[1].metrics.cached_tokens == second.cached_tokens
 
 
-async def test_sglangs_meta_info_and_metrics_give_the_waterfall() -> None:
-    events, m, server = await replay(FOLDER)
-    account = next(e for e in events if isinstance(e, ServerAccount))
-    assert account.source == "SGLang meta_info + SGLang /metrics"
-    assert account.queue_ms == pytest.approx(42.3)
-    assert account.ttft_ms == pytest.approx(161.2)
-    assert (account.prompt_tokens, account.cached_tokens) == (36, 32)
-    assert (m.prompt_tokens, m.cached_tokens, m.evaluated_prompt_tokens) == (36, 32, 4)
-    wf = waterfall_of(m)
-    assert wf is not None and wf.contradiction is None
-    assert wf.ms(QUEUED) == pytest.approx(42.3)
-    assert wf.ms(PREFILL) is None  # SGLang does not say its prefill apart
-    assert wf.ms(OTHER) == pytest.approx(118.9)
-    assert m.ttft_ms is not None and m.sent_ms is not None
-    assert wf.ms(REST) == pytest.approx(m.ttft_ms - m.sent_ms - 161.2)
-    assert server.paths.count("/metrics") == 2  # before and after
-    assert set(server.requests[0]) >= {"messages", "stream"}
-    assert "return_progress" not in server.requests[0]
+async def test_sglang_refuses_meta_info_on_a_stream_and_phasechat_never_asks() -> None:
+    with serve(SGLang) as server:
+        answers, _ = await chat(server.base_url, ("Hi",), extra_body={"return_meta_info": True})
+        said = server.record()
+    error = next(e for e in answers[0].events if isinstance(e, StreamError))
+    assert error.status == 400
+    assert "return_meta_info is not supported with streaming" in error.message
+    assert said["sent"] == []  # refused before any work
+
+
+async def test_more_cached_than_the_prompt_is_not_believed() -> None:
+    """The only cached figure is the sglext chunk's (no cache report, no /metrics), and
+    it says more than the prompt holds: unknown, and said."""
+    options = {"device": 900, "host": 100}
+    with serve(
+        SGLang, enable_metrics=False, enable_cache_report=False, details_override=options
+    ) as server:
+        answers, _ = await chat(server.base_url, ("Why is the sky blue?",))
+        said = server.record()
+    m = answers[0].metrics
+    assert m.prompt_tokens == said["sent"][0]["prompt_tokens"] < 1000
+    assert m.cached_tokens is None and m.evaluated_prompt_tokens is None
+    assert any("1,000 cached tokens of a prompt of at most" in w for w in m.warnings)
+
+
+async def test_without_its_flags_the_cache_comes_from_sglext_and_the_queue_is_unknown() -> None:
+    """`--enable-metrics` and `--enable-cache-report` off: /metrics is a 404, the usage
+    says nothing of the cache; the sglext chunk still says it (0 on the first turn is a
+    known zero), and the server's parts of the wait are unknown."""
+    with serve(SGLang, enable_metrics=False, enable_cache_report=False) as server:
+        answers, _ = await chat(server.base_url)
+        said = server.record()
+    assert said["paths"].count("/metrics") == 1  # asked once at start: a 404
+    why = "SGLang serves /metrics only when it runs with --enable-metrics"
+    assert any(why in w for w in answers[0].metrics.warnings)  # said once
+    assert not any(why in w for w in answers[1].metrics.warnings)
+    for answer, one in zip(answers, said["sent"], strict=True):
+        m, wf = answer.metrics, answer.waterfall
+        assert one["usage"]["prompt_tokens_details"] is None
+        assert m.cached_tokens == one["cached_tokens"] and m.server_source == "SGLang sglext"
+        assert m.server_queue_ms is None and m.server_ttft_ms is None
+        assert wf is not None and wf.ms(QUEUED) is None and wf.ms(OTHER) is None
+    assert answers[0].metrics.cached_tokens == 0 and answers[1].metrics.cached_tokens

@@ -12,9 +12,10 @@ import pytest
 from phasechat.backends.server_metrics import parse
 from phasechat.backends.servers import FAMILIES, GENERIC, by_name, detect
 from phasechat.backends.servers.family import ServerFamily
+from tests.standins import sglang, tensorrt_llm, tgi
+from tests.standins.prom import Page
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "servers"
 
 
 def test_every_family_has_a_row_in_the_docs_table() -> None:
@@ -46,24 +47,34 @@ def test_a_listing_no_family_claims_is_the_generic_server() -> None:
     assert detect([]) is GENERIC and not GENERIC.request_extras and GENERIC.metrics is None
 
 
-def test_only_llama_server_and_dynamo_add_fields_and_they_are_json() -> None:
+def test_only_llama_server_dynamo_and_sglang_add_fields_and_they_are_json() -> None:
     adding = {f.name: f.request_extras for f in FAMILIES if f.request_extras}
-    assert set(adding) == {"llama-server", "Dynamo"}
+    assert set(adding) == {"llama-server", "Dynamo", "SGLang"}
     assert json.loads(json.dumps(adding["Dynamo"])) == {
         "nvext": {"extra_fields": ["worker_id", "timing"]}
     }
+    assert json.loads(json.dumps(adding["SGLang"])) == {"return_cached_tokens_details": True}
 
 
 @pytest.mark.parametrize(
-    ("folder", "engine", "page", "queue_s"),
+    ("page", "family", "queue"),
     [
-        ("sglang", "SGLang", "/metrics", 0.3),
-        ("tensorrt-llm", "TensorRT-LLM", "/prometheus/metrics", 0.5),
+        (sglang.metrics_page("m"), "SGLang", "sglang:queue_time_seconds"),
+        (tgi.metrics_page(), "TGI", "tgi_request_queue_duration"),
+        (tensorrt_llm.metrics_page(), "TensorRT-LLM", "trtllm_request_queue_time_seconds"),
     ],
+    ids=["SGLang", "TGI", "TensorRT-LLM"],
 )
-def test_a_familys_page_is_read_with_its_own_names(
-    folder: str, engine: str, page: str, queue_s: float
-) -> None:
-    scrape = parse((FIXTURES / folder / "metrics-1-before.txt").read_text())
-    assert scrape is not None and scrape.engine == engine and scrape.source == f"{engine} {page}"
-    assert scrape.get("queue_s") == queue_s
+def test_a_familys_page_is_read_with_its_own_names(page: Page, family: str, queue: str) -> None:
+    """Each stand-in's page as its server writes it (tests/standins/): empty before
+    anything was counted (the server's page all the same, where its family is known),
+    then with a request's queue."""
+    names = by_name(family)
+    assert names is not None and names.metrics is not None
+    assert parse(page.text()) is None  # nothing written: no server's page by its names
+    fresh = parse(page.text(), names.metrics)
+    assert fresh is not None and fresh.engine == family and fresh.get("queue_s") is None
+    page.observe(queue, 0.25)
+    scrape = parse(page.text())
+    assert scrape is not None and scrape.engine == family and scrape.get("queue_s") == 0.25
+    assert scrape.source == f"{family} {names.metrics.path}"

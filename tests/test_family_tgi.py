@@ -1,42 +1,62 @@
-"""TGI (backends/servers/tgi.py), replayed over HTTP from fixtures written from its
-documentation (tests/fixtures/servers/tgi/): a reply sent whole with TGI's timing
-headers. The waterfall's queue is `x-queue-time` (57 ms); the rest of the server's
-`x-total-time` (241 ms: validation 3 + inference 181) is its other time, 184 ms; the
-rest is what the client waited beyond the send and those 241 ms."""
+"""TGI (backends/servers/tgi.py) against a stand-in written from its router's source
+(tests/standins/tgi.py, huggingface/text-generation-inference@db931fcf): a two-turn chat
+through the real backend and session. A streamed chat completion carries none of TGI's
+timing headers, so its queue comes from the router's /metrics, read around each request;
+TGI is recognised by its `/info`, whose `max_total_tokens` is the window."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from phasechat.backends.events import ServerAccount
-from phasechat.telemetry.waterfall import OTHER, QUEUED, REST, waterfall_of
-from tests.family_server import replay
-
-FOLDER = Path(__file__).parent / "fixtures" / "servers" / "tgi"
-
-
-async def test_tgis_headers_give_the_waterfall() -> None:
-    events, m, server = await replay(FOLDER)
-    account = next(e for e in events if isinstance(e, ServerAccount))
-    assert account.source == "TGI headers"
-    assert (account.queue_ms, account.ttft_ms) == (57.0, 241.0)
-    assert (account.prompt_tokens, account.generated_tokens) == (36, 4)
-    wf = waterfall_of(m)
-    assert wf is not None and wf.contradiction is None
-    assert wf.ms(QUEUED) == 57.0 and wf.ms(OTHER) == 184.0
-    assert m.ttft_ms is not None and m.sent_ms is not None
-    assert wf.ms(REST) == pytest.approx(m.ttft_ms - m.sent_ms - 241.0)
-    assert not any(p.endswith("metrics") for p in server.paths)  # TGI's are not read
+from phasechat.backends.servers.tgi import header_timing
+from phasechat.backends.wire_numbers import Fields
+from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
+from tests.standins import serve
+from tests.standins.chat import chat
+from tests.standins.tgi import TGI, Sent
 
 
-async def test_a_header_that_is_no_plausible_time_is_named_and_unknown(tmp_path: Path) -> None:
-    for name in ("models.json", "reply.json"):
-        (tmp_path / name).write_bytes((FOLDER / name).read_bytes())
-    said = '{"headers": {"x-queue-time": "-5", "x-total-time": "241", "x-inference-time": "1e3"}}'
-    (tmp_path / "headers.json").write_text(said)
-    _, m, _ = await replay(tmp_path)
-    assert m.server_queue_ms is None
-    line = next(w for w in m.warnings if "x-queue-time" in w)
+async def test_a_two_turn_chat_shows_what_tgi_measured() -> None:
+    with serve(TGI) as server:
+        answers, backend = await chat(server.base_url)
+        said = server.record()
+    sent = [Sent(**s) for s in said["sent"]]
+    assert backend.family.name == "TGI"
+    assert backend.window is not None
+    assert (backend.window.tokens, backend.window.source) == (4096, "TGI /info max_total_tokens")
+    assert said["paths"].count("/metrics") == 3  # at start, then after each answer
+    for answer, one in zip(answers, sent, strict=True):
+        m, wf = answer.metrics, answer.waterfall
+        # the stream's headers: no timings (generate_stream_internal)
+        assert set(one.headers) == {"x-compute-type", "x-compute-characters", "X-Accel-Buffering"}
+        assert m.server_source == "TGI /metrics" and m.server_unknown is None
+        assert m.prompt_tokens == one.prompt_tokens and m.output_tokens == one.completion_tokens
+        assert m.server_queue_ms == pytest.approx(one.queue_s * 1000)
+        assert m.cached_tokens is None  # TGI says nothing of its prefix cache
+        assert wf is not None and wf.contradiction is None, wf
+        assert wf.ms(QUEUED) == pytest.approx(one.queue_s * 1000)
+        assert wf.ms(PREFILL) is None and wf.ms(OTHER) is None  # it says neither
+        rest = wf.ms(REST)
+        assert rest is not None and rest >= 0
+        assert not m.warnings
+    assert (answers[1].metrics.prompt_tokens or 0) > answers[0].metrics.output_tokens
+
+
+def test_the_headers_of_a_reply_sent_whole_are_read_and_checked() -> None:
+    """router/src/server.rs generate_internal's headers (whole milliseconds; a reply TGI
+    sends whole, which a stream never is): each read, or named when not believable."""
+    f = Fields()
+    said = header_timing({"x-queue-time": "57", "x-total-time": "241", "x-prompt-tokens": "36"}, f)
+    assert said is not None and (said.queue_ms, said.ttft_ms, said.prompt_tokens) == (57, 241, 36)
+    assert f.notice("s") is None
+    hostile = header_timing(
+        {"x-queue-time": "-5", "x-total-time": "241", "x-inference-time": "1e3"}, f
+    )
+    assert hostile is not None and hostile.queue_ms is None and hostile.ttft_ms == 241
+    line = f.notice("s")
+    assert line is not None
     assert "header x-queue-time ('-5')" in line and "header x-inference-time ('1e3')" in line
+    # a stream's headers say nothing of the request's times
+    assert (
+        header_timing({"x-compute-type": "gpu+optimized", "x-compute-characters": "90"}, f) is None
+    )

@@ -28,7 +28,7 @@ from phasechat.backends.events import (
 from phasechat.backends.http_errors import parse_retry_after
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.openai_wire import parse_chunk
-from phasechat.backends.server_prompt import render_on_llama_server
+from phasechat.backends.servers.llama_server.render import render_on_llama_server
 from phasechat.backends.wire_numbers import MAX_RETRY_AFTER_S, as_count, as_ms, load_json
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings

@@ -8,6 +8,7 @@ for, and an address-space limit (RLIMIT_AS) too small for llama.cpp's allocation
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -113,6 +114,33 @@ async def test_n_ctx_beyond_training_names_the_trained_context(model_path: Path)
     r = ask("--no-save", "--n-ctx", str(trained * 4), "hi")
     assert r.returncode == 2 and r.stdout == ""
     assert only_line(r.stderr) == f"phasechat: {detail}"
+
+
+@pytest.mark.model
+async def test_a_prompt_past_a_small_window_says_its_token_count(model_path: Path) -> None:
+    """Issue 47, item 7: llama.cpp pads n_ctx 16 up to 256, llama-cpp-python's record of
+    the cache is 16 long; a 32-token prompt was "generation failed: could not broadcast
+    input array from shape (5,) into shape (0,)"."""
+    backend = LocalBackend(LocalConfig(model_path=model_path, n_ctx=16, warmup=False))
+    await backend.start()
+    try:
+        assert backend.state == "ready" and backend.context_window == 16
+        messages = (Message("user", "hi"),)
+        tokens = backend.count_tokens(messages).tokens
+        assert tokens > 16
+        (event,) = [e async for e in backend.stream(GenerationRequest(messages))]
+    finally:
+        await backend.aclose()
+    assert isinstance(event, StreamError) and event.kind == "context_overflow"
+    said = f"the prompt is {tokens:,} tokens; the context holds 16"
+    assert said in event.message
+    r = ask("--no-save", "--n-ctx", "16", "hi")  # with `ask`'s system prompt: fewer tokens
+    assert r.returncode != 0
+    assert re.fullmatch(
+        r"phasechat: the prompt is \d\d tokens; the context holds 16\. Trim the history or "
+        r"raise --n-ctx\.",
+        only_line(r.stderr),
+    )
 
 
 def _vm_peak(code: str) -> int:

@@ -612,3 +612,44 @@ def test_an_answer_that_stopped_exactly_at_max_tokens_did_not_exceed_it(
         t.observe(TextDelta("ab", 1), (200 + 10 * i) * MS)
     t.observe(Finished("length"), 305 * MS)
     assert compute(t).warnings == warnings
+
+
+# -- a burst is no decode rate (issue 47, item 9) ---------------------------------------
+US = 1_000
+
+
+def remote_answer(times_us: list[int]) -> Trace:
+    """A remote answer of one chunk at each time (µs after the send), 20 tokens used."""
+    t = Trace("openai", "m")
+    for at in times_us:
+        t.observe(TextDelta("ab"), at * US)
+    t.observe(Usage(5, len(times_us)), times_us[-1] * US)
+    t.observe(Finished("stop"), times_us[-1] * US)
+    return t
+
+
+def test_a_burst_after_a_pause_read_in_pieces_has_no_decode_rate() -> None:
+    # the first chunk at 100 ms, then 299 handed on at 500 ms, parsed 20 µs each with a
+    # 3 ms pause every 64 (new reads on a busy loop): a window of 17.9 ms, no decode
+    times = [100_000] + [500_000 + i * 20 + (i // 64) * 3_000 for i in range(299)]
+    m = compute(remote_answer(times))
+    assert m.decode_tok_s is None and m.tpot_ms is None
+    assert m.decode_unknown == (
+        "299 of 300 token events arrived together within 17.96 ms: a burst (a proxy that "
+        "buffers the stream?), no decode rate"
+    )
+    live = snapshot(remote_answer(times), times[-1] * US)
+    assert live.decode_tok_s is None and live.decode_unknown == m.decode_unknown
+
+
+def test_a_speculative_decoders_groups_keep_the_decode_rate() -> None:
+    # 4 tokens of each step arrive together (10 µs apart), a step every 8 ms: 500 tok/s
+    times = [step * 8_000 + k * 10 for step in range(50) for k in range(4)]
+    m = compute(remote_answer(times))
+    assert m.decode_unknown is None
+    assert m.decode_tok_s == pytest.approx(199 / (times[-1] - times[0]) * 1e6)
+    # ... and a window under 0.2 ms a token is a burst whatever its shape
+    m = compute(remote_answer([0, 100, 200, 300, 700, 900]))
+    assert m.decode_unknown is not None and m.decode_unknown.startswith(
+        "6 tokens arrived within 0.90 ms, faster than any engine decodes"
+    )

@@ -138,8 +138,14 @@ VLLM: dict[str, Any] = {
     "server_kv_hit_share": None,
     "server_prefill_worker": None,
     "server_decode_worker": None,
+    "server_queue_name": None,
+    "server_queue_means": None,
+    "server_prefill_name": None,
+    "server_prefill_means": None,
+    "server_load_ms": None,
     "gpu_bytes_per_token": None,
     "cpu_bytes_per_token": None,
+    "decode_unknown": None,
 }
 
 
@@ -250,8 +256,14 @@ def test_every_metric_of_a_local_answer_that_waited_for_the_load() -> None:
         "server_kv_hit_share": None,
         "server_prefill_worker": None,
         "server_decode_worker": None,
+        "server_queue_name": None,
+        "server_queue_means": None,
+        "server_prefill_name": None,
+        "server_prefill_means": None,
+        "server_load_ms": None,
         "gpu_bytes_per_token": 60_000_000,
         "cpu_bytes_per_token": 40_000_000,
+        "decode_unknown": None,
     }
     assert m.as_dict() == expected
     assert m.ttft_ready_ms == 150.0

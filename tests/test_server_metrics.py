@@ -130,6 +130,11 @@ def test_the_count_of_finished_requests_and_of_tokens_must_be_this_requests() ->
         "the server generated 30 tokens meanwhile, this answer 20: "
         "other requests ran at the same time"
     )
+    # fewer than the answer's own: no crowd explains that, the counts disagree
+    fewer = account(before, scrape(finished=6, generated=509), Usage(300, 20))
+    assert fewer.unknown == (
+        "mismatch: the server's /metrics counted 9 generated tokens, its usage 20 for this answer"
+    )
     assert account(None, before, None).unknown == "no earlier read of /metrics to compare with"
 
 

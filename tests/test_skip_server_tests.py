@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.dynamo_server import ENV as DYNAMO_ENV
 from tests.llama_server import NO_BINARY, SKIPPED_ON_REQUEST, skipped_summary
+from tests.llama_server import SKIP_ENV as SKIP
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,3 +64,28 @@ def test_the_summary_counts_only_llama_server_skips() -> None:
     assert asked is not None and asked.startswith("2 tests against llama-server skipped")
     missing = skipped_summary([NO_BINARY, other])
     assert missing is not None and missing.startswith("1 test against") and "no binary" in missing
+
+
+def test_dynamo_s_tests_skip_only_in_the_edit_loop_without_a_set_up() -> None:
+    # without PHASECHAT_DYNAMO they fail (they run against the real server or not at
+    # all); with PHASECHAT_SKIP_SERVER_TESTS=1 too, they skip and the run says so
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if k not in {"CI", DYNAMO_ENV, SKIP}}
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "server",
+             "tests/test_family_dynamo.py"],
+            cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    missing = run()
+    assert missing.returncode == 1, missing.stdout
+    assert f"no Dynamo set up in {DYNAMO_ENV}" in missing.stdout
+    skipped = run(**{SKIP: "1"})
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    *_, line, stats = skipped.stdout.strip().splitlines()
+    found = re.fullmatch(r"(\d+) skipped, \d+ deselected in [\d.]+s", stats)
+    assert found, stats
+    assert line == (
+        f"{found.group(1)} tests against Dynamo skipped: {SKIP}=1 and no Dynamo set up in "
+        f"{DYNAMO_ENV}; scripts/test.sh sets it up and runs them"
+    )

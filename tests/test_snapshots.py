@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from phasechat.backends import probe
 from phasechat.backends.events import Message
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteConfig
@@ -27,7 +28,9 @@ from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.compare_screen import CompareScreen
+from phasechat.tui.screens.switch_screen import BackendsScreen
 from phasechat.tui.widgets.chat_widgets import PromptInput
+from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 
 METRICS = {
@@ -139,12 +142,18 @@ def test_a_message_with_a_sibling_shows_which_of_them_it_is(snap_compare: Any) -
     assert snap_compare(make_app(), terminal_size=(100, 24), run_before=show)
 
 
-def test_switch_screen_shows_the_cost(snap_compare: Any) -> None:
+def test_switch_screen_shows_the_cost(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the usual ports left out: what runs on this machine is not part of the picture
+    monkeypatch.setattr(probe, "USUAL_PORTS", {})
+
     async def open_switcher(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, PhasechatApp)
         await app.show_conversation(conversation())
         await pilot.press("ctrl+b")
+        screen = app.screen
+        assert isinstance(screen, BackendsScreen)
+        await wait_for(pilot, lambda: screen.found is not None)
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(100, 30), run_before=open_switcher)

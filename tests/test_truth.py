@@ -28,6 +28,7 @@ from tests.shaped import (
     VLLM_MODELS,
     Shaped,
     answer,
+    ollama_answer,
     ollama_routes,
     sse,
 )
@@ -85,7 +86,9 @@ async def test_vllm_shaped_stream_end_to_end() -> None:
     assert m is not None and m.prompt_tokens == 812 and m.output_tokens == 6
     assert m.prefill_tok_s is None and not m.cache_reported
     assert m.context_window == 32768 and m.kv_used_tokens == 818 and m.kv_capacity_tokens == 32768
-    assert m.warnings == ()
+    # in process its chunks come at once, a burst (no decode rate, said) unless the
+    # machine is so busy that they do not: that line aside, no warning
+    assert m.warnings == ((m.decode_unknown,) if m.decode_unknown else ())
     await backend.aclose()
 
 
@@ -125,7 +128,7 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
         assert isinstance(messages, list)
         words = sum(len(str(m["content"]).split()) for m in messages)
         kept = min(words + 10, 2030)
-        return answer(4, {"prompt_tokens": kept, "completion_tokens": 4})
+        return ollama_answer(4, kept)
 
     server = Shaped(OLLAMA_MODELS, reply, ollama_routes(2048, True))
     backend = server.backend()
@@ -136,9 +139,11 @@ async def test_a_prompt_cut_to_the_servers_window_raises_the_alarm() -> None:
             pass
         m = turns.exchanges[-1].metrics
         assert m is not None
-        assert len(m.warnings) == alarms, m.warnings
+        # the in-process chunks come in one burst (no decode rate): that line aside
+        warned = [w for w in m.warnings if w != m.decode_unknown]
+        assert len(warned) == alarms, m.warnings
         if alarms:
-            assert "window is 2,048 tokens" in m.warnings[0] and "truncated" in m.warnings[0]
+            assert "window is 2,048 tokens" in warned[0] and "truncated" in warned[0]
     await backend.aclose()
 
 

@@ -43,7 +43,8 @@ async def test_an_answer_gets_its_verdict(local_backend: LocalBackend) -> None:
 
 
 async def test_a_server_answer_says_its_roofline_is_unknown() -> None:
-    app = PhasechatApp(backend=ScriptedBackend("remote", "one two three four five six"))
+    words = "one two three four five six"  # paced as a server streams: a decode rate
+    app = PhasechatApp(backend=ScriptedBackend("remote", words, gap_s=0.005))
     async with app.run_test(size=(110, 30)) as pilot:
         app.send("Hi")
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -280,6 +281,21 @@ def test_vllm_s_own_account_is_labelled_and_splits_the_ttft() -> None:
         "TTFT 420 ms: the server's own 380 ms (queue 2 ms, prefill 350 ms), "
         "the transport 40 ms (10%)"
     )
+    # a server that defines its parts otherwise has them under its own names (Dynamo:
+    # its frontend's tokenizing and routing, its worker's queue and prefill together)
+    named = replace(
+        m,
+        server_queue_name="frontend: tokenize + route",
+        server_prefill_name="worker: queue + prefill",
+    )
+    assert transport(named) == (
+        "TTFT 420 ms: the server's own 380 ms (frontend: tokenize + route 2 ms, "
+        "worker: queue + prefill 350 ms), the transport 40 ms (10%)"
+    )
+    # without its own time to first token (longer than ours: not believed)
+    assert transport(replace(named, server_ttft_ms=None, transport_ms=None)) == (
+        "TTFT 420 ms: the server's worker: queue + prefill 350 ms, the rest 70 ms (17%)"
+    )
     overlapped = metrics_from_dict(
         {"backend": "openai", "model": "m", "server_source": None,
          "server_unknown": "other requests ran on the server at the same time"}
@@ -368,6 +384,8 @@ def test_the_roofline_is_implied_over_measured_and_refuses_a_nonsense_bandwidth(
 def test_the_roofline_without_a_decode_rate_says_so() -> None:
     v = verdict(metrics(decode_tok_s=None), 20.0)
     assert v is not None and v.roofline == "roofline: no decode rate (fewer than two tokens)"
+    v = verdict(metrics(decode_tok_s=None, decode_unknown="300 tokens arrived within"), 20.0)
+    assert v is not None and v.roofline == "roofline: no decode rate (the tokens came in a burst)"
 
 
 def test_a_prompt_of_exactly_one_block_keeps_the_prefix_advice() -> None:

@@ -25,8 +25,8 @@ from phasechat.backends.events import (
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.server_metrics import CROWDED, Scrape, account, parse
-from phasechat.backends.server_prompt import render_on_vllm
 from phasechat.backends.servers import context_refusal
+from phasechat.backends.servers.vllm.render import render_on_vllm
 from phasechat.backends.token_text import byte_level, pieces_of, sentencepiece
 from phasechat.chat.engine_held import parts_of
 from phasechat.telemetry.anatomy import split_exact

@@ -8,9 +8,10 @@ import subprocess
 
 import pytest
 
+from phasechat.backends.servers.dynamo import ROUTING, WORKER
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.waterfall import CONNECT, REST, SENT
-from phasechat.tui.widgets.telemetry_view import engine_line
+from phasechat.tui.widgets.telemetry_view import context_gauge, engine_line
 from tests.fault_server import fault_server_thread
 from tests.test_cli import phasechat
 
@@ -63,3 +64,34 @@ def test_the_panels_engine_line_shows_the_waterfall_and_the_kv_hit() -> None:
     assert "the rest 87 ms" in text and "KV hit 88%" in text
     local = metrics_from_dict({"backend": "local", "ttft_ms": 250.0, "e2e_ms": 900.0})
     assert "wait" not in engine_line(local).plain
+
+
+WHY = "Dynamo lists context_window 0: its workers declared no --max-model-len"
+
+
+def test_the_panel_names_a_server_s_own_parts_and_why_its_window_is_unknown() -> None:
+    m = metrics_from_dict(
+        {
+            "backend": "openai", "ttft_ms": 30.0, "e2e_ms": 70.0, "headers_ms": 5.0,
+            "connect_ms": 0.0, "sent_ms": 1.0, "server_source": "Dynamo nvext",
+            "server_queue_ms": 2.0, "server_prompt_ms": 19.0, "server_ttft_ms": 21.0,
+            "server_kv_hit_share": 0.0,
+            "server_queue_name": ROUTING.name, "server_queue_means": ROUTING.means,
+            "server_prefill_name": WORKER.name, "server_prefill_means": WORKER.means,
+            "context_source": WHY,
+        }
+    )  # fmt: skip
+    text = engine_line(m).plain
+    assert (
+        "Dynamo nvext says frontend: tokenize + route 2 ms · worker: queue + prefill 19 ms"
+        " · KV hit 0%" in text
+    )
+    assert (
+        "wait TTFT 30 ms = connect 0 · request sent 1 · frontend: tokenize + route 2 · "
+        "worker: queue + prefill 19 · the rest 8 ms" in text
+    )
+    assert context_gauge(m).plain == f"context window unknown ({WHY}; --context N)"
+    said_nothing = metrics_from_dict({"backend": "openai", "ttft_ms": 30.0, "e2e_ms": 70.0})
+    assert context_gauge(said_nothing).plain == (
+        "context window unknown (the server does not report it; --context N)"
+    )

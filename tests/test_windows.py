@@ -12,7 +12,8 @@ import pytest
 
 from phasechat.backends.servers import context_refusal, from_models
 from phasechat.backends.servers.llama_server import props_window
-from phasechat.backends.windows import Window, root_of
+from phasechat.backends.urls import root_of
+from phasechat.backends.windows import Window
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window
@@ -23,7 +24,10 @@ LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the sl
 async def window_of(
     models: list[dict[str, Any]], model: str, routes: dict[str, Any] | None = None
 ) -> tuple[Any, ...]:
-    """(tokens, source, slots) of the window `RemoteBackend.start` finds for `model`."""
+    """(tokens, source, slots) of the window `RemoteBackend.start` finds for `model`
+    (a server with Ollama's endpoints answers its `/api/version` too)."""
+    if routes and any(path.startswith("/api/") for path in routes):
+        routes = {**routes, "/api/version": {"version": "0.0.0"}}
     server = Shaped(models, lambda req: b"", routes)
     backend = server.backend(model=model)
     await backend.start()
@@ -228,7 +232,9 @@ async def test_a_server_that_is_not_ollama_is_not_asked_ollamas_endpoints() -> N
     await backend.start()
     await backend.aclose()
     assert backend.window is None
-    assert not any(r.url.path.startswith("/api/") for r in server.requests)
+    # asked only whether it is Ollama (a 404), never Ollama's window
+    asked = {r.url.path for r in server.requests if r.url.path.startswith("/api/")}
+    assert asked == {"/api/version"}
     # an Ollama listing that names a window itself: that window, no further question
     listed = [{"id": "q", "object": "model", "owned_by": "ollama", "max_model_len": 4096}]
     server = Shaped(listed, lambda req: b"", {"/api/ps": {"models": []}})
@@ -236,4 +242,5 @@ async def test_a_server_that_is_not_ollama_is_not_asked_ollamas_endpoints() -> N
     await backend.start()
     await backend.aclose()
     assert backend.window is not None and backend.window.tokens == 4096
-    assert not any(r.url.path.startswith("/api/") for r in server.requests)
+    asked = {r.url.path for r in server.requests if r.url.path.startswith("/api/")}
+    assert asked <= {"/api/version"}

@@ -16,7 +16,6 @@ engine runs in a child process).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from tests.llama_server import free_port
+from tests.process_group import spawn, stop
 
 ENV = "PHASECHAT_VLLM"
 BUILD_HINT = (
@@ -117,15 +117,7 @@ class VllmServer:
         """Run it and wait until /v1/models answers 200 (the engine is up)."""
         port = free_port()
         log = log or Path(os.devnull)
-        env = {**os.environ, **ENVIRONMENT}
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                command(home, port, extra_args),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        proc = spawn(command(home, port, extra_args), log, {**os.environ, **ENVIRONMENT})
         server = cls(proc, f"http://127.0.0.1:{port}/v1", log)
         deadline = time.monotonic() + limit_s
         while True:
@@ -148,12 +140,4 @@ class VllmServer:
             return ""
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop(self.proc)

@@ -22,6 +22,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
+from textual.widget import MountError
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -39,7 +40,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import compare_picker, dialogs
+from phasechat.tui import compare_picker, dialogs, servers
 from phasechat.tui.host import ChatHost
 from phasechat.tui.palette import ChatCommands
 from phasechat.tui.screens import sweep_screen
@@ -174,6 +175,9 @@ class PhasechatApp(ChatHost):
                 backend.state_detail, title="backend failed", severity="error", markup=False
             )
 
+    def reload_backend(self) -> None:
+        self.load_backend()
+
     def _start_summarizer(self, backend: Backend | None) -> None:
         if backend is not None:
             self.run_worker(backend.start(), group="load-summarizer")
@@ -303,7 +307,7 @@ class PhasechatApp(ChatHost):
                 await view.finish(chat_log.footer_of(exchange.answer, footer))
                 await verdict_view.add_verdict(view, exchange)
                 self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
-        except NoMatches:
+        except (NoMatches, MountError):
             pass  # the app is shutting down: the answer itself was saved by the store's listener
         finally:
             # Only now: `generating` turns false once the answer is final on screen.
@@ -322,11 +326,10 @@ class PhasechatApp(ChatHost):
         except NoMatches:  # the timer can fire once more while the app shuts down
             return
         backend = self.backend
-        if backend.state == "loading" and self._status_seen != (
-            backend.state,
-            backend.state_detail,
-        ):
-            self.refresh_status()  # what the load is doing now (the first screen says it)
+        if self._status_seen != (backend.state, backend.state_detail):
+            # what the load is doing now (the first screen says it), or an engine ended
+            # while nothing was asked of it ("the engine did not answer for 5 s: ended")
+            self.refresh_status()
         if self._streaming is not None:
             if not self._pace.due(force):
                 return
@@ -493,7 +496,7 @@ class PhasechatApp(ChatHost):
 
     def action_switch_backend(self) -> None:
         """Pick a backend profile, seeing what the switch costs first."""
-        dialogs.switch_backend(self)
+        servers.switch_backend(self)
 
     def action_compare(self) -> None:
         """The last prompt sent elsewhere, side by side (tui/compare_picker.py)."""
@@ -609,6 +612,7 @@ class PhasechatApp(ChatHost):
             "Show or hide the live telemetry panel",
             self.action_toggle_telemetry,
         )
+        yield servers.command(self)
         yield from dialogs.commands(self)
         yield sweep_screen.command(self)
 

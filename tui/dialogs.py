@@ -1,6 +1,7 @@
-"""The app's modal screens, opened and their answers applied: switch backend, saved
-chats, settings, with their entries in the command palette; and the themes registered at
-start-up. Kept apart from the app so the app stays about layout, streaming and bindings."""
+"""The app's modal screens, opened and their answers applied: saved chats, settings,
+with their entries in the command palette; and the themes registered at start-up
+(the backend switcher is tui/servers.py). Kept apart from the app so the app stays
+about layout, streaming and bindings."""
 
 from __future__ import annotations
 
@@ -12,22 +13,16 @@ from textual.theme import Theme
 
 from phasechat.chat.config.paths import themes_dir
 from phasechat.chat.config.settings import Settings, TrimConfig
-from phasechat.chat.costs import switch_cost
 from phasechat.chat.store.database import ChatNotFound
 from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.host import ChatHost
 from phasechat.tui.screens.confirm import ConfirmScreen
-from phasechat.tui.screens.switch_screen import SwitchScreen
-from phasechat.tui.widgets.telemetry_view import switch_line
 
 
 def commands(app: ChatHost) -> Iterable[SystemCommand]:
     """The palette entries of the dialogs opened here, each calling its function."""
-    yield SystemCommand(
-        "Switch backend", "Answer with another model or endpoint", lambda: switch_backend(app)
-    )
     yield SystemCommand("Chats", "Open, search, rename, delete, export", lambda: chats(app))
     yield SystemCommand(
         "Toggle history trimming",
@@ -55,21 +50,6 @@ def register_themes(app: App[None], chosen: str | None) -> list[str]:
     wanted = chosen or DEFAULT_THEME
     app.theme = wanted if wanted in app.available_themes else DEFAULT_THEME
     return errors
-
-
-def switch_backend(app: ChatHost) -> None:
-    """Each profile with what switching to it costs; the chosen one answers next."""
-    ws = app.workspace
-    rows = [
-        (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
-        for name, spec in ws.profiles.items()
-    ]
-
-    async def chosen(name: str | None) -> None:
-        if name:
-            await app.switch_to(name)
-
-    app.push_screen(SwitchScreen(rows, ws.backend.name), chosen)
 
 
 def chats(app: ChatHost) -> None:
@@ -133,8 +113,12 @@ def watch_tracing(app: ChatHost) -> None:
     if tracing is None:
         return
     told: list[str] = []
+    told_notes: list[str] = []
 
     def check() -> None:
+        for note in tracing.notes[len(told_notes) :]:  # the SDK's settings, in our words
+            told_notes.append(note)
+            app.notify(note, title="OpenTelemetry", severity="warning", markup=False)
         problem = tracing.problem
         if problem and problem not in told[-1:]:
             told.append(problem)

@@ -54,6 +54,10 @@ class ChatHost(PlainTextApp):
         """Answer with backend profile `name` from now on (the chat carries over)."""
         raise NotImplementedError
 
+    def reload_backend(self) -> None:
+        """Start the active backend again (a new one: its model changed), off the UI."""
+        raise NotImplementedError
+
     async def stop_and_wait(self) -> None:
         """Stop a streaming answer; return once it is saved and final on screen."""
         raise NotImplementedError

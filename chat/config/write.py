@@ -50,7 +50,12 @@ def _set_table(doc: TOMLDocument, name: str, obj: Any, default: Any) -> None:
         doc[name] = tomlkit.table()
     table = doc[name]
     assert isinstance(table, Table)
-    wanted, defaults = _fields(obj), _fields(default)
+    _edit(table, obj, _fields(default))
+
+
+def _edit(table: Table, obj: Any, defaults: dict[str, Any]) -> None:
+    """`table` edited in place to say what `obj` says: only the keys that differ."""
+    wanted = _fields(obj)
     for f in fields(obj):
         key = f.name
         if key not in wanted:
@@ -62,10 +67,21 @@ def _set_table(doc: TOMLDocument, name: str, obj: Any, default: Any) -> None:
             table[key] = wanted[key]
 
 
+def _defaults(profile: Any) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(profile) if f.default is not MISSING}
+
+
 def _written(profile: Any) -> dict[str, Any]:
     """A profile's fields as a new table spells them: defaults left out."""
-    defaults = {f.name: f.default for f in fields(profile) if f.default is not MISSING}
+    defaults = _defaults(profile)
     return {k: v for k, v in _fields(profile).items() if defaults.get(k, MISSING) != v}
+
+
+def _new_table(profile: Any) -> Table:
+    table = tomlkit.table()
+    table.update(_written(profile))
+    table.add(tomlkit.nl())  # a blank line before whatever follows it in the file
+    return table
 
 
 def _set_profiles(
@@ -76,12 +92,37 @@ def _set_profiles(
     if not profiles:
         doc.pop(name, None)
         return
+    aot = doc.get(name)
+    if isinstance(aot, AoT) and len(aot) == len(current) and _edit_in_place(aot, profiles, current):
+        return
     aot = AoT([])
     for profile in profiles:
         table = tomlkit.table()
         table.update(_written(profile))
         aot.append(table)
     doc[name] = aot
+
+
+def _edit_in_place(aot: AoT, profiles: tuple[Any, ...], current: tuple[Any, ...]) -> bool:
+    """The one change the app makes at a time, made to the user's own tables (their
+    comments and order kept): a profile added at the end, one removed, or each edited
+    where it stands (a rename, a model chosen). False for any other change."""
+    if len(profiles) == len(current) + 1 and profiles[:-1] == current:
+        aot.append(_new_table(profiles[-1]))
+        return True
+    if len(profiles) == len(current) - 1:
+        gone = next(
+            (i for i in range(len(current)) if current[:i] + current[i + 1 :] == profiles), None
+        )
+        if gone is None:
+            return False
+        del aot[gone]
+        return True
+    if len(profiles) != len(current):
+        return False
+    for table, profile in zip(aot, profiles, strict=True):
+        _edit(table, profile, _defaults(profile))
+    return True
 
 
 def merge(doc: TOMLDocument, config: Config, current: Config) -> TOMLDocument:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasechat.backends.gguf import GGUF_MAGIC, KV_TYPE_NAMES
+from phasechat.backends.gguf import KV_TYPE_NAMES, GGUFError, check_model
 from phasechat.backends.local import DRAFT_LOOKUP
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, load_problems
@@ -96,16 +96,14 @@ def _value(key: str, text: str) -> object:
 
 
 def gguf_file(key: str, text: str) -> Path:
-    """A `model=` or `draft=` path: an existing file that starts as a GGUF model does
-    (its magic; llama.cpp reads the rest when it loads it). Raises ValueError."""
+    """A `model=` or `draft=` path: a regular, readable GGUF model whose header fits the
+    file (backends/gguf.py `check_model`), checked before anything loads it. Raises
+    ValueError, one line."""
     path = Path(text).expanduser()
     try:
-        with path.open("rb") as f:
-            magic = f.read(len(GGUF_MAGIC))
-    except OSError as exc:
-        raise ValueError(f"{key}={text}: {exc.strerror or exc}") from None
-    if magic != GGUF_MAGIC:
-        raise ValueError(f"{key}={text}: not a GGUF model file (it starts with {magic!r})")
+        check_model(path)
+    except GGUFError as exc:
+        raise ValueError(f"{key}={text}: {exc}") from None
     return path
 
 

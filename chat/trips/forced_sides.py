@@ -3,7 +3,7 @@ against A over A's answer, wherever each side runs.
 
 - The model here (llama.cpp): every position's logits, the whole distribution
   (backends/teacher.py), read in a worker thread.
-- A server whose family can (vLLM, llama-server: backends/teacher_remote.py): each
+- A server whose family can (vLLM, llama-server: backends/servers/forcing.py): each
   position's top k log-probabilities. Where either side is a server, both are compared
   over their top k (telemetry/divergence.py `compare_top`: the KL is a lower bound; the
   figures say so). Other servers (Ollama, OpenAI, ...) give no log-probabilities of
@@ -35,8 +35,8 @@ from phasechat.backends.gguf import vocabulary
 from phasechat.backends.llama_logs import quiet_llama, verbose
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteBackend
+from phasechat.backends.servers.forcing import TOP_K, Forcing, Listed, Server, TeacherError
 from phasechat.backends.teacher import EngineSetting, forced_logits
-from phasechat.backends.teacher_remote import TOP_K, Forcing, Listed, Server, TeacherError
 from phasechat.telemetry.divergence import (
     Divergence,
     Logits,

@@ -114,8 +114,10 @@ async def run(args: argparse.Namespace) -> int:
             print(f"phasechat: warning: {visible_controls(store.error)}", file=sys.stderr)
         await workspace.aclose()
         tracing = workspace.tracing  # closed: the last batch was sent, or refused
-        if tracing is not None and tracing.problem:
-            print(f"phasechat: warning: {visible_controls(tracing.problem)}", file=sys.stderr)
+        if tracing is not None:
+            last = [tracing.problem] if tracing.problem else []
+            for line in tracing.notes + last:  # our words, never the SDK's own text
+                print(f"phasechat: warning: {visible_controls(line)}", file=sys.stderr)
     metrics = exchange.metrics
     assert metrics is not None
     if args.json:

@@ -222,9 +222,10 @@ def _round_line(a: Answer, b: Answer) -> None:
         if x.trace.error is not None:
             parts.append(f"{label}: error: {one_line(x.trace.error.message)}")
             continue
+        burst = " (a burst: no rate)" if m.decode_unknown else ""
         parts.append(
-            f"{label}: TTFT {fmt(m.ttft_ms, 'ms')} ms, decode {fmt(m.decode_tok_s, '')} tok/s, "
-            f"{m.output_tokens} tokens"
+            f"{label}: TTFT {fmt(m.ttft_ms, 'ms')} ms, decode {fmt(m.decode_tok_s, '')} tok/s"
+            f"{burst}, {m.output_tokens} tokens"
         )
     print(f"run {a.round + 1}: " + " | ".join(parts), flush=True)
 

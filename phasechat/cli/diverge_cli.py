@@ -88,9 +88,10 @@ def _turn_line(t: Turn) -> None:
     parts = []
     for label, x in (("A", t.a), ("B", t.b)):
         m = x.metrics
+        burst = " (a burst: no rate)" if m and m.decode_unknown else ""
         parts.append(
             f"{label} TTFT {fmt(m.ttft_ms if m else None, 'ms')} ms, decode "
-            f"{fmt(m.decode_tok_s if m else None, '')} tok/s"
+            f"{fmt(m.decode_tok_s if m else None, '')} tok/s{burst}"
         )
     print(f"turn {t.number}: " + " | ".join(parts) + f" | {_divergence_text(t)}", flush=True)
 

@@ -1,5 +1,5 @@
-"""The `phasechat` command: the TUI by default; the headless verbs (`ask`, `chats`, `bench`,
-`compare`, `ablate`, `doctor`) each in a module of its own.
+"""The `phasechat` command: the TUI by default; the headless verbs (`ask`, `chats`,
+`endpoints`, `bench`, `compare`, `ablate`, `doctor`) each in a module of its own.
 
 Nothing here imports Textual unless the TUI is started, so `ask` and `doctor` start fast
 and work without a terminal.
@@ -17,7 +17,7 @@ from phasechat.backends import llama_logs
 from phasechat.backends.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.text import one_line
-from phasechat.cli import ablate_cli, ask_cli, bench_cli, chats_cli, compare_cli
+from phasechat.cli import ablate_cli, ask_cli, bench_cli, chats_cli, compare_cli, endpoints_cli
 from phasechat.cli.options import add_backend_options, build_workspace, fail
 
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     ask_cli.add_parser(sub)
     chats_cli.add_parser(sub)
+    endpoints_cli.add_parser(sub)
     bench_p = sub.add_parser(
         "bench", help="replay a scripted chat: prefill and cache per turn", allow_abbrev=False
     )
@@ -90,6 +91,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return doctor(args)
     if args.command == "chats":
         return chats_cli.run(args)
+    if args.command == "endpoints":
+        return endpoints_cli.run(args)
     if args.command == "bench":
         return bench_cli.run(args)
     if args.command == "compare":
@@ -106,6 +109,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
     app = PhasechatApp(workspace=workspace)
     app.run()
+    tracing = workspace.tracing  # closed at the app's exit: the one thing left to say
+    if tracing is not None and tracing.dropped:
+        print(f"phasechat: warning: {one_line(tracing.dropped)}", file=sys.stderr)
     return app.return_code or 0
 
 

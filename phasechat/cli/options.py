@@ -14,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from phasechat.backends.gguf import check_model
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.openai import RemoteConfig
 from phasechat.chat.config.file import Config, load_config
@@ -122,7 +123,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
         return BackendSpec("openai", remote=_with_flags(remote, args))
     profile = config.local_profile(name)
     if profile is not None:
-        return BackendSpec("local", local=profile.local_config(), local_name=name)
+        return BackendSpec("local", local=_checked(profile.local_config()), local_name=name)
     if name == "local":
         local = LocalConfig(
             model_path=resolve_model_path(args.model),
@@ -131,7 +132,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
             threads=args.threads,
             chat_format=args.chat_format,
         )
-        return BackendSpec("local", local=local)
+        return BackendSpec("local", local=_checked(local))
     if name == "openai":
         remote = RemoteConfig(
             base_url=args.base_url,
@@ -147,6 +148,15 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
         *(p.name for p in config.local),
     ]
     raise ValueError(f"unknown backend {name!r}: expected one of {', '.join(known)}")
+
+
+def _checked(local: LocalConfig) -> LocalConfig:
+    """`local`, once its model file is a GGUF llama.cpp can be given (a FIFO would block
+    the load for ever, a damaged vocabulary abort the process). Raises GGUFError (a
+    ValueError), one line."""
+    if local.model_path is not None:
+        check_model(local.model_path)
+    return local
 
 
 def _with_flags(remote: RemoteConfig, args: argparse.Namespace) -> RemoteConfig:

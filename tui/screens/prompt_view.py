@@ -21,7 +21,7 @@ from phasechat.tui.widgets.telemetry_view import SECTION_STYLE, anatomy_line, fm
 
 SOURCES = {
     "tokenizer": "exact: the local model's own template and tokenizer",
-    "server": "exact: llama-server's /apply-template and /tokenize",
+    "server": "exact: the server's own template and tokenizer",
     "estimate": "estimated: this server does not show its template or tokenizer",
 }
 CACHE_MARK = "⟦cached prefix ends here⟧"

@@ -34,12 +34,19 @@ def fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{unit}"
 
 
+def rate_text(rate: float | None, burst: str | None, unit: str = "tok", approx: str = "") -> str:
+    """A decode rate for a line of figures; a burst's is no rate ("burst: no tok/s"),
+    its reason shown on a line of its own."""
+    return f"burst: no {unit}/s" if burst else f"{approx}{fmt(rate)} {unit}/s"
+
+
 def status_content(backend: Backend, generating: bool, last: Metrics | None) -> Content:
     """The status line: backend, model, state, and the last answer's headline figures."""
     state = "streaming" if generating else backend.state
     tail = ""
     if last is not None:
-        tail = f"  ·  last: TTFT {fmt(last.ttft_ms, ' ms', 0)}, {fmt(last.decode_tok_s)} tok/s"
+        rate = rate_text(last.decode_tok_s, last.decode_unknown)
+        tail = f"  ·  last: TTFT {fmt(last.ttft_ms, ' ms', 0)}, {rate}"
     style = {"failed": "$error", "loading": "$warning", "streaming": "$accent"}.get(
         state, "$success"
     )
@@ -186,7 +193,7 @@ def live_lines(live: Live, kv: KVStats | None = None, section: str = "") -> list
             (f" (load {fmt(load, ' ms', 0)})" if load else "", "dim"),
             f"   thought {fmt((live.reasoning_ms or 0) / 1000, ' s', 1)}…",
             "   ",
-            (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
+            (rate_text(live.decode_tok_s, live.decode_unknown, unit, approx), "bold $accent"),
             f"   {approx}{live.reasoning_tokens:,} thinking {live.unit}",
         ]
     else:
@@ -201,7 +208,7 @@ def live_lines(live: Live, kv: KVStats | None = None, section: str = "") -> list
             f"   TTFT {fmt(live.ttft_ms, ' ms', 0)}",
             (f" (load {fmt(load, ' ms', 0)})" if load else "", "dim"),
             "   ",
-            (f"{approx}{fmt(live.decode_tok_s)} {unit}/s", "bold $accent"),
+            (rate_text(live.decode_tok_s, live.decode_unknown, unit, approx), "bold $accent"),
             f"   {fmt(live.chars_per_s, ' chars/s', 0)}",
             f"   {approx}{live.tokens:,} {live.unit}",
         ]
@@ -214,6 +221,8 @@ def live_lines(live: Live, kv: KVStats | None = None, section: str = "") -> list
     if live.stall:
         since = fmt((live.since_last_ms or 0) / 1000, " s", 1)
         line2.append((f"  {live.stall}: no token for {since}", "bold $stall"))
+    if live.decode_unknown:
+        line2.append((f"  {one_line(live.decode_unknown)}", "$stall"))
     out = [
         PanelLine(Content.assemble(*parts), RANK["headline"]),
         PanelLine(Content.assemble(*line2), RANK["itl"]),
@@ -231,9 +240,8 @@ def context_gauge(m: Metrics, width: int = 20) -> Content:
     """A server's window: what this chat holds of it (prompt + answer), and who said how
     large it is; or that the server does not say."""
     if m.context_window is None:
-        return Content.assemble(
-            ("context ", "dim"), "window unknown (the server does not report it; --context N)"
-        )
+        why = m.context_source or "the server does not report it"
+        return Content.assemble(("context ", "dim"), f"window unknown ({why}; --context N)")
     used = m.kv_used_tokens or 0
     frac = min(1.0, used / m.context_window)
     filled = round(frac * width)
@@ -273,7 +281,7 @@ def answer_footer(
             f"({approx_r}{m.reasoning_tokens or 0} tokens)"
         )
     bits += [
-        f"{approx}{fmt(m.decode_tok_s)} tok/s",
+        rate_text(m.decode_tok_s, m.decode_unknown, approx=approx),
         f"{approx}{m.output_tokens} tokens",
         f"prompt {m.prompt_tokens if m.prompt_tokens is not None else '-'}"
         + (f" ({m.cached_tokens} cached)" if m.cached_tokens else ""),

@@ -23,7 +23,7 @@ KEYS = (
     ("Enter", "send"),
     ("Esc", "stop"),
     ("Ctrl+R", "answer again"),
-    ("Ctrl+B", "switch backend"),
+    ("Ctrl+B", "switch or add a server"),
     ("F5", "compare"),
     ("F8", "the prompt, by section"),
     ("Ctrl+Up", "select a message (e edits)"),
