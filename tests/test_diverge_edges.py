@@ -2,7 +2,7 @@
 neighbour: asymmetric distributions (KL(A||B) is not KL(B||A)), two sides whose labels
 differ, numbers at each bound and one past it (chat/trips/diverge.py,
 chat/trips/forced_sides.py, backends/teacher.py, telemetry/divergence.py `combine`,
-backends/teacher_remote.py's checks)."""
+backends/servers/forcing.py's checks)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,10 @@ import pytest
 
 from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.local import LocalConfig
+from phasechat.backends.servers.forcing import Forcing, Listed, Server, TeacherError
+from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
+from phasechat.backends.servers.vllm.teacher import vllm_top
 from phasechat.backends.teacher import EngineSetting, forced_logits
-from phasechat.backends.teacher_remote import (
-    LLAMA_SERVER_FORCING,
-    Forcing,
-    Listed,
-    Server,
-    TeacherError,
-    vllm_top,
-)
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trips.compare import Side
