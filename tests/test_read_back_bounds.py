@@ -191,3 +191,11 @@ def test_a_bad_break_says_so_in_these_words(brk: dict[str, Any], why: str) -> No
     with pytest.raises(Unreadable) as raised:
         anatomy_read_back(stored(brk={**asdict(BREAK), **brk}))
     assert str(raised.value) == why
+
+
+def test_a_flag_is_read_back_as_stored_and_a_non_object_is_named() -> None:
+    m = read(cache_reported=False, output_tokens_estimated=True)
+    assert (m.cache_reported, m.output_tokens_estimated, m.ignored) == (False, True, ())
+    with pytest.raises(Unreadable) as raised:
+        metrics_read_back([1, 2])
+    assert str(raised.value) == "its metrics are a list, not an object"
