@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,13 @@ import httpx
 import numpy as np
 import pytest
 
-from phasechat.backends.events import AnswerTokens, Message
+from phasechat.backends.events import (
+    AnswerTokens,
+    Event,
+    GenerationRequest,
+    Message,
+    StreamError,
+)
 from phasechat.backends.local import LocalConfig
 from phasechat.backends.servers.forcing import Forcing, Listed, Server, TeacherError
 from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
@@ -276,6 +282,24 @@ def test_an_answer_without_token_ids_is_a_turn_that_says_so(tmp_path: Path) -> N
     turns = run_diverge(Here("a", path), Here("b", path))
     why = "A's answer has no token ids"
     assert [(t.number, t.why, t.divergence) for t in turns] == [(1, why, None), (2, why, None)]
+    assert [(t.a.side, t.b.side, t.a.round) for t in turns] == [(0, 1, 0), (0, 1, 1)]
+
+
+class Failing(Here):
+    """A side read as the model here whose answer fails."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield StreamError("model", "out of memory")
+
+
+def test_a_turn_whose_a_did_not_answer_says_so(tmp_path: Path) -> None:
+    path = tiny_gguf(tmp_path / "m.gguf", ["<s>", "a"])
+    turns = run_diverge(Failing("a", path), Here("b", path))
+    why = "A gave no complete answer"
+    assert [(t.number, t.why, t.divergence) for t in turns] == [(1, why, None), (2, why, None)]
+    assert [(t.a.side, t.b.side, t.b.text) for t in turns] == [(0, 1, "One two. ")] * 2
 
 
 def test_a_local_side_is_read_with_its_own_setting(tmp_path: Path) -> None:
