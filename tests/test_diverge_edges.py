@@ -390,9 +390,21 @@ def test_a_server_refusal_is_the_reason_and_each_side_reports_its_reading() -> N
     assert seen == [("A", 1, 1), ("B", 1, 1)]
 
 
+class Slow(ScriptedBackend):
+    """Its words a few milliseconds apart: a side sent beside it would start before it
+    ends."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        async for event in super().stream(request, every_s=every_s):
+            await asyncio.sleep(0.005)
+            yield event
+
+
 def test_each_turn_is_a_round_of_a_then_b_handed_over_as_it_ends(tmp_path: Path) -> None:
     settings = Settings(max_tokens=8, temperature=0)
-    a = Side("a", ScriptedBackend("a", "From A."), settings)
+    a = Side("a", Slow("a", "From A."), settings)
     b = Side("b", Here("b", tmp_path / "m.gguf"), settings)
     seen: list[Turn] = []
     turns = asyncio.run(diverge(a, b, TURNS, on_turn=seen.append))
