@@ -541,3 +541,34 @@ def test_a_break_read_back_keeps_its_block_size_and_an_old_one_has_none() -> Non
         "(as sent now; its own tokens not seen: not confirmed), "
         "32 tokens read again (beyond whole blocks of 32)"
     )
+
+
+def test_a_reopened_chat_on_an_engine_caching_blocks_is_confirmed_by_its_whole_blocks() -> None:
+    """Issue 49: a chat reopened on vLLM (blocks of 16): the held prompt and this one share
+    64 tokens (a multiple of the block). The engine keeps the whole blocks of all but the
+    last shared token (48), and a cached count of 48 confirms it held the chat: the
+    break is shown. A prefix cache's slack (60 to 64) would not have allowed 48."""
+    head = "<s>sys: Be brief.</s><u>"  # 24 one-byte tokens
+    q_old, q_new = "a" * 40 + "OLD question", "a" * 40 + "new question"
+    held_text, text = f"{head}{q_old}</u><a>", f"{head}{q_new}</u><a>"
+    held_pieces = tuple(bytes([c]) for c in held_text.encode())
+    tokens = len(held_pieces) + 1  # and the answer's one
+    held = Held(held_text + "Yo", tokens, "tokenizer", held_pieces, False, len(held_text), True)
+    pieces = tuple(bytes([c]) for c in text.encode())
+    rendered = RenderedPrompt(text, pieces, "tokenizer")
+    messages = [Message("system", "Be brief."), Message("user", q_new)]
+
+    def brk(cached: int, grain: int) -> object:
+        m = metrics_from_dict(
+            {"prompt_tokens": len(pieces), "cached_tokens": cached, "cache_reported": True}
+        )
+        a = anatomy_of(messages, rendered, m, held, grain)
+        assert a is not None
+        return a.cache_break
+
+    confirmed = brk(48, 16)
+    assert isinstance(confirmed, CacheBreak) and confirmed.message_index == 1
+    assert brk(65, 16) is None  # more than the two share: it held something else
+    assert brk(32, 16) is None  # a block short: it held something else
+    assert brk(48, 1) is None  # without blocks, 48 of 64 shared is another prompt
+    assert isinstance(brk(62, 1), CacheBreak)

@@ -90,6 +90,20 @@ async def test_a_drafts_cache_guess_on_a_server_that_hides_it(
     assert (f.cached_tokens, f.max_tokens, f.estimated_tokens) == (guess, 16, True)
 
 
+async def test_a_drafts_cache_guess_is_at_most_its_prompt() -> None:
+    """Issue 49: the guess (the last prompt and answer, 70 tokens) is longer than a short
+    draft's whole prompt: the forecast keeps the prompt, not more than it has."""
+    turns = TurnController(Server(0, 0), Settings(max_tokens=16))
+    await ask(turns, "first question")
+    forecasts = DraftForecast(every_s=0)
+    try:
+        f = settle(forecasts, turns, "x")
+    finally:
+        forecasts.close()
+    assert f.prompt_tokens < 70
+    assert f.cached_tokens == f.prompt_tokens and f.new_tokens == 0
+
+
 async def test_a_prompt_held_whole_is_forecast_to_read_its_last_token_again() -> None:
     turns = TurnController(Server(0), Settings())
     messages = turns.preview("a question")

@@ -136,12 +136,30 @@ async def test_a_crashed_engine_ends_the_answer_and_loads_again_on_the_next(
     assert "send again to load the model again" in engine.state_detail
     assert engine.cached_prefix(MSGS) is None  # nothing is asked of a dead engine
     assert engine.count_tokens(MSGS).estimated
-    # The next send loads the model again, in a new process, and answers.
+    # The next send loads the model again, in a new process, and answers; the load is
+    # its own phase, as the first one was (not counted in the TTFT or the prefill)
     events = [e async for e in engine.stream(greedy(4))]
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
     assert isinstance(events[-1], Finished)
     state: str = engine.state  # read again (mypy keeps the "failed" asserted above)
     assert state == "ready"
     assert engine.pid not in (None, pid)
+
+
+@pytest.mark.parametrize(("layers", "shares"), [(5, True), (-1, False), (0, True)])
+async def test_it_shares_the_cpu_unless_every_layer_is_on_a_gpu(
+    model_path: Path, layers: int, shares: bool
+) -> None:
+    """A partial offload (5 layers) still runs the rest on this machine's cores; -1 (all
+    layers) does not. (On a CPU build llama.cpp ignores the number, but the engine
+    reports the setting it was given, which is what the UI paces itself by.)"""
+    backend = EngineProcess(LocalConfig(model_path=model_path, n_ctx=256, gpu_layers=layers))
+    try:
+        await backend.start()
+        assert backend.state == "ready" and backend.gpu_layers == layers
+        assert backend.shares_cpu is shares
+    finally:
+        await backend.aclose()
 
 
 async def test_closing_ends_the_process(model_path: Path) -> None:

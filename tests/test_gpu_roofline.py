@@ -343,3 +343,22 @@ def test_the_engine_reports_the_split_for_its_gpu_layers(
         assert (stats.gpu_bytes or 0) + (stats.cpu_bytes or 0) == g.weights.total + stats.used_bytes
     finally:
         llm.close()
+
+
+def test_per_layer_kv_heads_are_read_at_the_first_layer(tmp_path: Path) -> None:
+    """Issue 49: a model whose KV heads are an array by layer (OpenELM's shape), layer 0
+    unlike the last: the geometry's KV heads are layer 0's."""
+    import gguf
+
+    path = tmp_path / "layered.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("llama.block_count", 3)
+    writer.add_uint32("llama.attention.head_count", 8)
+    writer.add_uint32("llama.embedding_length", 64)
+    writer.add_array("llama.attention.head_count_kv", [2, 4, 8])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    g = geometry(path)
+    assert (g.n_layers, g.n_heads, g.n_kv_heads, g.head_dim_k) == (3, 8, 2, 8)

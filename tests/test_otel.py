@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.events import Event, GenerationRequest, StreamError, TextDelta
+from phasechat.backends.events import Event, Finished, GenerationRequest, StreamError, TextDelta
 from phasechat.backends.local import LocalBackend
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.servers import FAMILIES
@@ -31,7 +31,7 @@ from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.turns import Exchange
 from phasechat.chat.workspace import Workspace
-from phasechat.telemetry.otel import captures_content, enabled, phases
+from phasechat.telemetry.otel import captures_content, enabled, peer_of, phases
 from phasechat.telemetry.recorder import Trace
 from tests.fault_server import FaultServer
 from tests.otlp_receiver import Receiver, attributes
@@ -602,3 +602,39 @@ async def test_the_app_says_once_that_the_collector_refuses(
         (line,) = said()
         assert line.startswith("the OpenTelemetry collector at http://127.0.0.1:9 refused")
     await backend.aclose()
+
+
+def test_the_server_port_is_the_schemes_default_where_the_url_names_none() -> None:
+    """Issue 49: https without a port is 443, http 80, a port given is that port."""
+
+    def port(url: str) -> int | None:
+        return peer_of(RemoteBackend(RemoteConfig(base_url=url))).port
+
+    assert port("https://api.example.com/v1") == 443
+    assert port("http://api.example.com/v1") == 80
+    assert port("https://127.0.0.1:8443/v1") == 8443
+    assert peer_of(RemoteBackend(RemoteConfig(base_url="https://h/v1"))).address == "h"
+
+
+class Stamped(ScriptedBackend):
+    """Three chunks, the first two made in the same nanosecond (a gap of 0 ms, as two
+    events of one network read), the third 30 ms later."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        now = time.perf_counter_ns()
+        for i, at in enumerate((now, now, now + 30_000_000)):
+            yield TextDelta(f"w{i} ", t_ns=at)
+        yield Finished("stop")
+
+
+async def test_a_chunk_gap_of_zero_is_a_point_of_the_per_chunk_histogram(otlp: Receiver) -> None:
+    ws = Workspace(Config(), BackendSpec(), settings=Settings(), backend=Stamped())
+    exchange = await one_turn(ws, "Hi")
+    await ws.aclose()
+    assert exchange.metrics is not None
+    per_chunk = point(otlp, "gen_ai.client.operation.time_per_output_chunk")
+    assert per_chunk.count == 2 and per_chunk.sum == pytest.approx(0.03)
+    # the 0 s gap in the first bucket (<= 0.01 s), the 30 ms one in (0.02, 0.04]
+    assert list(per_chunk.bucket_counts[:3]) == [1, 0, 1]

@@ -25,7 +25,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.server_metrics import Span, account, parse, span_of
+from phasechat.backends.server_metrics import CROWDED, Span, account, joined, parse, span_of
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 from phasechat.telemetry.verdict import engine_says
@@ -316,3 +316,49 @@ async def test_a_usage_within_the_prompt_is_kept() -> None:
     assert trace.usage is not None and trace.usage.prompt_tokens == 4_369
     assert trace.server is not None and trace.server.prompt_n == 4_369
     assert not trace.doubts
+
+
+# Issue 49: a request's own per-request figures (vLLM's `metrics`, llama-server's
+# `timings`) are held against the request as /metrics' are, and kept when /metrics'
+# are not this request's alone.
+def test_a_request_s_own_queue_counts_among_its_phases() -> None:
+    span = Span(1000.0, 4000, 100)
+    # vLLM's per-request metrics: 600 + 300 + 300 ms in 1,000 ms; each fits alone
+    own = ServerAccount("vLLM per-request metrics", queue_ms=600, prefill_ms=300, decode_ms=300)
+    a = joined(own, None, span)
+    assert a is not None and (a.queue_ms, a.prefill_ms, a.decode_ms) == (None, None, None)
+    (line,) = a.doubts
+    assert "1,200 ms of queue + prefill + decode" in line
+    # 400 + 300 + 300: they fit together, at the bound
+    fits = ServerAccount("vLLM per-request metrics", queue_ms=400, prefill_ms=300, decode_ms=300)
+    kept = joined(fits, None, span)
+    assert kept is not None and kept.doubts == ()
+    assert (kept.queue_ms, kept.prefill_ms, kept.decode_ms) == (400, 300, 300)
+    # the queue alone longer than the request
+    long = joined(ServerAccount("vLLM per-request metrics", queue_ms=1_100), None, span)
+    assert long is not None and long.queue_ms is None and len(long.doubts) == 1
+
+
+def test_llama_server_s_two_phases_longer_than_the_request_are_not_believed() -> None:
+    span = Span(1000.0, 4000, 100)
+    own = ServerAccount("llama-server timings", prefill_ms=800, decode_ms=700)
+    a = joined(own, None, span)
+    assert a is not None and (a.prefill_ms, a.decode_ms) == (None, None)
+    (line,) = a.doubts
+    assert "1,500 ms of prefill + decode" in line and "1,000 ms measured here" in line
+    ok = joined(ServerAccount("llama-server timings", prefill_ms=300, decode_ms=700), None, span)
+    assert ok is not None and (ok.prefill_ms, ok.decode_ms) == (300, 700) and ok.doubts == ()
+
+
+def test_a_request_s_own_figures_stand_when_others_ran_beside_it() -> None:
+    span = Span(1000.0, 4000, 100)
+    crowded = ServerAccount("vLLM /metrics", pool_tokens=9_000, unknown=CROWDED)
+    own = ServerAccount("vLLM per-request metrics", queue_ms=10, prefill_ms=200, decode_ms=300)
+    a = joined(own, crowded, span)
+    assert a is not None and a.unknown is None
+    assert (a.queue_ms, a.prefill_ms, a.decode_ms) == (10, 200, 300)
+    assert a.pool_tokens == 9_000 and a.source == "vLLM per-request metrics + vLLM /metrics"
+    # nothing of its own: /metrics' reason stands
+    bare = joined(ServerAccount("vLLM per-request metrics"), crowded, span)
+    assert bare is not None and bare.unknown == CROWDED
+    assert joined(None, crowded, span) is crowded

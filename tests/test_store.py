@@ -241,3 +241,14 @@ def test_sigkill_mid_answer_keeps_the_prompt_and_the_partial_answer(data_home: P
     assert answer.content.startswith(partial) and answer.content
     assert (answer.status, answer.error) == ("cancelled", INTERRUPTED)
     assert answer.metrics is None  # it never finished, so no metrics were recorded
+
+
+def test_an_untitled_chat_is_untitled_not_unreadable(store: ChatStore) -> None:
+    """Issue 49: a chat with no title yet (NULL, as a new chat has) lists and searches as
+    "(untitled)"; "(unreadable title)" is for a title cell that holds something else."""
+    chat_id = store.create_chat()
+    store.add_message(chat_id, ChatMessage("assistant", "a lighthouse keeper"), None)
+    assert [s.title for s in store.list_chats() if s.id == chat_id] == ["(untitled)"]
+    assert store.get(chat_id).title == "(untitled)" and store.get(chat_id).unreadable == ()
+    [hit] = store.search("lighthouse")
+    assert (hit.chat_id, hit.title) == (chat_id, "(untitled)")

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.widgets.chat_log import shown_messages
 from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
 from tests.helpers import settled, stored_messages
 from tests.scripted import ScriptedBackend
@@ -135,3 +137,20 @@ async def test_editing_the_system_prompt_answers_the_last_question_on_a_new_root
         app.action_edit_system()  # the palette's "Edit the system prompt"
         await pilot.pause()
         assert prompt.text == "Be brief." and "system prompt" in str(prompt.border_title)
+
+
+def test_an_empty_system_prompt_is_shown_where_another_branch_has_one() -> None:
+    """Issue 49: the branch shown has no system prompt, another has one: its empty root
+    is drawn, so that the other's ‹2/2› can be reached; alone, it is not drawn."""
+    chat = Conversation("Be brief.")
+    chat.add(ChatMessage("user", "first"))
+    chat.rewind(None)
+    empty = chat.add(ChatMessage("system", ""))
+    question = chat.add(ChatMessage("user", "second"))
+    assert len(chat.siblings(empty)) == 2
+    assert shown_messages(chat) == [empty, question]
+    alone = Conversation("")
+    asked = alone.add(ChatMessage("user", "only"))
+    assert shown_messages(alone) == [asked]
+    kept = Conversation("Be brief.")
+    assert [m.content for m in shown_messages(kept)] == ["Be brief."]

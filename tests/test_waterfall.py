@@ -16,6 +16,8 @@ from phasechat.telemetry.waterfall import (
     QUEUED,
     REST,
     SENT,
+    Step,
+    Waterfall,
     waterfall,
     waterfall_of,
 )
@@ -103,6 +105,16 @@ def test_the_verdict_names_split_workers() -> None:
 
 def test_a_local_answer_has_no_waterfall() -> None:
     assert waterfall_of(metrics_from_dict({"backend": "local", "ttft_ms": 50.0})) is None
+
+
+@pytest.mark.parametrize(("queue", "dominant"), [(50.0, QUEUED), (49.9, None), (51.0, QUEUED)])
+def test_a_part_of_exactly_half_the_ttft_dominates(queue: float, dominant: str | None) -> None:
+    """Issue 49: at the bound (50 of 100 ms) and just below it."""
+    steps = (Step(QUEUED, queue, "server"), Step(PREFILL, 20.0, "server"))
+    got = Waterfall(100.0, (*steps, Step(REST, 80.0 - queue, "here")))
+    top = got.dominant()
+    assert (top.name if top else None) == dominant
+    assert Waterfall(0.0, steps).dominant() is None
 
 
 def test_float_noise_is_zero_not_a_part() -> None:
