@@ -93,7 +93,10 @@ async def test_full_disk_is_shown_at_once_retried_and_the_chat_exported_from_mem
         # a write that failed, naming the file: it once said "cannot read the chat database"
         written = f"chat not saved: cannot write {db_path()}: database or disk is full"
         assert any(m.startswith(written) for m in said(app)), said(app)
-        assert len(stored_messages()) < 4
+        # not all of it reached the file: a real full disk still takes what fits in the
+        # database's free pages (the question may), never the whole answer
+        said_here = [m.content for m in app.turns.conversation.messages]
+        assert [r["content"] for r in stored_messages()] != said_here
         answer = app.query(MessageView).last()  # the answer stays on screen, whole
         assert answer.markdown.source == app.turns.conversation.messages[-1].content
         assert answer.markdown.source.startswith("the answer")
