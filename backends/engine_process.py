@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import signal
 import socket
 import subprocess
@@ -63,6 +62,7 @@ from phasechat.backends.events import (
 from phasechat.backends.gguf import Geometry
 from phasechat.backends.local import LocalBackend, LocalConfig
 from phasechat.backends.models import ModelNotFound, default_model_path
+from phasechat.backends.stderr_tail import StderrTail
 
 #: how long a call the UI waits on (a token count) may take before it is estimated
 CALL_TIMEOUT_S = 2.0
@@ -82,8 +82,6 @@ SILENT_S = 1.0
 HANG_S = 5.0
 #: a child that never said it is alive (still importing) is given this long
 START_S = 60.0
-#: the bytes of the child's stderr kept (its tail)
-STDERR_TAIL = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,44 +614,6 @@ def _file_stamp(path: Path | None) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns) if st is not None else None
-
-
-class StderrTail:
-    """The child's stderr, drained by a thread into its last `STDERR_TAIL` bytes: a
-    child that writes without end costs a little CPU, never the disk or the memory."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self._tail = b""
-        self._thread: threading.Thread | None = None
-        if proc.stderr is not None:
-            self._thread = threading.Thread(
-                target=self._drain, args=(proc.stderr,), name="engine-stderr", daemon=True
-            )
-            self._thread.start()
-
-    def _drain(self, pipe: Any) -> None:
-        fd = pipe.fileno()
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                self._tail = (self._tail + chunk)[-STDERR_TAIL:]
-        except OSError:
-            pass
-        finally:
-            pipe.close()
-
-    def last_line(self) -> str:
-        """The last non-empty line written (at most 200 chars), once the pipe is read
-        to its end (a moment at most: the child has ended)."""
-        if self._thread is not None:
-            self._thread.join(0.5)
-        text = self._tail.decode("utf-8", "replace")
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        return lines[-1][:200] if lines else ""
-
-    @property
-    def size(self) -> int:
-        """Bytes held (at most `STDERR_TAIL`)."""
-        return len(self._tail)
 
 
 # -- the child --------------------------------------------------------------------------

@@ -19,13 +19,7 @@ from typing import cast
 
 import pytest
 
-from phasechat.backends.engine_process import (
-    CALL_TIMEOUT_S,
-    HANG_S,
-    STDERR_TAIL,
-    EngineProcess,
-    StderrTail,
-)
+from phasechat.backends.engine_process import CALL_TIMEOUT_S, HANG_S, EngineProcess
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -35,6 +29,7 @@ from phasechat.backends.events import (
     TextDelta,
 )
 from phasechat.backends.local import LocalConfig
+from phasechat.backends.stderr_tail import STDERR_TAIL, StderrTail
 
 pytestmark = pytest.mark.model
 
