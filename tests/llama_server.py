@@ -14,7 +14,7 @@ import httpx
 
 ENV = "PHASECHAT_LLAMA_SERVER"
 BUILD_HINT = (
-    "Build it once (about 8 minutes on 2 cores, cached in ~/.cache/phasechat/llama-server) "
+    "Build it once (about 8 minutes on 2 cores, cached in ~/.cache/phasechat/llama.cpp) "
     f"and point {ENV} at it: {ENV}=$(scripts/llama_server.sh) .venv/bin/pytest ... "
     "(scripts/test.sh builds it and sets it)."
 )
