@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from phasechat.backends import sampling
 from phasechat.backends.events import KVStats, ServerTimings, StreamError
 from phasechat.backends.gguf import KV_TYPE_BYTES, Geometry
 from phasechat.backends.offload import split
@@ -111,44 +112,20 @@ def token_loop(
     on_prompt: Callable[[int, int], None],
     on_batch: Callable[[int], None],
 ) -> Generator[int, None, None]:
-    """`Llama.generate` without its per-token Python: one C decode per token, and greedy
-    by numpy argmax (the first maximum, as llama.cpp's greedy sampler picks; the sampler
-    copies all n_vocab logits per call, ~10x the cost). Other temperatures use the chain
-    `Llama.generate` builds (top-k 40, top-p 0.95, min-p 0.05, temp, seeded dist).
+    """`Llama.generate` without its per-token Python: one C decode per token, and the
+    token chosen by backends/sampling.py (greedy by numpy argmax over the logits buffer;
+    other temperatures by the chain `Llama.generate` builds, fed the top-k candidates).
 
     The prompt still goes through `llm.eval`, so `n_tokens` / `input_ids` stay Llama's
     record of the KV cache for the next request. `on_prompt(cached, evaluated)` is called
     once the prefix reuse is known; the rest is evaluated one `n_batch` at a time (as
     `Llama.eval` does inside) with `on_batch(evaluated so far)` after each batch.
     """
-    import ctypes
-
     import llama_cpp.llama_cpp as lib
-    import numpy as np
 
     read_prompt(llm, tokens, on_prompt, on_batch)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
-    if temp == 0.0:
-        n_vocab, logits = int(llm.n_vocab()), lib.llama_get_logits_ith
-        # A numpy view of llama.cpp's logits buffer, rebuilt only when the buffer moves
-        # (it is reallocated only when a batch needs more outputs): `as_array` on a
-        # fresh pointer costs ~45 us a token, cold after a decode, a third of the step's
-        # Python (bench/README.md).
-        view: list[Any] = [None, None]  # address, array
-
-        def sample() -> int:
-            ptr = logits(ctx, -1)
-            address = ctypes.cast(ptr, ctypes.c_void_p).value
-            if address != view[0]:
-                view[:] = address, np.ctypeslib.as_array(ptr, shape=(n_vocab,))
-            return int(view[1].argmax())
-
-    else:
-        chain = llm._init_sampler(top_k=40, top_p=0.95, min_p=0.05, temp=temp)
-
-        def sample() -> int:
-            return int(lib.llama_sampler_sample(chain.sampler, ctx, -1))
-
+    sample = sampling.greedy(llm) if temp == 0.0 else sampling.sampled(llm, temp)
     slot = (lib.llama_token * 1)()
     batch = lib.llama_batch_get_one(slot, 1)  # no positions: they follow the KV cache
     while True:
