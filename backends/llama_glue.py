@@ -114,7 +114,7 @@ def token_loop(
 ) -> Generator[int, None, None]:
     """`Llama.generate` without its per-token Python: one C decode per token, and the
     token chosen by backends/sampling.py (greedy by numpy argmax over the logits buffer;
-    other temperatures by the chain `Llama.generate` builds, fed the top-k candidates).
+    other temperatures by the chain `Llama.generate` builds).
 
     The prompt still goes through `llm.eval`, so `n_tokens` / `input_ids` stay Llama's
     record of the KV cache for the next request. `on_prompt(cached, evaluated)` is called
@@ -125,7 +125,7 @@ def token_loop(
 
     read_prompt(llm, tokens, on_prompt, on_batch)
     ctx, decode, ids = llm.ctx, lib.llama_decode, llm.input_ids
-    sample = sampling.greedy(llm) if temp == 0.0 else sampling.sampled(llm, temp)
+    sample = sampling.greedy(llm) if temp == 0.0 else sampling.chain(llm, temp)
     slot = (lib.llama_token * 1)()
     batch = lib.llama_batch_get_one(slot, 1)  # no positions: they follow the KV cache
     while True:

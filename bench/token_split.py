@@ -21,6 +21,11 @@ Parts, on the llama thread, from the end of one `llama_decode` to the start of t
 - stops + think: stop strings held back, the think block split, the events built;
 - hand-over: `Handoff.put` (the event queued, the loop woken at most every 25 ms);
 - rest: the end-of-generation test, the stamp, the thread policy, the generator.
+
+Last, each sampler alone on one token's logits, in thread CPU time (which a busy
+machine's preemptions leave out): phasechat's greedy argmax, llama.cpp's own greedy
+sampler (it copies all n_vocab logits into a candidate array first), and the sampled
+chain.
 """
 
 from __future__ import annotations
@@ -227,24 +232,35 @@ def bare_rate(backend: LocalBackend, tokens: int, depth: bool) -> float:
     return tokens / (elapsed / 1e9)
 
 
-#: the answers measured: (label, sampled, the sampler to use instead of the product's)
-SIDES: tuple[tuple[str, bool, Callable[[Any, float], Callable[[], int]] | None], ...] = (
-    ("greedy", False, None),
-    ("sampled, before", True, sampling.full_chain),
-    ("sampled, now", True, None),
-)
+def sampler_cpu(backend: LocalBackend, calls: int, blocks: int) -> dict[str, float]:
+    """Each sampler alone on one token's logits (after the answer's prompt), called
+    `calls` times in each of `blocks` interleaved blocks: thread CPU time per call, us
+    (median over blocks; CPU time, not wall, so a busy machine's preemptions stay out).
+    On the llama thread."""
+    llm = backend._llm
+    prompt, _ = backend.format_prompt(request(1, False).messages)
+    reuse_prefix(llm, [])
+    llm._ctx.kv_cache_clear()
+    llm.eval(prompt)
+    made = {
+        "greedy: numpy argmax (phasechat)": sampling.greedy(llm),
+        "greedy: llama.cpp's greedy sampler": sampling.chain(llm, 0.0),
+        f"sampled: llama.cpp's chain, temp {TEMPERATURE}": sampling.chain(llm, TEMPERATURE),
+    }
+    times: dict[str, list[float]] = {name: [] for name in made}
+    for _ in range(blocks):
+        for name, sample in made.items():
+            start = time.thread_time_ns()
+            for _ in range(calls):
+                sample()
+            times[name].append((time.thread_time_ns() - start) / calls / 1e3)
+    llm.reset()
+    llm._ctx.kv_cache_clear()
+    return {name: statistics.median(xs) for name, xs in times.items()}
 
 
-@contextmanager
-def sampler(factory: Callable[[Any, float], Callable[[], int]] | None) -> Iterator[None]:
-    """The product's sampler for temperatures above 0, or `factory` instead."""
-    saved = sampling.sampled
-    if factory is not None:
-        sampling.sampled = factory  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        sampling.sampled = saved
+#: the answers measured: (label, sampled)
+SIDES: tuple[tuple[str, bool], ...] = (("greedy", False), (f"sampled (temp {TEMPERATURE})", True))
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -258,7 +274,7 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     print(f"{model.name} · {threads} threads · {backend.flash_note} · {load()}")
     print(f"sampled: temperature {TEMPERATURE}, seed {SEED}; {args.tokens} tokens an answer")
-    names = [name for name, _, _ in SIDES]
+    names = [name for name, _ in SIDES]
     rates: dict[str, list[float]] = {"bare": [], "bare0": [], **{n: [] for n in names}}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     splits = {n: Split() for n in names}
@@ -268,17 +284,20 @@ async def run(args: argparse.Namespace) -> int:
         rates["bare"].append(bare)
         rates["bare0"].append(bare0)
         line = [f"round {r + 1}: bare {bare0:.1f} (depth 0), {bare:.1f}"]
-        for name, is_sampled, factory in SIDES:
+        for name, is_sampled in SIDES:
             req = request(args.tokens, is_sampled)
-            with sampler(factory):
-                rate = await stream(backend, req, None)
-                await stream(backend, req, splits[name])
+            rate = await stream(backend, req, None)
+            await stream(backend, req, splits[name])
             rates[name].append(rate)
             ratios[name].append(rate / bare)
             line.append(f"{name} {rate:.1f} ({rate / bare:.3f})")
         print(" · ".join(line) + f" · {load()}", flush=True)
+    alone = await loop.run_in_executor(llama_thread(), sampler_cpu, backend, 200, 5)
     await backend.aclose()
     report(args.rounds, names, splits, rates, ratios)
+    print("\none sampler call on the same logits, thread CPU us (median of 5 x 200 calls):")
+    for name, us in alone.items():
+        print(f"  {name:<34}{us:8.1f}")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The token sampler (backends/sampling.py) on the real bundled model: the same answers
-as llama.cpp's own sampling over the whole vocabulary, greedy and seeded."""
+"""The token sampler (backends/sampling.py) on the real bundled model: greedy gives what
+llama.cpp's own greedy sampler gives over the whole vocabulary, and a seed gives one
+answer, the same each time."""
 
 from __future__ import annotations
 
@@ -15,67 +16,48 @@ from phasechat.backends.local import LocalBackend
 pytestmark = pytest.mark.model
 
 QUESTION = Message("user", "Write a short story about a lighthouse keeper and a storm.")
-Factory = Callable[[Any, float], Callable[[], int]]
-
-
-def greedy_chain(llm: Any, temp: float) -> Callable[[], int]:
-    """llama.cpp's greedy sampler over all n_vocab logits (the reference for argmax)."""
-    assert temp == 0.0
-    return sampling.full_chain(llm, 0.0)
 
 
 async def answer(
-    backend: LocalBackend, temp: float, seed: int | None, factory: Factory | None = None
+    backend: LocalBackend,
+    temp: float,
+    seed: int | None,
+    greedy: Callable[[Any], Callable[[], int]] | None = None,
 ) -> tuple[tuple[int, ...], str]:
-    """The answer's token ids and text; with `factory`, sampled by it instead."""
+    """The answer's token ids and text; with `greedy`, chosen by it instead."""
     request = GenerationRequest((QUESTION,), max_tokens=64, temperature=temp, seed=seed)
-    saved = sampling.sampled, sampling.greedy
-    if factory is not None:
-        sampling.sampled = factory  # type: ignore[assignment]
-        sampling.greedy = lambda llm: factory(llm, 0.0)
+    saved = sampling.greedy
+    if greedy is not None:
+        sampling.greedy = greedy  # type: ignore[assignment]
     try:
         events = [e async for e in backend.stream(request)]
     finally:
-        sampling.sampled, sampling.greedy = saved
+        sampling.greedy = saved
     (ids,) = [e.ids for e in events if isinstance(e, AnswerTokens)]
     return ids, "".join(e.text for e in events if isinstance(e, TextDelta))
 
 
-async def same_as(
-    backend: LocalBackend, temp: float, seed: int | None, reference: Factory
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(ours, the reference's) token ids for one request. Ours runs first and is not
-    compared: it leaves the cache holding the prompt, so the reference and our second
-    run both read its last token again alone (the same logits, bit for bit, where a
-    whole prompt's batch may round differently)."""
-    await answer(backend, temp, seed)
-    theirs, their_text = await answer(backend, temp, seed, reference)
-    ours, our_text = await answer(backend, temp, seed)
-    assert our_text == their_text
-    return ours, theirs
-
-
 async def test_greedy_is_llama_cpps_greedy(local_backend: LocalBackend) -> None:
-    ours, theirs = await same_as(local_backend, 0.0, None, greedy_chain)
+    """numpy's argmax over the logits buffer against llama.cpp's greedy sampler over all
+    n_vocab candidates. A first answer leaves the cache holding the prompt, so both
+    compared runs read its last token again alone (the same logits, bit for bit, where
+    a whole prompt's batch may round differently)."""
+    await answer(local_backend, 0.0, None)
+    theirs, their_text = await answer(local_backend, 0.0, None, lambda llm: sampling.chain(llm, 0))
+    ours, our_text = await answer(local_backend, 0.0, None)
     assert len(ours) == 64  # the story runs past the limit: every step compared
     assert ours == theirs
+    assert our_text == their_text
 
 
-@pytest.mark.parametrize(("temp", "seed"), [(0.7, 1), (0.7, 1234), (1.5, 7)])
-async def test_seeded_sampling_is_llama_cpps_chain(
-    local_backend: LocalBackend, temp: float, seed: int
-) -> None:
-    """The chain fed the top-k candidates draws what it draws over all n_vocab."""
-    ours, theirs = await same_as(local_backend, temp, seed, sampling.full_chain)
-    assert len(ours) >= 16
-    assert ours == theirs
-
-
-async def test_a_seed_picks_the_answer(local_backend: LocalBackend) -> None:
-    """Another seed draws another answer: the comparisons above are not between two
-    greedy runs."""
-    other, _ = await answer(local_backend, 1.5, 8)  # first: the others read the cache alike
-    one, _ = await answer(local_backend, 1.5, 7)
-    again, _ = await answer(local_backend, 1.5, 7)
-    assert one == again
+@pytest.mark.parametrize(("temp", "seed"), [(0.7, 1234), (1.5, 7)])
+async def test_a_seed_gives_one_answer(local_backend: LocalBackend, temp: float, seed: int) -> None:
+    """The same seed, the same answer; another seed, another (so the sampled path is
+    not greedy in disguise)."""
+    other, _ = await answer(local_backend, temp, seed + 1)  # first: the others read alike
+    one, one_text = await answer(local_backend, temp, seed)
+    again, again_text = await answer(local_backend, temp, seed)
+    assert (one, one_text) == (again, again_text)
     assert other != one
+    greedy, _ = await answer(local_backend, 0.0, None)
+    assert one != greedy
