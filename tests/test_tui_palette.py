@@ -8,6 +8,7 @@ from textual.pilot import Pilot
 
 from phasechat.chat.config.paths import exports_dir
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.commands import palette_entries
 from phasechat.tui.screens.sweep_screen import SweepScreen
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
@@ -42,7 +43,7 @@ async def run_command(pilot: Pilot[None], app: PhasechatApp, title: str) -> None
 async def test_the_palette_lists_the_chats_entries_in_the_apps_order_and_textuals_own() -> None:
     app = PhasechatApp(backend=ScriptedBackend())
     async with app.run_test(size=(120, 50)) as pilot:
-        ours = [entry.title for entry in app.palette_commands()]
+        ours = [entry.title for entry in palette_entries(app)]
         assert len(ours) == len(set(ours)) == 16  # the fifteen of before and the sweep
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: {"Quit", "Concurrency sweep"} <= set(listed(app)))

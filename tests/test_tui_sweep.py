@@ -16,6 +16,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
 from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.commands import palette_entries
 from phasechat.tui.screens.sweep_screen import SweepScreen, open_sweep
 from phasechat.tui.widgets.chat_widgets import MessageView
 from phasechat.tui.widgets.verdict_view import VerdictLine
@@ -81,7 +82,7 @@ async def test_a_notice_about_the_answer_is_shown_under_it_once() -> None:
 async def test_the_palette_refuses_a_sweep_of_the_local_model(local_backend: LocalBackend) -> None:
     app = PhasechatApp(backend=local_backend)
     async with app.run_test() as pilot:
-        (command,) = [c for c in app.palette_commands() if "sweep" in c.title]
+        (command,) = [c for c in palette_entries(app) if "sweep" in c.title]
         command.callback()
         await pilot.pause()
         assert not isinstance(app.screen, SweepScreen)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.widget import MountError
@@ -40,7 +40,7 @@ from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
 from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import compare_picker, dialogs, servers
+from phasechat.tui import commands, compare_picker, dialogs, servers
 from phasechat.tui.host import ChatHost
 from phasechat.tui.palette import ChatCommands
 from phasechat.tui.screens import sweep_screen
@@ -69,6 +69,7 @@ REFRESH_HZ = 15
 #: how many cold runs of each side "run each again" makes in a branch comparison
 BRANCH_RUNS = 3
 YIELD_EVERY_NS = 4_000_000
+ACTIONS = commands.by_action()
 
 
 class PhasechatApp(ChatHost):
@@ -77,21 +78,7 @@ class PhasechatApp(ChatHost):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "phasechat"
     COMMANDS = ChatHost.COMMANDS | {ChatCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
-        Binding("escape", "stop", "Stop", id="stop"),
-        Binding("ctrl+r", "retry", "Retry", id="retry"),
-        Binding("ctrl+b", "switch_backend", "Backend", id="switch-backend"),
-        Binding("f2", "history", "History", id="history"),
-        Binding("f3", "chats", "Chats", id="chats"),
-        Binding("f4", "settings", "Settings", id="settings"),
-        Binding("f5", "compare", "Compare", id="compare"),
-        Binding("f8", "prompt_view", "Prompt", id="prompt-view"),
-        Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
-        Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
-        Binding("ctrl+up", "select_message", "Messages", id="select-message"),
-        Binding("ctrl+l", "focus_prompt", "Prompt", id="focus-prompt", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(commands.bindings())
 
     def __init__(
         self,
@@ -573,48 +560,25 @@ class PhasechatApp(ChatHost):
     def action_focus_prompt(self) -> None:
         self.query_one(PromptInput).focus()
 
-    def palette_commands(self) -> Iterable[SystemCommand]:
-        """The palette's entries (tui/palette.py): the app's own actions, then those of
-        the screens each module opens."""
-        yield SystemCommand("Stop answer", "Stop the answer being generated", self.action_stop)
-        yield SystemCommand(
-            "Retry",
-            "Answer the last question again (the old answer stays, a sibling)",
-            self.action_retry,
-        )
-        yield SystemCommand(
-            "Select a message",
-            "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
-            self.action_select_message,
-        )
-        yield SystemCommand(
-            "Edit the system prompt",
-            "Enter answers the last question with it, on a new branch",
-            self.action_edit_system,
-        )
-        yield SystemCommand(
-            "Show the prompt",
-            "What the engine read for the selected answer: sections, cache break, exact text (F8)",
-            self.action_prompt_view,
-        )
-        yield SystemCommand(
-            "What each part of the prompt is worth",
-            "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
-            self.action_ablate,
-        )
-        yield compare_picker.command(self)
-        yield SystemCommand(
-            "Request history", "Every answer's metrics; export JSONL/CSV", self.action_history
-        )
-        yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
-        yield SystemCommand(
-            "Toggle telemetry",
-            "Show or hide the live telemetry panel",
-            self.action_toggle_telemetry,
-        )
-        yield servers.command(self)
-        yield from dialogs.commands(self)
-        yield sweep_screen.command(self)
+    def action_toggle_trimming(self) -> None:
+        """Turn the history trimmer on or off (saved)."""
+        dialogs.toggle_trimming(self)
+
+    def action_export_chat(self) -> None:
+        """The chat on screen, from memory, to the exports folder."""
+        dialogs.export_chat(self)
+
+    def action_sweep(self) -> None:
+        """A concurrency sweep of the backend (remote ones only)."""
+        sweep_screen.open_sweep(self)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A command's key and palette entry run only while it is enabled
+        (tui/commands.py)."""
+        command = ACTIONS.get(action)
+        if command is not None and command.enabled is not None:
+            return command.enabled(self)
+        return True
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""

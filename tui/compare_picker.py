@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from textual.app import SystemCommand
-
 from phasechat.backends.base import Backend
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.costs import switch_cost
@@ -18,15 +16,6 @@ from phasechat.tui.screens.switch_screen import SwitchScreen
 from phasechat.tui.widgets.telemetry_view import switch_line
 
 TITLE = ("Compare the last prompt on ...", "  (side by side with the active backend)")
-
-
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the comparison (F5)."""
-    return SystemCommand(
-        TITLE[0],
-        "The same conversation on another backend or settings, side by side (F5)",
-        lambda: compare_last(app),
-    )
 
 
 def targets(ws: Workspace) -> list[tuple[Target, str]]:

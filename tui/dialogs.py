@@ -6,9 +6,8 @@ about layout, streaming and bindings."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
 
-from textual.app import App, SystemCommand
+from textual.app import App
 from textual.theme import Theme
 
 from phasechat.chat.config.paths import themes_dir
@@ -19,24 +18,6 @@ from phasechat.chat.text import one_line, safe_link
 from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, load_user_themes
 from phasechat.tui.host import ChatHost
 from phasechat.tui.screens.confirm import ConfirmScreen
-
-
-def commands(app: ChatHost) -> Iterable[SystemCommand]:
-    """The palette entries of the dialogs opened here, each calling its function."""
-    yield SystemCommand("Chats", "Open, search, rename, delete, export", lambda: chats(app))
-    yield SystemCommand(
-        "Toggle history trimming",
-        "Summarize old turns to bound prefill",
-        lambda: toggle_trimming(app),
-    )
-    yield SystemCommand(
-        "Engine settings", "System prompt, temperature, max tokens, stop", lambda: settings(app)
-    )
-    yield SystemCommand(
-        "Export this chat",
-        "Write the chat on screen to .md/.json (even unsaved)",
-        lambda: export_chat(app),
-    )
 
 
 def register_themes(app: App[None], chosen: str | None) -> list[str]:

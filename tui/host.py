@@ -4,10 +4,6 @@ dialogs take a `ChatHost`, so none of them imports the app (no import circle).""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from textual.app import SystemCommand
-
 from phasechat.backends.base import Backend
 from phasechat.chat.conversation import Conversation
 from phasechat.chat.turns import TurnController
@@ -44,11 +40,6 @@ class ChatHost(PlainTextApp):
             self.notify(BUSY, severity="warning")
             return True
         return False
-
-    def palette_commands(self) -> Iterable[SystemCommand]:
-        """The app's entries in the command palette (tui/palette.py), each with the call
-        that does it."""
-        raise NotImplementedError
 
     async def switch_to(self, name: str) -> None:
         """Answer with backend profile `name` from now on (the chat carries over)."""

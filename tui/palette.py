@@ -1,8 +1,7 @@
 """The app's entries in Textual's command palette (Ctrl+P), as a command `Provider`.
 
-Each entry is a `SystemCommand` holding the call that does it (a bound method of the
-app, or a function of the module that opens the screen), gathered from
-`ChatHost.palette_commands`: nothing is looked up by name. A provider of its own, not
+Each entry is a command of the table in tui/commands.py, running the same action as
+its key. A provider of its own, not
 `App.get_system_commands`: Textual's `SystemCommandsProvider` sorts its entries by title,
 and the chat's keep the order the app gives them (the most used first); Textual's own
 (Theme, Keys, Quit) stay, from their provider."""
@@ -12,6 +11,7 @@ from __future__ import annotations
 from textual.app import SystemCommand
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from phasechat.tui.commands import palette_entries
 from phasechat.tui.host import ChatHost
 
 
@@ -21,7 +21,7 @@ class ChatCommands(Provider):
 
     def _entries(self) -> list[SystemCommand]:
         app = self.app
-        return list(app.palette_commands()) if isinstance(app, ChatHost) else []
+        return list(palette_entries(app)) if isinstance(app, ChatHost) else []
 
     async def discover(self) -> Hits:
         """Every entry, in the app's order (the palette before anything is typed)."""

@@ -6,8 +6,6 @@ and its profiles (chat/workspace.py); this module opens the screens and says the
 
 from __future__ import annotations
 
-from textual.app import SystemCommand
-
 from phasechat.backends.httplog import redact_url
 from phasechat.chat.config.edit import free_name
 from phasechat.chat.config.file import EndpointProfile
@@ -19,15 +17,6 @@ from phasechat.tui.screens.rename_screen import RenameScreen
 from phasechat.tui.screens.server_form import ServerChoice, ServerForm
 from phasechat.tui.screens.switch_screen import BackendsScreen
 from phasechat.tui.widgets.telemetry_view import switch_line
-
-
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the switcher (Ctrl+B)."""
-    return SystemCommand(
-        "Switch backend",
-        "Answer with another model or endpoint; add a server, pick its model (Ctrl+B)",
-        lambda: switch_backend(app),
-    )
 
 
 def switch_backend(app: ChatHost) -> None:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from textual import work
-from textual.app import ComposeResult, SystemCommand
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -144,12 +144,3 @@ def open_sweep(
         return False
     app.push_screen(SweepScreen(backend, app.turns.settings, levels, repeats=repeats))
     return True
-
-
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the sweep."""
-    return SystemCommand(
-        "Concurrency sweep",
-        "Throughput and per-user speed at 1, 2, 4, 8 concurrent requests (remote backends)",
-        lambda: open_sweep(app),
-    )
