@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from textual.actions import parse
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from phasechat.tui.app import ACTIONS, PhasechatApp
+from phasechat.tui.app import PhasechatApp
+from phasechat.tui.chat_screen import ACTIONS, ChatScreen
 from phasechat.tui.commands import COMMANDS, Command, Key, bindings, palette_entries
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
@@ -24,13 +26,15 @@ def test_each_command_has_one_id_one_key_one_place_in_the_footer_and_one_title()
     assert len(titles) == len(set(titles)) == 16
 
 
-def test_every_action_of_the_table_is_a_method_of_the_chat() -> None:
-    missing = [
-        c.action
-        for c in COMMANDS
-        if not callable(getattr(PhasechatApp, f"action_{c.action}", None))
-    ]
+def test_every_action_of_the_table_is_a_method_of_the_chat_screen_or_the_app() -> None:
+    missing = []
+    for command in COMMANDS:
+        namespace, name, _arguments = parse(command.action)
+        owner = PhasechatApp if namespace == "app" else ChatScreen
+        if not callable(getattr(owner, f"action_{name}", None)):
+            missing.append(command.action)
     assert missing == []
+    assert [c.id for c in COMMANDS if c.action.startswith("app.")] == ["quit"]
 
 
 def test_the_bindings_follow_the_footer_slots_not_the_table_order() -> None:
@@ -41,8 +45,8 @@ def test_the_bindings_follow_the_footer_slots_not_the_table_order() -> None:
     )
     built = bindings(table)
     assert [(b.key, b.action, b.description, b.id, b.show) for b in built] == [
-        ("f1", "a", "Ay", "a", False),
-        ("f2", "b", "Bee", "b", True),
+        ("f1", "chat('a')", "Ay", "a", False),
+        ("f2", "chat('b')", "Bee", "b", True),
     ]
 
 
@@ -62,18 +66,18 @@ async def test_a_disabled_command_leaves_the_palette_and_its_key_does_nothing(
 ) -> None:
     app = PhasechatApp(backend=ScriptedBackend())
     async with app.run_test(size=(120, 40)) as pilot:
-        shown = [e.title for e in palette_entries(app)]
+        shown = [e.title for e in palette_entries(app.chat)]
         assert "Request history" in shown
         history = ACTIONS["history"]
         closed = replace(history, enabled=lambda _chat: False)
         table = tuple(closed if c is history else c for c in COMMANDS)
-        assert [e.title for e in palette_entries(app, table)] == [
+        assert [e.title for e in palette_entries(app.chat, table)] == [
             t for t in shown if t != "Request history"
         ]
         monkeypatch.setitem(ACTIONS, "history", closed)
         await pilot.press("f2")
         await pilot.pause()
-        assert len(app.screen_stack) == 1  # F2 opened nothing
+        assert app.screen is app.chat  # F2 opened nothing
         monkeypatch.setitem(ACTIONS, "history", history)
         await pilot.press("f2")
         await wait_for(pilot, lambda: len(app.screen_stack) == 2)

@@ -3,9 +3,10 @@ place), its title and help in the command palette, the action that does it and w
 is enabled. The bindings, the footer and the palette (tui/palette.py) are all built
 from `COMMANDS`, as harlequin builds its keymaps over `HARLEQUIN_ACTIONS`.
 
-An action is a Textual action name, run on the chat (`action_<name>`, which may hand
-over to the module that opens the dialog: tui/dialogs.py, tui/servers.py, ...), so a
-key and a palette entry run the same call by construction."""
+An action is a Textual action name, run on the chat screen (`ChatScreen.action_<name>`,
+which may hand over to the module that opens the dialog: tui/dialogs.py,
+tui/servers.py, ...) or, named `app.<name>`, on the app; a key and a palette entry run
+the same call by construction."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ COMMANDS: tuple[Command, ...] = (
         "Throughput and per-user speed at 1, 2, 4, 8 concurrent requests (remote backends)",
         "sweep",
     ),
-    Command("quit", "", "Quit the app", "quit", Key("ctrl+q", "Quit", 1, priority=True)),
+    Command("quit", "", "Quit the app", "app.quit", Key("ctrl+q", "Quit", 1, priority=True)),
     Command(
         "toggle-thinking",
         "",
@@ -167,12 +168,23 @@ COMMANDS: tuple[Command, ...] = (
 
 
 def bindings(commands: Sequence[Command] = COMMANDS) -> list[Binding]:
-    """The keys of `commands`, in their footer order, each with the command's id."""
+    """The keys of `commands`, in their footer order, each with the command's id: the
+    app's BINDINGS, so a key works over every screen that does not take it itself (the
+    compare view's footer lists them, as it always did). Each runs its action on the
+    chat screen (`chat('<action>')`: `PhasechatApp.action_chat`), or, named
+    `app.<name>`, on the app."""
     keyed = sorted((c.key.slot, c.key, c) for c in commands if c.key is not None)
     return [
-        Binding(k.keys, c.action, k.label, show=k.show, priority=k.priority, id=c.id)
+        Binding(k.keys, routed(c.action), k.label, show=k.show, priority=k.priority, id=c.id)
         for _slot, k, c in keyed
     ]
+
+
+def routed(action: str) -> str:
+    """`action` as the app's binding names it: on the app itself, or through `chat`."""
+    if action.startswith("app."):
+        return action.removeprefix("app.")
+    return f"chat({action!r})"
 
 
 def by_action(commands: Sequence[Command] = COMMANDS) -> dict[str, Command]:
@@ -193,6 +205,7 @@ def palette_entries(
 def _runner(target: DOMNode, action: str) -> Callable[[], object]:
     """The call of `action` on `target`: its `action_<name>` with the action's arguments,
     the method a key runs (called at once, so a caller sees its effect)."""
-    _namespace, name, arguments = parse(action)
-    method: Callable[..., object] = getattr(target, f"action_{name}")
+    namespace, name, arguments = parse(action)
+    owner = target.app if namespace == "app" else target
+    method: Callable[..., object] = getattr(owner, f"action_{name}")
     return partial(method, *arguments)
