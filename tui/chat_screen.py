@@ -305,7 +305,11 @@ class ChatScreen(Screen[None]):
     # -- the refresh timer -----------------------------------------------------------
     async def refresh_live(self, force: bool = False) -> None:
         """Move new text into the streaming answer, redraw the panel (chat_log.Pace);
-        a backlog is drawn a frame's worth at a time, frame after frame."""
+        a backlog is drawn a frame's worth at a time, frame after frame. Nothing while
+        another screen is on top (the chat is not what the user is looking at): the
+        timer costs nothing then, as when the app's queries saw only the top screen."""
+        if not self.is_current:
+            return
         try:
             panel = self.query_one(LivePanel)
         except NoMatches:  # the timer can fire once more while the app shuts down
