@@ -104,8 +104,8 @@ async def tui_vs_headless(backend: LocalBackend) -> list[str]:
         pass
     app = PhasechatApp(settings=settings, backend=backend)
     async with app.run_test() as pilot:
-        assert app.send(prompt)
-        while not app.turns.exchanges or app.generating:
+        assert app.chat.send(prompt)
+        while not app.turns.exchanges or app.chat.generating:
             await pilot.pause(0.05)
         tui = app.turns.exchanges[-1].metrics
     head = headless.exchanges[-1].metrics

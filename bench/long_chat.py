@@ -141,9 +141,9 @@ async def open_long(messages: int) -> dict[str, float]:
         finished = asyncio.Event()
 
         async def open_it() -> None:  # what F3's chosen chat does (tui/dialogs.py)
-            await app.stop_and_wait()
+            await app.chat.stop_and_wait()
             app.workspace.open_chat(chat)
-            await app.show_conversation(app.turns.conversation)
+            await app.chat.show_conversation(app.turns.conversation)
             finished.set()
 
         t0 = time.perf_counter()
@@ -218,7 +218,7 @@ class LongAnswers(ScriptedBackend):
 
 
 async def settle(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
-    while len(app.turns.exchanges) < answers or app.generating:
+    while len(app.turns.exchanges) < answers or app.chat.generating:
         await pilot.pause(0.1)
 
 
@@ -242,12 +242,12 @@ async def views() -> dict[str, float]:
     app = PhasechatApp(backend=LongAnswers())
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.5)
-        app.send("a long answer, please")
+        app.chat.send("a long answer, please")
         await settle(pilot, app, 1)
         await pilot.press("ctrl+r")  # its sibling: `c` compares the two
         await settle(pilot, app, 2)
         size = len(app.turns.exchanges[-1].answer.content.encode())
-        app.send("short, now")  # its prompt holds the long answer: what F8 shows
+        app.chat.send("short, now")  # its prompt holds the long answer: what F8 shows
         await settle(pilot, app, 3)
         await pilot.pause(0.5)
         answers = [v for v in app.query(MessageView) if v.message.role == "assistant"]

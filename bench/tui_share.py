@@ -109,7 +109,7 @@ async def tui(backend: Backend, settings: Settings) -> tuple[Metrics, str]:
         await pilot.pause(0.5)  # the first layout and start-up work
         before, t0 = thread_cpu(), time.perf_counter()
         Stamped.stamps.clear()
-        assert app.send(PROMPT)
+        assert app.chat.send(PROMPT)
         # Waited for, not polled: a poll is a wake-up of this thread the app would not have.
         for worker in [w for w in app.workers if w.group == "generate"]:
             await worker.wait()

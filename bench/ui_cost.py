@@ -49,14 +49,14 @@ async def run(tokens: int, rate: float, answers: int) -> None:
             while backend.state != "ready":  # noqa: ASYNC110 (polling)
                 await asyncio.sleep(0.05)
             if answers:
-                await app.show_conversation(history(answers))
+                await app.chat.show_conversation(history(answers))
             await pilot.pause(1.0)
             idle0, t_idle = thread_cpu(), time.perf_counter()
             await asyncio.sleep(2.0)
             idle = delta(idle0, thread_cpu(), time.perf_counter() - t_idle)
             before, t0 = thread_cpu(), time.perf_counter()
-            assert app.send("go")
-            while not app.turns.exchanges or app.generating:  # noqa: ASYNC110 (polling)
+            assert app.chat.send("go")
+            while not app.turns.exchanges or app.chat.generating:  # noqa: ASYNC110 (polling)
                 await asyncio.sleep(0.05)
             wall = time.perf_counter() - t0
             print(f"idle, per s:       {idle or 'nothing'}")

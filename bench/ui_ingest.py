@@ -40,10 +40,10 @@ async def run(tokens: int) -> dict[str, float]:
             await pilot.pause(0.5)  # let start-up work (tiktoken, first layout) finish
             prompt = app.query_one(PromptInput)
             t_send = time.perf_counter_ns()
-            app.send("go")
+            app.chat.send("go")
             await pilot.pause()
             typed = 0
-            while app.generating or not app.turns.exchanges:
+            while app.chat.generating or not app.turns.exchanges:
                 # A key press, timed until the prompt box holds the character. (Posted
                 # directly: Pilot.press waits for the app to go idle, which a stream delays.)
                 t0 = time.perf_counter_ns()

@@ -22,14 +22,14 @@ async def wait_for(pilot: Pilot[None], condition: Callable[[], bool], limit_s: f
 
 async def settled(pilot: Pilot[None], app: PhasechatApp, answers: int) -> None:
     """Let the app run until it has `answers` answers and the last is final on screen."""
-    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.generating)
+    await wait_for(pilot, lambda: len(app.turns.exchanges) == answers and not app.chat.generating)
     await pilot.pause()
 
 
 async def send_each(pilot: Pilot[None], app: PhasechatApp, questions: tuple[str, ...]) -> None:
     """Send each of `questions` in turn, each answer final on screen before the next."""
     for i, question in enumerate(questions, len(app.turns.exchanges) + 1):
-        app.send(question)
+        app.chat.send(question)
         await settled(pilot, app, i)
 
 

@@ -163,10 +163,10 @@ async def test_the_palettes_ablation_runs_on_the_chat_shown_and_adds_nothing(
     app = PhasechatApp(settings=settings, backend=local_backend)
     async with app.run_test(size=(160, 40)) as pilot:
         for i, q in enumerate(("Name a colour.", "Name a fruit."), 1):
-            app.send(q)
+            app.chat.send(q)
             await settled(pilot, app, i)
         before = [m.id for m in app.turns.conversation.every()]
-        app.action_ablate()
+        app.chat.action_ablate()
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, AblateScreen)
@@ -199,13 +199,13 @@ async def test_the_palette_asks_before_a_long_ablation_and_no_starts_nothing() -
     app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
     async with app.run_test(size=(160, 40)) as pilot:
         for i in range(1, 11):  # 10 exchanges, then the last question's answer: 11 in all
-            app.send(f"question {i}")
+            app.chat.send(f"question {i}")
             await settled(pilot, app, i)
-        app.send("the last question")
+        app.chat.send("the last question")
         await settled(pilot, app, 11)
         requests = backend.requests
         # the full prompt, the system prompt and 10 earlier exchanges: 12 x 3 = 36 runs
-        app.action_ablate()
+        app.chat.action_ablate()
         await wait_for(
             pilot, lambda: isinstance(app.screen, ConfirmScreen) and bool(app.screen.query(Static))
         )
@@ -216,7 +216,7 @@ async def test_the_palette_asks_before_a_long_ablation_and_no_starts_nothing() -
         await pilot.press("n")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         assert not isinstance(app.screen, AblateScreen) and backend.requests == requests
-        app.action_ablate()
+        app.chat.action_ablate()
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, AblateScreen))

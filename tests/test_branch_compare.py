@@ -23,7 +23,7 @@ async def test_an_edit_compares_each_question_with_its_own_prompt() -> None:
     app = PhasechatApp(settings=Settings(system="Be brief."), backend=Numbered())
     async with app.run_test(size=(110, 36)) as pilot:
         for i, q in enumerate(("q1", "q2"), 1):
-            app.send(q)
+            app.chat.send(q)
             await settled(pilot, app, i)
         turns = app.turns
         question = turns.conversation.questions()[1]
@@ -49,7 +49,7 @@ async def test_c_on_a_retried_answer_then_n_runs_each_again_cold(
     settings = Settings(system="Be brief.", max_tokens=6, temperature=0.8)
     app = PhasechatApp(settings=settings, backend=local_backend)
     async with app.run_test(size=(120, 40)) as pilot:
-        app.send("Name a colour.")
+        app.chat.send("Name a colour.")
         await settled(pilot, app, 1)
         await pilot.press("ctrl+r")
         await settled(pilot, app, 2)

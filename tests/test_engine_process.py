@@ -200,13 +200,13 @@ async def test_the_app_survives_an_engine_crash_says_so_and_answers_again(
             await wait_for(pilot, lambda: backend.state == "ready")
             pid = backend.pid
             assert pid is not None
-            app.send("Write a very long story about the ocean.")
+            app.chat.send("Write a very long story about the ocean.")
             await wait_for(
                 pilot,
                 lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 3,
             )
             os.kill(pid, signal.SIGKILL)
-            await wait_for(pilot, lambda: not app.generating)
+            await wait_for(pilot, lambda: not app.chat.generating)
             answer = app.turns.exchanges[0].answer
             assert answer.status == "error"
             assert answer.error == "the engine process ended (killed by SIGKILL)"
@@ -215,8 +215,8 @@ async def test_the_app_survives_an_engine_crash_says_so_and_answers_again(
             assert "the engine process ended" in status
             # Sending again loads the model in a new process and answers.
             app.turns.update_settings(max_tokens=8)
-            app.send("Hi")
-            await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+            app.chat.send("Hi")
+            await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
             assert app.turns.exchanges[1].answer.status == "complete"
             assert backend.pid not in (None, pid)
     finally:

@@ -290,8 +290,8 @@ async def test_the_tui_names_what_it_ignored_and_draws_no_negative_figure(
         app = PhasechatApp(BackendSpec("openai", remote=config), Settings(max_tokens=8))
         async with app.run_test(size=(160, 50)) as pilot:
             await wait_for(lambda: app.backend.state == "ready")
-            app.send("hi")
-            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+            app.chat.send("hi")
+            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
             screen = await screen_text(pilot)
             assert app.is_running
     assert app.turns.exchanges[0].answer.status == "complete"
@@ -306,8 +306,8 @@ async def test_an_unhandled_error_ends_the_tui_with_status_1_in_one_line() -> No
     async def answer_then_fail(app: PhasechatApp) -> None:
         async with app.run_test(size=(110, 40)) as pilot:
             await wait_for(lambda: app.backend.state == "ready")
-            app.send("hi")
-            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+            app.chat.send("hi")
+            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
             app.call_later(boom)
             await pilot.pause()
 
@@ -317,7 +317,7 @@ async def test_an_unhandled_error_ends_the_tui_with_status_1_in_one_line() -> No
         with pytest.raises(RuntimeError):  # run_test hands the error to the test
             await answer_then_fail(app)
     assert app.return_code == 1
-    assert app.last_error == "RuntimeError: boom ␛]0;title␇"
+    assert app.chat.last_error == "RuntimeError: boom ␛]0;title␇"
     assert [(m["role"], m["status"]) for m in stored_messages()] == [
         ("user", "complete"),
         ("assistant", "complete"),

@@ -170,7 +170,7 @@ async def test_the_ui_names_the_model_from_the_start_and_shows_the_load(
             headlines.append(panel._content.plain.split("\n")[0])
 
         panel.show = seen  # type: ignore[method-assign,assignment]
-        app.send("Hi.")
+        app.chat.send("Hi.")
         await wait_for(pilot, lambda: any(h.startswith("loading the model") for h in headlines))
         gate.set()
         await settled(pilot, app, 1)

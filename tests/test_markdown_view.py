@@ -121,8 +121,8 @@ async def test_a_long_streamed_answer_is_a_few_pieces_and_ends_on_screen(
         app = PhasechatApp(settings=Settings(max_tokens=3010), backend=backend)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(lambda: backend.state == "ready")
-            app.send("go")
-            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            app.chat.send("go")
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.chat.generating)
             answer = app.turns.exchanges[-1].answer
             body = list(app.query(MessageView))[-1].markdown
             assert answer.content.rstrip().endswith("end1")

@@ -573,8 +573,7 @@ async def test_the_app_says_once_that_the_collector_refuses(
     server: FaultServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from phasechat.chat.config.settings import Settings
-    from phasechat.tui.app import PhasechatApp
-    from phasechat.tui.dialogs import TRACING_CHECK_S
+    from phasechat.tui.app import TRACING_CHECK_S, PhasechatApp
     from tests.helpers import wait_for
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -596,7 +595,7 @@ async def test_the_app_says_once_that_the_collector_refuses(
 
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: backend.state == "ready")
-        app.send("hi")
+        app.chat.send("hi")
         await wait_for(pilot, lambda: bool(said()))
         await pilot.pause(3 * TRACING_CHECK_S)  # later checks find the same problem
         (line,) = said()

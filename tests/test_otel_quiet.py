@@ -107,8 +107,7 @@ async def test_the_app_shows_the_sdks_warnings_as_toasts_in_our_words(
 ) -> None:
     from phasechat.backends.openai import RemoteBackend, RemoteConfig
     from phasechat.chat.config.settings import Settings
-    from phasechat.tui.app import PhasechatApp
-    from phasechat.tui.dialogs import TRACING_CHECK_S
+    from phasechat.tui.app import TRACING_CHECK_S, PhasechatApp
     from tests.helpers import wait_for
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", HEADERS)

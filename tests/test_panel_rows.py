@@ -78,9 +78,9 @@ async def test_break_and_edit_forecast_are_visible_at_three_sizes(
         await pilot.press("e")
         draft = "Name a shape."
         app.query_one(PromptInput).text = draft
-        editing = app._editing
+        editing = app.chat._editing
         assert editing is not None
-        await wait_for(pilot, lambda: app._edit_forecast.of(editing.id, draft) is not None)
+        await wait_for(pilot, lambda: app.chat._edit_forecast.of(editing.id, draft) is not None)
         panel = app.query_one(LivePanel)
         await wait_for(pilot, lambda: any(x.rank == RANK["edit"] for x in panel._lines))
         meant = {x.rank: x.content.plain for x in panel._lines}

@@ -27,6 +27,7 @@ from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 from phasechat.themes import BUILTIN_THEMES
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.chat_screen import ChatScreen
 from phasechat.tui.screens.compare_screen import CompareScreen
 from phasechat.tui.screens.switch_screen import BackendsScreen
 from phasechat.tui.widgets.chat_widgets import PromptInput
@@ -78,12 +79,20 @@ def conversation() -> Conversation:
     return c
 
 
-class SteadyApp(PhasechatApp):
-    """The app with a cursor that does not blink: a picture taken mid-blink differs."""
+class SteadyChat(ChatScreen):
+    """The chat with a cursor that does not blink: a picture taken mid-blink differs."""
 
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one(PromptInput).cursor_blink = False
+
+
+class SteadyApp(PhasechatApp):
+    """The app drawing a `SteadyChat`."""
+
+    def get_default_screen(self) -> ChatScreen:
+        self.chat = SteadyChat(self.workspace)
+        return self.chat
 
 
 def make_app() -> PhasechatApp:
@@ -97,7 +106,7 @@ def test_saved_chat_in_each_theme(snap_compare: Any, theme: str) -> None:
         app = pilot.app
         assert isinstance(app, PhasechatApp)
         app.theme = theme
-        await app.show_conversation(conversation())
+        await app.chat.show_conversation(conversation())
         await pilot.pause()
 
     assert snap_compare(make_app(), terminal_size=(100, 34), run_before=show)
@@ -135,7 +144,7 @@ def test_a_message_with_a_sibling_shows_which_of_them_it_is(snap_compare: Any) -
         app = pilot.app
         assert isinstance(app, PhasechatApp)
         app.turns.replace_conversation(branched())
-        await app.show_conversation(app.turns.conversation)
+        await app.chat.show_conversation(app.turns.conversation)
         await pilot.press("ctrl+up")  # the answer, selected: ←/→ would switch
         await pilot.pause()
 
@@ -149,7 +158,7 @@ def test_switch_screen_shows_the_cost(snap_compare: Any, monkeypatch: pytest.Mon
     async def open_switcher(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, PhasechatApp)
-        await app.show_conversation(conversation())
+        await app.chat.show_conversation(conversation())
         await pilot.press("ctrl+b")
         screen = app.screen
         assert isinstance(screen, BackendsScreen)
@@ -239,7 +248,7 @@ def test_the_prompt_view_shows_sections_and_where_the_cache_ended(
         app = pilot.app
         assert isinstance(app, PhasechatApp)
         app.turns.replace_conversation(chat)
-        await app.show_conversation(app.turns.conversation)
+        await app.chat.show_conversation(app.turns.conversation)
         await pilot.press("f8")
         await pilot.pause()
 

@@ -172,8 +172,8 @@ async def test_the_tui_opens_a_chat_with_a_bad_cell_and_f8_goes_on(name: str) ->
         first, _ = (m for m in app.turns.conversation.messages if m.role == "assistant")
         assert (first.anatomy is None) == ("anatomy" in name)
         await pilot.press("escape")
-        app.send("third question")  # the chat goes on after the bad cell
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("third question")  # the chat goes on after the bad cell
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert app.is_running
 
 

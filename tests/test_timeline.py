@@ -99,8 +99,8 @@ def test_the_timeline_view_with_fixed_timings(snap_compare: Any) -> None:
 async def test_t_on_an_answer_opens_its_timeline() -> None:
     app = PhasechatApp(settings=Settings(), backend=ScriptedBackend(text="one two three"))
     async with app.run_test(size=(110, 30)) as pilot:
-        app.send("hello")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("hello")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         await pilot.press("ctrl+up")  # the answer
         assert isinstance(app.focused, MessageView) and app.focused.message.role == "assistant"
         await pilot.press("t")

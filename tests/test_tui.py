@@ -29,7 +29,7 @@ async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) 
         assert app.query_one(PromptInput).text == "Hello\nthere"
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.turns.exchanges) == 1)
-        await wait_for(pilot, lambda: not app.generating)
+        await wait_for(pilot, lambda: not app.chat.generating)
         exchange = app.turns.exchanges[0]
         assert exchange.user.content == "Hello\nthere"
         assert exchange.answer.status == "complete" and exchange.answer.content
@@ -47,20 +47,20 @@ async def test_type_send_and_get_a_streamed_answer(local_backend: LocalBackend) 
 async def test_stop_mid_answer_keeps_partial_text(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=400, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)) as pilot:
-        app.send("Write a very long story about the ocean.")
+        app.chat.send("Write a very long story about the ocean.")
         await wait_for(
             pilot,
             lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 5,
         )
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not app.generating)
+        await wait_for(pilot, lambda: not app.chat.generating)
         answer = app.turns.exchanges[0].answer
         assert answer.status == "cancelled" and answer.content
         assert app.turns.exchanges[0].trace.tokens < 400
         # the app is usable again at once
         app.turns.update_settings(max_tokens=16)
-        app.send("Hi")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("Hi")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         assert app.turns.exchanges[1].answer.status == "complete"
 
 
@@ -92,19 +92,19 @@ async def test_every_action_that_changes_the_chat_is_refused_while_it_answers() 
     backend = HeldOpen()
     app = PhasechatApp(backend=backend)
     async with app.run_test() as pilot:
-        app.send("one")
-        await wait_for(pilot, lambda: bool(app.turns.exchanges) and app.generating)
+        app.chat.send("one")
+        await wait_for(pilot, lambda: bool(app.turns.exchanges) and app.chat.generating)
         app.clear_notifications()
-        assert app.send("two") is False
-        app.action_retry()
-        app.action_ablate()
-        assert open_sweep(app) is False  # the palette's "Concurrency sweep"
+        assert app.chat.send("two") is False
+        app.chat.action_retry()
+        app.chat.action_ablate()
+        assert open_sweep(app.chat) is False  # the palette's "Concurrency sweep"
         await pilot.pause()
         said = [str(n.message) for n in app._notifications]
         assert said == [BUSY] * 4  # one line each, the same line, nothing sent
         assert not isinstance(app.screen, SweepScreen)
         assert len(app.turns.exchanges) == 1
         backend.gate.set()
-        await wait_for(pilot, lambda: not app.generating)
-        assert not app.refused_while_answering() and app.send("two") is True
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        await wait_for(pilot, lambda: not app.chat.generating)
+        assert not app.chat.refused_while_answering() and app.chat.send("two") is True
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)

@@ -37,10 +37,10 @@ def panel_text(app: PhasechatApp) -> str:
 async def edit_forecast(pilot: Pilot[None], app: PhasechatApp, draft: str) -> str:
     """Put `draft` in the prompt box being edited; the panel's forecast line for it."""
     app.query_one(PromptInput).text = draft
-    editing = app._editing
+    editing = app.chat._editing
     assert editing is not None
-    await wait_for(pilot, lambda: app._edit_forecast.of(editing.id, draft) is not None)
-    expected = app._edit_forecast.of(editing.id, draft)
+    await wait_for(pilot, lambda: app.chat._edit_forecast.of(editing.id, draft) is not None)
+    expected = app.chat._edit_forecast.of(editing.id, draft)
     assert expected is not None
     await wait_for(pilot, lambda: expected.line() in panel_text(app))
     line = next(x for x in panel_text(app).splitlines() if "edit " in x)
@@ -126,7 +126,7 @@ async def test_a_long_prefill_says_which_section_it_is_reading() -> None:
     backend = SlowPrefill()
     app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
     async with app.run_test(size=(120, 30)) as pilot:
-        app.send("A long question.")
+        app.chat.send("A long question.")
         await wait_for(pilot, lambda: "reading new message 1" in panel_text(app))
         assert "prefilling" in panel_text(app)
         backend.go.set()

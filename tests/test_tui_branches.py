@@ -51,9 +51,9 @@ async def test_retry_edit_and_switch_branches_with_keys() -> None:
     backend = Numbered()
     app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
     async with app.run_test(size=(100, 40)) as pilot:
-        app.send("q1")
+        app.chat.send("q1")
         await settled(pilot, app, 1)
-        app.send("q2")
+        app.chat.send("q2")
         await settled(pilot, app, 2)
         await pilot.press("ctrl+r")  # the old answer stays, as a sibling
         await settled(pilot, app, 3)
@@ -91,7 +91,7 @@ async def test_retry_edit_and_switch_branches_with_keys() -> None:
         # Back to the old question: its branch comes back as it was left (answer 2).
         await pilot.press("ctrl+up", "up", "left")
         assert shown(app)[3:] == ["q2 ‹1/2›", "answer 2 ‹1/2›"]
-        app.send("q3")  # the chat goes on from the branch shown
+        app.chat.send("q3")  # the chat goes on from the branch shown
         await settled(pilot, app, 5)
         assert [m.content for m in backend.requests[-1].messages][-3:] == [
             "q2",
@@ -117,7 +117,7 @@ async def test_editing_the_system_prompt_answers_the_last_question_on_a_new_root
     backend = Numbered()
     app = PhasechatApp(settings=Settings(system="Be brief."), backend=backend)
     async with app.run_test(size=(100, 40)) as pilot:
-        app.send("q1")
+        app.chat.send("q1")
         await settled(pilot, app, 1)
         views = list(app.query(MessageView))
         views[0].focus()
@@ -134,7 +134,7 @@ async def test_editing_the_system_prompt_answers_the_last_question_on_a_new_root
         await pilot.press("left")  # the first root: its own system prompt and answer
         assert shown(app) == ["Be brief. ‹1/2›", "q1", "answer 1"]
         assert app.turns.settings.system == "Be brief."
-        app.action_edit_system()  # the palette's "Edit the system prompt"
+        app.chat.action_edit_system()  # the palette's "Edit the system prompt"
         await pilot.pause()
         assert prompt.text == "Be brief." and "system prompt" in str(prompt.border_title)
 

@@ -53,8 +53,8 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
     )
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.backend.state == "ready")
-        app.send("Name a colour.")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("Name a colour.")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         chat = [(m.role, m.content, m.status) for m in app.turns.conversation.messages]
         saved = [tuple(r) for r in stored_messages()]
 
@@ -99,8 +99,8 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         assert len(app.turns.exchanges) == 1 and app.backend is local_backend
 
         # leaving while the local model streams the replay stops it: the chat goes on
-        app.send("Write a long story about a lighthouse keeper.")  # a long answer to replay
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("Write a long story about a lighthouse keeper.")  # a long answer to replay
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         app.turns.update_settings(max_tokens=300)
         await pilot.press("f5")
         await pick(pilot, "local(temperature=0.8)")
@@ -113,6 +113,6 @@ async def test_replay_on_a_server_and_on_other_settings_leaves_the_chat_alone(
         stopped = replay.comparison.latest(0)
         assert stopped is not None and stopped.trace.finish == "cancelled" and stopped.done
         app.turns.update_settings(max_tokens=8)
-        app.send("Another colour?")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.generating)
+        app.chat.send("Another colour?")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.chat.generating)
         assert app.turns.exchanges[2].answer.status == "complete"

@@ -77,8 +77,8 @@ async def compared(pilot: Pilot[None], question: str, variant: str) -> CompareSc
     app = pilot.app
     assert isinstance(app, PhasechatApp)
     await wait_for(pilot, lambda: app.backend.state == "ready")
-    app.send(question)
-    await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+    app.chat.send(question)
+    await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
     await pilot.press("f5")
     await pick(pilot, variant)
     screen = app.screen

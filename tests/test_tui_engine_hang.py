@@ -63,7 +63,7 @@ async def ready(pilot: Pilot[None], backend: EngineProcess) -> int:
 async def stopped_mid_answer(pilot: Pilot[None], app: PhasechatApp, pid: int) -> None:
     """A long answer under way, its engine stopped (SIGSTOP) after 3 tokens and silent
     for longer than SILENT_S."""
-    app.send("Write a very long story about the ocean.")
+    app.chat.send("Write a very long story about the ocean.")
     await wait_for(
         pilot, lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 3
     )
@@ -84,7 +84,7 @@ async def test_enter_on_a_stopped_engine_keeps_the_keys_drawn_and_answers(
         # drawn while the answer waits for an engine: the UI never waited on it
         await wait_for(pilot, lambda: app.query_one(PromptInput).text == "next")
         assert time.monotonic() - t0 < NOT_HUNG_S
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         answer = app.turns.exchanges[0].answer
         assert answer.status == "complete" and answer.content  # from a new child
         assert backend.pid not in (None, pid)
@@ -97,7 +97,7 @@ async def test_esc_ends_an_answer_whose_engine_stopped_and_keeps_its_text(
         await stopped_mid_answer(pilot, app, pid)
         t0 = time.monotonic()
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not app.generating)
+        await wait_for(pilot, lambda: not app.chat.generating)
         assert time.monotonic() - t0 < NOT_HUNG_S
         first = app.turns.exchanges[0].answer
         assert first.status == "cancelled"  # marked
@@ -108,8 +108,8 @@ async def test_esc_ends_an_answer_whose_engine_stopped_and_keeps_its_text(
             pilot, lambda: "did not answer for" in str(app.query_one("#status").render())
         )
         app.turns.update_settings(max_tokens=8)
-        app.send("Hi")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("Hi")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         assert app.turns.exchanges[1].answer.status == "complete"  # from a new child
         assert backend.pid not in (None, pid)
 

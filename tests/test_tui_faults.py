@@ -100,7 +100,7 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
         app.post_message(events.Paste(paste))  # as the terminal driver delivers a paste
         await wait_for(lambda: app.query_one(PromptInput).text == paste)
         await pilot.press("enter")
-        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         exchange = app.turns.exchanges[0]
         assert exchange.user.content == paste  # sent whole: nothing silently cut
         assert exchange.trace.error is not None
@@ -122,11 +122,11 @@ async def test_1mb_paste_is_refused_in_one_line_and_kept(local_backend: LocalBac
 async def test_chat_goes_on_after_an_overflowing_paste(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)):
-        app.send("word " * 5000)  # any message that overflows: the 1 MB paste is slower
-        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("word " * 5000)  # any message that overflows: the 1 MB paste is slower
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert app.turns.exchanges[0].answer.status == "error"
-        app.send("Hi")
-        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("Hi")
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         second = app.turns.exchanges[1].answer
         assert second.status == "complete", second.error
         assert app.turns.exchanges[0].user.content == "word " * 5000  # still kept
@@ -146,7 +146,7 @@ async def test_blank_prompt_is_refused_and_nothing_added(
         await pilot.press("enter")
         assert "empty prompt: type a message first" in notices(app)
         assert app.turns.conversation.messages == [] and app.turns.exchanges == []
-        assert not app.query(MessageView) and not app.generating
+        assert not app.query(MessageView) and not app.chat.generating
         assert app.query_one(PromptInput).text == typed  # left as it was
     with ChatStore() as store:
         assert store.list_chats() == []  # no empty chat was created
@@ -162,7 +162,7 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
     app = PhasechatApp(settings=Settings(max_tokens=200, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)):
         for i in range(50):
-            assert app.send(f"Tell me a long story, number {i}.")
+            assert app.chat.send(f"Tell me a long story, number {i}.")
             if i % 2 == 0:  # stop mid-answer, once text has arrived
 
                 def streaming(i: int = i) -> bool:
@@ -171,8 +171,8 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
                 await wait_for(streaming)
             else:  # stop a moment after sending: in prefill, or before the request
                 await asyncio.sleep(0.05)
-            app.action_stop()
-            await wait_for(lambda: not app.generating)
+            app.chat.action_stop()
+            await wait_for(lambda: not app.chat.generating)
         exchanges = app.turns.exchanges
         assert len(exchanges) == 50 and app.turns.current is None
         assert {e.answer.status for e in exchanges} <= {"cancelled", "complete"}
@@ -180,8 +180,8 @@ async def test_cancel_storm_leaves_every_answer_finished_and_saved(
             assert e.answer.content and e.answer.content == e.trace.text  # partial kept
         # The llama thread is free: a new request runs to its end.
         app.turns.update_settings(max_tokens=4)
-        app.send("Hi")
-        await wait_for(lambda: len(app.turns.exchanges) == 51 and not app.generating)
+        app.chat.send("Hi")
+        await wait_for(lambda: len(app.turns.exchanges) == 51 and not app.chat.generating)
         assert app.turns.exchanges[-1].answer.status == "complete"
     rows = stored_messages()
     assert [r["status"] for r in rows if r["status"] == "streaming"] == []
@@ -195,7 +195,7 @@ async def _quit_mid_answer(local_backend: LocalBackend) -> PhasechatApp:
     llama thread has stopped and check that it stopped at once (not at max_tokens)."""
     app = PhasechatApp(settings=Settings(max_tokens=1500, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)):
-        app.send("Write a very long story about the sea.")
+        app.chat.send("Write a very long story about the sea.")
         await wait_for(
             lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 3,
         )
@@ -244,12 +244,12 @@ async def test_quit_mid_answer_saves_the_final_state(local_backend: LocalBackend
 async def test_stop_right_after_send_leaves_the_app_usable(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=4, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 40)):
-        app.send("Hello")
-        app.action_stop()  # Enter then Esc, handled before the worker's first step
+        app.chat.send("Hello")
+        app.chat.action_stop()  # Enter then Esc, handled before the worker's first step
         await wait_for(lambda: not [w for w in app.workers if w.group == "generate"])
-        assert not app.generating
-        assert app.send("Hello again")
-        await wait_for(lambda: not app.generating)
+        assert not app.chat.generating
+        assert app.chat.send("Hello again")
+        await wait_for(lambda: not app.chat.generating)
         assert app.turns.exchanges[-1].answer.status == "complete"
 
 
@@ -277,17 +277,17 @@ async def test_switch_mid_stream_closes_the_connection_and_keeps_the_text(
     app = PhasechatApp(slow, Settings(max_tokens=64), profiles=[other])
     async with app.run_test(size=(100, 40)):
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("hello")
+        app.chat.send("hello")
         await wait_for(lambda: bool(app.turns.exchanges))
         first = app.turns.exchanges[0]
         await wait_for(lambda: first.trace.text == "tok ")  # then it dribbles on
         assert server.open_connections == 1
-        await app.switch_to("other")
+        await app.chat.switch_to("other")
         assert first.answer.status == "cancelled" and first.answer.content == "tok "
         await wait_for(lambda: server.open_connections == 0)
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("again")
-        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("again")
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         assert app.turns.exchanges[1].answer.content == "tok tok tok "
     rows = stored_messages()
     assert [(r["content"], r["status"]) for r in rows[1::2]] == [
@@ -310,12 +310,12 @@ async def test_api_key_is_in_no_screenshot_file_or_export(
     shots: dict[str, str] = {}
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("hello")
-        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
-        await app.switch_to("echo")  # a careless server that quotes the key in its error
+        app.chat.send("hello")
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
+        await app.chat.switch_to("echo")  # a careless server that quotes the key in its error
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("again")
-        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("again")
+        await wait_for(lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         shots["chat"] = await screen_text(pilot)
         await pilot.press("ctrl+b")
         assert isinstance(app.screen, SwitchScreen)
@@ -360,8 +360,8 @@ async def test_status_bar_leaves_streaming_when_the_answer_ends(server: FaultSer
     app = PhasechatApp(remote(server, "faults", "ok-3"), Settings(max_tokens=8))
     async with app.run_test(size=(110, 40)):
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("hi")
-        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("hi")
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         status = app.query_one("#status")
         await wait_for(lambda: "streaming" not in str(status.render()))
 
@@ -375,8 +375,8 @@ async def test_markup_and_escapes_from_the_model_are_shown_not_obeyed(
     app = PhasechatApp(remote(server, "faults", "markup"), Settings(max_tokens=64))
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: app.backend.state == "ready")
-        app.send("hi")
-        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("hi")
+        await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert app.turns.exchanges[0].answer.status == "complete"
         shown = await screen_text(pilot)
         assert "[bold red]not bold[/] [@click=app.quit]click[/]" in shown  # verbatim

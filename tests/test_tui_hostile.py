@@ -12,7 +12,6 @@ from textual.widgets import OptionList
 
 from phasechat.chat.config.paths import db_path, exports_dir
 from phasechat.chat.config.settings import Settings
-from phasechat.tui import dialogs
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.chats_screen import ChatsScreen
 from phasechat.tui.screens.confirm import ConfirmScreen
@@ -39,8 +38,8 @@ def said(app: PhasechatApp) -> list[str]:
 
 async def send(app: PhasechatApp, pilot: object, text: str) -> None:
     n = len(app.turns.exchanges)
-    assert app.send(text)
-    await wait_for(pilot, lambda: len(app.turns.exchanges) > n and not app.generating)  # type: ignore[arg-type]
+    assert app.chat.send(text)
+    await wait_for(pilot, lambda: len(app.turns.exchanges) > n and not app.chat.generating)  # type: ignore[arg-type]
 
 
 async def test_links_open_only_http_and_only_after_the_url_is_shown() -> None:
@@ -100,7 +99,7 @@ async def test_full_disk_is_shown_at_once_retried_and_the_chat_exported_from_mem
         answer = app.query(MessageView).last()  # the answer stays on screen, whole
         assert answer.markdown.source == app.turns.conversation.messages[-1].content
         assert answer.markdown.source.startswith("the answer")
-        dialogs.export_chat(app)  # "Export this chat": from memory, everything said so far
+        app.chat.action_export_chat()  # "Export this chat": from memory, everything said so far
         md = exports_dir() / f"chat-{app.workspace.chat_id()}-memory.md"
         assert "second, while the disk is full" in md.read_text()
         free_disk(store)

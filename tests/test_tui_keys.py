@@ -120,7 +120,7 @@ async def test_enter_in_a_storm_sends_the_text_typed_before_it() -> None:
         sent.append(text)
         return True
 
-    app.send = send  # type: ignore[method-assign]
+    app.chat.send = send  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
         keys = [*map(key, "first line"), events.Key("enter", "\r"), *map(key, "next")]
         await typed(pilot, app, keys, "first linenext")

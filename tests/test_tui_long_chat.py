@@ -52,7 +52,7 @@ def saved_chat(messages: int) -> int:
 async def opened(pilot: Pilot[None], app: PhasechatApp, chat: int) -> ChatLog:
     """Open saved chat `chat` as F3 does, and let it draw."""
     app.workspace.open_chat(chat)
-    await app.show_conversation(app.turns.conversation)
+    await app.chat.show_conversation(app.turns.conversation)
     await pilot.pause()
     return app.query_one(ChatLog)
 
@@ -149,7 +149,7 @@ async def test_a_retry_in_a_long_chat_keeps_the_older_messages_waiting() -> None
     async with long_chat(300, ScriptedBackend(text="a new answer")) as (pilot, app, log):
         left = log.unmounted
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         await pilot.pause(0.3)
         views = list(log.query_children(MessageView))
         assert views[-1].message.content.strip() == "a new answer"
@@ -182,8 +182,8 @@ async def test_scrolling_up_while_an_answer_streams_never_unmounts_it() -> None:
     backend = Held()
     async with long_chat(300, backend) as (pilot, app, log):
         views = len(mounted(log))
-        app.send("one more")
-        await wait_for(pilot, lambda: app.generating and len(mounted(log)) == views + 2)
+        app.chat.send("one more")
+        await wait_for(pilot, lambda: app.chat.generating and len(mounted(log)) == views + 2)
         live = list(log.query_children(MessageView))[-1]
         oldest = mounted(log)[0]
         # Home again and again, far enough that the window would drop its newest.
@@ -194,7 +194,7 @@ async def test_scrolling_up_while_an_answer_streams_never_unmounts_it() -> None:
         log.scroll_end(animate=False)  # back to it: nothing more is mounted or dropped
         await pilot.pause(0.5)
         backend.go.set()
-        await wait_for(pilot, lambda: not app.generating)
+        await wait_for(pilot, lambda: not app.chat.generating)
         assert live.is_attached
         assert live.markdown.source == "the start and the end"
         assert log.drawn_messages() == shown_messages(app.turns.conversation)

@@ -19,8 +19,8 @@ async def test_the_ui_sends_the_traceparent_from_its_worker_and_flushes_on_exit(
         app = PhasechatApp(remote(server.base_url, "ok-3"), Settings(max_tokens=9))
         async with app.run_test(size=(100, 40)):
             await wait_for(lambda: app.backend.state == "ready")
-            app.send("hello")
-            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.generating)
+            app.chat.send("hello")
+            await wait_for(lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert app.turns.exchanges[0].answer.status == "complete"
         root, children = tree(otlp)
         assert set(children) == {"prefill", "decode"}

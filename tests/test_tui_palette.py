@@ -8,6 +8,7 @@ from textual.pilot import Pilot
 
 from phasechat.chat.config.paths import exports_dir
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.commands import palette_entries
 from phasechat.tui.screens.sweep_screen import SweepScreen
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
@@ -42,7 +43,7 @@ async def run_command(pilot: Pilot[None], app: PhasechatApp, title: str) -> None
 async def test_the_palette_lists_the_chats_entries_in_the_apps_order_and_textuals_own() -> None:
     app = PhasechatApp(backend=ScriptedBackend())
     async with app.run_test(size=(120, 50)) as pilot:
-        ours = [entry.title for entry in app.palette_commands()]
+        ours = [entry.title for entry in palette_entries(app.chat)]
         assert len(ours) == len(set(ours)) == 16  # the fifteen of before and the sweep
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: {"Quit", "Concurrency sweep"} <= set(listed(app)))
@@ -56,8 +57,8 @@ async def test_the_palette_lists_the_chats_entries_in_the_apps_order_and_textual
 async def test_a_palette_entry_runs_its_own_function() -> None:
     app = PhasechatApp(backend=ScriptedBackend(text="a saved answer"))
     async with app.run_test(size=(120, 50)) as pilot:
-        app.send("a question")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("a question")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         await run_command(pilot, app, "Export this chat")
         md = exports_dir() / f"chat-{app.workspace.chat_id()}-memory.md"
         await wait_for(pilot, lambda: md.exists())

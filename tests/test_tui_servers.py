@@ -144,7 +144,7 @@ async def test_two_models_one_picked_kept_in_the_profile_and_answering(
 ) -> None:
     app = fault_app(server, config)
     async with ready(app) as pilot:
-        app.send("hello")
+        app.chat.send("hello")
         await settled(pilot, app, 1)
         await open_form(pilot, app, server.base_url.replace("/v1", "/two-models/v1"))
         models = app.screen.query_one("#models", OptionList)
@@ -154,7 +154,7 @@ async def test_two_models_one_picked_kept_in_the_profile_and_answering(
         await wait_for(pilot, lambda: app.backend.name != "first")
         name = app.backend.name
         assert name.startswith("127.0.0.1-") and app.backend.model == "ok-7"
-        app.send("and again")
+        app.chat.send("and again")
         await settled(pilot, app, 2)
         assert server.requests[-1]["model"] == "ok-7"
         # the chat carried over: the first answer went with the second question
@@ -227,13 +227,13 @@ async def test_from_a_local_answer_to_a_llama_server_added_by_its_url(
         settings=Settings(max_tokens=8, temperature=0), backend=local_backend, config=config
     )
     async with app.run_test(size=(120, 40)) as pilot:
-        app.send("Hello there")
+        app.chat.send("Hello there")
         await settled(pilot, app, 1)
         url = start_llama_server()  # a server started after the app
         await open_form(pilot, app, url.removesuffix("/v1"))  # /v1 is added
         await wait_for(pilot, lambda: app.backend.name == "llama-server")
         await wait_for(pilot, lambda: app.backend.state == "ready")
-        app.send("And again?")
+        app.chat.send("And again?")
         await settled(pilot, app, 2)
         second = app.turns.exchanges[1]
         assert second.answer.backend == "llama-server" and second.answer.status == "complete"
@@ -288,9 +288,9 @@ async def test_a_new_model_for_the_profile_that_answers_restarts_it_and_the_chat
     app = fault_app(server, config)
     assert app.workspace.add_endpoint(EndpointProfile("two", url)) is None
     async with ready(app) as pilot:
-        await app.switch_to("two")
+        await app.chat.switch_to("two")
         await wait_for(pilot, lambda: app.backend.name == "two" and app.backend.state == "ready")
-        app.send("hello")
+        app.chat.send("hello")
         await settled(pilot, app, 1)
         assert server.requests[-1]["model"] == "ok-3"  # the first it lists
         old = app.backend
@@ -301,7 +301,7 @@ async def test_a_new_model_for_the_profile_that_answers_restarts_it_and_the_chat
         await pilot.press("down", "enter")  # ok-7
         await wait_for(pilot, lambda: app.backend is not old and app.backend.state == "ready")
         assert app.backend.name == "two" and app.backend.model == "ok-7"
-        app.send("and again")
+        app.chat.send("and again")
         await settled(pilot, app, 2)
         assert server.requests[-1]["model"] == "ok-7"
         sent = [(m["role"], m["content"]) for m in server.requests[-1]["messages"]]

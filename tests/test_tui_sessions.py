@@ -26,15 +26,15 @@ pytestmark = pytest.mark.model
 async def test_chat_is_saved_and_reopened(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=8, temperature=0), backend=local_backend)
     async with app.run_test(size=(100, 36)) as pilot:
-        app.send("Remember the word lighthouse.")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("Remember the word lighthouse.")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         answer = app.turns.exchanges[0].answer.content
-        app.action_new_chat()
+        app.chat.action_new_chat()
         await wait_for(
             pilot, lambda: [v.message.role for v in app.query(MessageView)] == ["system"]
         )
-        app.send("A second chat.")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("A second chat.")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         await pilot.press("f3")
         screen = app.screen
         assert isinstance(screen, ChatsScreen)
@@ -74,8 +74,8 @@ async def test_settings_are_applied_and_saved(local_backend: LocalBackend) -> No
         assert app.turns.settings.max_tokens == 7
         assert app.turns.settings.system == "Answer in French."
         assert app.turns.settings.stop == ("\n\n",)
-        app.send("Bonjour")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("Bonjour")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert app.turns.exchanges[0].trace.tokens <= 7
     saved = load_config()
     assert saved.engine.max_tokens == 7 and saved.engine.system == "Answer in French."
@@ -119,7 +119,7 @@ async def test_trimmed_turns_are_marked_and_the_panel_shows_the_cut(
     async with app.run_test(size=(110, 40)) as pilot:
         assert app.turns.trimmer.budget == 160 and app.turns.trimmer.keep_last == 2
         for n in range(1, 9):
-            app.send(f"Turn {n}: tell me one fact about the number {n}.")
+            app.chat.send(f"Turn {n}: tell me one fact about the number {n}.")
             await settled(pilot, app, n)
             if app.turns.trimmer.summaries:
                 break

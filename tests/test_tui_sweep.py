@@ -16,6 +16,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
 from phasechat.telemetry.sweep_stats import Sample, Slo, level
 from phasechat.tui.app import PhasechatApp
+from phasechat.tui.commands import palette_entries
 from phasechat.tui.screens.sweep_screen import SweepScreen, open_sweep
 from phasechat.tui.widgets.chat_widgets import MessageView
 from phasechat.tui.widgets.verdict_view import VerdictLine
@@ -31,8 +32,8 @@ def text_of(widget: Any) -> str:
 async def test_an_answer_gets_its_verdict(local_backend: LocalBackend) -> None:
     app = PhasechatApp(settings=Settings(max_tokens=16, temperature=0), backend=local_backend)
     async with app.run_test(size=(110, 40)) as pilot:
-        app.send("Hello")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("Hello")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
         answer = list(app.query(MessageView))[-1]
         (line,) = answer.query(VerdictLine)
@@ -46,7 +47,7 @@ async def test_a_server_answer_says_its_roofline_is_unknown() -> None:
     words = "one two three four five six"  # paced as a server streams: a decode rate
     app = PhasechatApp(backend=ScriptedBackend("remote", words, gap_s=0.005))
     async with app.run_test(size=(110, 30)) as pilot:
-        app.send("Hi")
+        app.chat.send("Hi")
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
         said = text_of(app.query_one(VerdictLine))
         assert "roofline unknown: the weights' size is not known" in said
@@ -69,7 +70,7 @@ class NoticingBackend(ScriptedBackend):
 async def test_a_notice_about_the_answer_is_shown_under_it_once() -> None:
     app = PhasechatApp(backend=NoticingBackend("remote", "one two three four"))
     async with app.run_test(size=(110, 30)) as pilot:
-        app.send("Hi")
+        app.chat.send("Hi")
         await wait_for(pilot, lambda: bool(app.query(VerdictLine)))
         said = text_of(app.query_one(VerdictLine))
     lines = said.splitlines()
@@ -81,7 +82,7 @@ async def test_a_notice_about_the_answer_is_shown_under_it_once() -> None:
 async def test_the_palette_refuses_a_sweep_of_the_local_model(local_backend: LocalBackend) -> None:
     app = PhasechatApp(backend=local_backend)
     async with app.run_test() as pilot:
-        (command,) = [c for c in app.palette_commands() if "sweep" in c.title]
+        (command,) = [c for c in palette_entries(app.chat) if "sweep" in c.title]
         command.callback()
         await pilot.pause()
         assert not isinstance(app.screen, SweepScreen)
@@ -98,7 +99,7 @@ async def test_sweep_screen_runs_on_a_real_server(
     async with app.run_test(size=(110, 50)) as pilot:
         await wait_for(pilot, lambda: backend.state == "ready")
         # one run a level (the repeat rule is tests/test_sweep_stats.py's and the CLI's)
-        assert open_sweep(app, levels=(1, 2), repeats=1)
+        assert open_sweep(app.chat, levels=(1, 2), repeats=1)
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, SweepScreen)

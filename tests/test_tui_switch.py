@@ -31,30 +31,30 @@ async def test_switch_mid_stream_keeps_partial_and_labels_answers(
 ) -> None:
     app = make_app(local_backend, llama_server, max_tokens=300)
     async with app.run_test(size=(110, 40)) as pilot:
-        app.send("Write a long story about a lighthouse keeper.")
+        app.chat.send("Write a long story about a lighthouse keeper.")
         await wait_for(
             pilot,
             lambda: bool(app.turns.exchanges) and app.turns.exchanges[0].trace.tokens >= 5,
         )
-        await app.switch_to("server")  # while the local answer streams
+        await app.chat.switch_to("server")  # while the local answer streams
         first = app.turns.exchanges[0].answer
         assert first.status == "cancelled" and first.content  # stopped cleanly, partial kept
         assert first.backend == "local"
         assert app.backend.name == "server"
         await wait_for(pilot, lambda: app.backend.state == "ready")
         app.turns.update_settings(max_tokens=12)
-        app.send("Now summarise that in one line.")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.generating)
+        app.chat.send("Now summarise that in one line.")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 2 and not app.chat.generating)
         second = app.turns.exchanges[1]
         assert second.answer.backend == "server" and second.answer.status == "complete"
         # the conversation carried over: the server got the local answer's text
         assert second.request is not None
         assert any(m.content == first.content for m in second.request.messages)
         # and back to the already-loaded local model, without reloading it
-        await app.switch_to("local")
+        await app.chat.switch_to("local")
         assert app.backend is local_backend
-        app.send("Thanks!")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.generating)
+        app.chat.send("Thanks!")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 3 and not app.chat.generating)
         assert [e.answer.backend for e in app.turns.exchanges] == ["local", "server", "local"]
 
 
@@ -64,9 +64,9 @@ async def test_switch_screen_shows_measured_cost_and_history_exports(
     app = make_app(local_backend, llama_server, max_tokens=8)
     async with app.run_test(size=(110, 40)) as pilot:
         for n, prompt in enumerate(("Hello there, how are you today?", "What is the tallest?"), 1):
-            app.send(prompt)
+            app.chat.send(prompt)
             await settled(pilot, app, n)
-        await app.switch_to("server")
+        await app.chat.switch_to("server")
         await wait_for(pilot, lambda: app.backend.state == "ready")
         await pilot.press("ctrl+b")
         screen = app.screen

@@ -27,14 +27,14 @@ async def test_thinking_phase_live_then_a_folded_block() -> None:
         config = RemoteConfig(base_url=server.base_url, model="thinkslow-40-1")
         app = PhasechatApp(settings=Settings(max_tokens=64), backend=RemoteBackend(config))
         async with app.run_test(size=(100, 34)) as pilot:
-            assert app.send("hi")
+            assert app.chat.send("hi")
             await wait_for(lambda: app.turns.current is not None)
             exchange = app.turns.exchanges[-1]
             await wait_for(lambda: exchange.live().phase == "thinking" and bool(exchange.reasoning))
             await wait_for(lambda: "thinking" in panel_text(app).split("\n")[0])
             panel = panel_text(app)
             assert "thinking chunks" in panel and "prefill | thinking | answer" in panel
-            await wait_for(lambda: not app.generating)
+            await wait_for(lambda: not app.chat.generating)
             view = app.query(MessageView).last()
             block = view.thinking
             # Folded, titled with its figures, and its text not even rendered yet.
@@ -75,7 +75,7 @@ def thinking_conversation() -> Conversation:
 def test_saved_thinking_unfolded_by_its_key(snap_compare: Any) -> None:
     async def show(pilot: Any) -> None:
         app = pilot.app
-        await app.show_conversation(thinking_conversation())
+        await app.chat.show_conversation(thinking_conversation())
         await pilot.pause()
         await pilot.press("ctrl+o")
         await pilot.pause()

@@ -31,8 +31,8 @@ async def test_the_first_screen_is_there_until_the_first_answer_and_back_in_a_ne
         assert welcome.display
         text = str(welcome.render())
         assert "scripted · scripted-model" in text and "Prefill" in text and "F8" in text
-        app.send("hello")
-        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.generating)
+        app.chat.send("hello")
+        await wait_for(pilot, lambda: len(app.turns.exchanges) == 1 and not app.chat.generating)
         assert not welcome.display
-        app.action_new_chat()
+        app.chat.action_new_chat()
         await wait_for(pilot, lambda: welcome.display)

@@ -80,7 +80,7 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
     show = LivePanel.show
 
     def shown(self: LivePanel, lines: Sequence[PanelLine]) -> None:
-        panels.append((time.monotonic(), self.app.generating))  # type: ignore[attr-defined]
+        panels.append((time.monotonic(), self.app.chat.generating))  # type: ignore[attr-defined]
         show(self, lines)
 
     monkeypatch.setattr(LivePanel, "show", shown)
@@ -92,8 +92,8 @@ async def test_an_answer_from_this_machine_is_drawn_at_the_shared_rate(
             await wait_for(lambda: backend.state == "ready")
             assert backend.shares_cpu
             t0 = time.monotonic()
-            app.send("go")
-            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            app.chat.send("go")
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.chat.generating)
             seconds = time.monotonic() - t0
             answer = app.turns.exchanges[-1].answer
             body = list(app.query(MessageView))[-1].markdown
@@ -137,8 +137,8 @@ async def test_an_answer_from_elsewhere_is_drawn_at_every_refresh(
         app = PhasechatApp(settings=Settings(max_tokens=70), backend=backend)
         async with app.run_test(size=(100, 30)):
             await wait_for(lambda: backend.state == "ready")
-            app.send("go")
-            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            app.chat.send("go")
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.chat.generating)
             assert asked == [None]  # as the network brings them
         await backend.aclose()
     assert how == {(STREAM_STEP, True)}
@@ -159,8 +159,8 @@ async def test_a_finished_answer_is_frozen_out_of_the_collectors_scans() -> None
             await wait_for(lambda: backend.state == "ready")
             await wait_for(lambda: gc.get_freeze_count() > 1000)  # start-up, from the first frame
             at_start = gc.get_freeze_count()
-            app.send("go")
-            await wait_for(lambda: bool(app.turns.exchanges) and not app.generating)
+            app.chat.send("go")
+            await wait_for(lambda: bool(app.turns.exchanges) and not app.chat.generating)
             # only a finished answer settles the heap: a failed one says why (seen once in
             # CI, under three vLLMs' load, as a 120 s wait for a freeze that never came)
             done = app.turns.exchanges[-1]
@@ -168,7 +168,7 @@ async def test_a_finished_answer_is_frozen_out_of_the_collectors_scans() -> None
             assert len(app.screen_stack) == 1  # settle_heap skips while a modal is open
             await wait_for(lambda: gc.get_freeze_count() > at_start)  # and the answer
             view = weakref.ref(list(app.query(MessageView))[-1])
-            await app.show_conversation(app.workspace.new_chat())
+            await app.chat.show_conversation(app.workspace.new_chat())
             assert gc.get_freeze_count() == 0
             await pilot.pause(0.2)  # removal finishes after the call returns
             gc.collect()

@@ -1,97 +1,48 @@
-"""The phasechat Textual app: it draws a `Workspace` (chat/workspace.py) and runs its
-workers; the state itself (backends, turns, store, config) lives there.
-
-Data flows one way: the app drives the workspace's `TurnController`, which wraps a
-backend's event stream in the telemetry recorder. The generation worker only consumes
-events; a timer (REFRESH_HZ, slower beside a local engine: chat_log.Pace) moves new
-text into the chat and redraws the telemetry panel from the exchange's live figures, so
-the UI's cost per second is fixed whatever the token rate.
+"""The phasechat Textual app: it holds the themes, the `Workspace` (chat/workspace.py:
+backends, turns, store, config) and the screens, the chat screen first
+(tui/chat_screen.py, which draws the chat and owns its commands); and it says what went
+wrong where nothing else did.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from textual import on, work
-from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
-from textual.content import Content
-from textual.css.query import NoMatches
-from textual.widget import MountError
-from textual.widgets import Footer, Static
-from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
+from textual.actions import parse
+from textual.binding import BindingType
+from textual.theme import Theme
+from textual.worker import Worker, WorkerState
 
 from phasechat.backends.base import Backend
-from phasechat.backends.tokens import estimate_text
 from phasechat.chat.config.file import Config
+from phasechat.chat.config.paths import themes_dir
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.costs import DraftForecast, EditForecast, history_metrics
 from phasechat.chat.text import one_line
-from phasechat.chat.trips.branches import branch_comparison
-from phasechat.chat.turns import Exchange, InputError
+from phasechat.chat.turns import TurnController
 from phasechat.chat.workspace import Workspace
-from phasechat.telemetry.forecast import Forecast, measured_rates
-from phasechat.telemetry.timeline import timeline_of
-from phasechat.themes import VARIABLE_DEFAULTS
-from phasechat.tui import compare_picker, dialogs, servers
-from phasechat.tui.host import ChatHost
+from phasechat.themes import BUILTIN_THEMES, DEFAULT_THEME, VARIABLE_DEFAULTS, load_user_themes
+from phasechat.tui import commands, dialogs
+from phasechat.tui.chat_screen import ChatScreen
 from phasechat.tui.palette import ChatCommands
-from phasechat.tui.screens import sweep_screen
-from phasechat.tui.screens.ablate_screen import AblateScreen
-from phasechat.tui.screens.compare_screen import SIDE_TRIP, CompareScreen
-from phasechat.tui.screens.confirm import ConfirmScreen
-from phasechat.tui.screens.history_screen import HistoryScreen
-from phasechat.tui.screens.prompt_view import PromptView
-from phasechat.tui.screens.timeline_view import TimelineView
-from phasechat.tui.widgets import chat_log, verdict_view
-from phasechat.tui.widgets.chat_log import ChatLog, Pace, draw_answer, editing_title
-from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput
+from phasechat.tui.plain import PlainTextApp
 from phasechat.tui.widgets.markdown_view import RICH_THEME
-from phasechat.tui.widgets.telemetry_view import (
-    RANK,
-    PanelLine,
-    answer_footer,
-    edit_forecast_line,
-    forecast_line,
-    panel_lines,
-    status_content,
-)
-from phasechat.tui.widgets.welcome import Welcome
 
-REFRESH_HZ = 15
-#: how many cold runs of each side "run each again" makes in a branch comparison
-BRANCH_RUNS = 3
-YIELD_EVERY_NS = 4_000_000
+#: how often the app looks whether the OpenTelemetry collector refused a batch (s)
+TRACING_CHECK_S = 2.0
 
 
-class PhasechatApp(ChatHost):
+class PhasechatApp(PlainTextApp):
     """Chat with a local or remote model and watch prefill and decode live."""
 
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "phasechat"
-    COMMANDS = ChatHost.COMMANDS | {ChatCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True),
-        Binding("escape", "stop", "Stop", id="stop"),
-        Binding("ctrl+r", "retry", "Retry", id="retry"),
-        Binding("ctrl+b", "switch_backend", "Backend", id="switch-backend"),
-        Binding("f2", "history", "History", id="history"),
-        Binding("f3", "chats", "Chats", id="chats"),
-        Binding("f4", "settings", "Settings", id="settings"),
-        Binding("f5", "compare", "Compare", id="compare"),
-        Binding("f8", "prompt_view", "Prompt", id="prompt-view"),
-        Binding("ctrl+t", "toggle_telemetry", "Telemetry", id="toggle-telemetry"),
-        Binding("ctrl+o", "toggle_thinking", "Thinking", id="toggle-thinking"),
-        Binding("ctrl+up", "select_message", "Messages", id="select-message"),
-        Binding("ctrl+l", "focus_prompt", "Prompt", id="focus-prompt", show=False),
-    ]
+    COMMANDS = PlainTextApp.COMMANDS | {ChatCommands}
+    #: the commands' keys (tui/commands.py), the app's so that they work over the
+    #: other full screens too (the compare view); each runs on the chat screen
+    BINDINGS: ClassVar[list[BindingType]] = list(commands.bindings())
 
     def __init__(
         self,
@@ -108,542 +59,125 @@ class PhasechatApp(ChatHost):
         self.workspace = workspace or Workspace(
             config or Config(), spec or BackendSpec(), profiles, settings, backend
         )
-        self._streaming: tuple[Exchange, MessageView] | None = None
-        #: the question (or system prompt) the prompt box is editing, and the draft it
-        #: replaced there
-        self._editing: ChatMessage | None = None
-        self._draft = ""
-        self._forecast = DraftForecast()
-        self._edit_forecast = EditForecast()
-        self._pace = Pace()  # how the streaming answer is drawn
-        self._predicted: dict[int, Forecast] = {}
-        #: the backend's state and detail the status line last showed
-        self._status_seen: tuple[str, str] = ("", "")
-        self.last_error = ""
+        #: the chat: the first screen, under every other
+        self.chat = ChatScreen(self.workspace)
 
     @property
-    def generating(self) -> bool:
-        """A turn is under way, or its answer is not yet final on screen."""
-        return self.turns.busy or self._streaming is not None
+    def turns(self) -> TurnController:
+        """The workspace's turns (read them; the chat screen changes them)."""
+        return self.workspace.turns
 
-    # -- layout ----------------------------------------------------------------------
-    def compose(self) -> ComposeResult:
-        yield Welcome(id="welcome")
-        yield ChatLog(id="log")
-        yield LivePanel(id="telemetry")
-        yield PromptInput(id="prompt", show_line_numbers=False)
-        yield Static(id="status")
-        yield Footer()
+    @property
+    def backend(self) -> Backend:
+        """The workspace's backend: the one that answers next."""
+        return self.workspace.backend
+
+    def get_default_screen(self) -> ChatScreen:
+        return self.chat
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
-    def on_mount(self) -> None:
-        dialogs.setup_themes(self)
+    async def on_mount(self) -> None:
+        """Themes, the store and the summarizer; then the chat screen, mounted before
+        the app says it is ready (as when the app drew the chat itself)."""
+        self._setup_themes()
         self.console.push_theme(RICH_THEME)  # inline code readable on light themes too
         for line in self.workspace.open_store():
             failed = self.workspace.store is None
             self.notify(line, severity="error" if failed else "warning")
-        dialogs.watch_saves(self)
-        self._start_summarizer(self.workspace.configure_trimmer(self.turns))
-        self.query_one(ChatLog).anchor()
-        self.query_one(PromptInput).focus()
-        self._pace.drive(self, self.refresh_live, REFRESH_HZ, self.query_one(PromptInput))
-        self.load_backend()
-        self.refresh_status()
-        dialogs.watch_tracing(self)
+        summarizer = self.workspace.configure_trimmer(self.turns)
+        if summarizer is not None:
+            self.run_worker(summarizer.start(), group="load-summarizer")
+        self._watch_tracing()
+        await self.chat.drawn.wait()
+
+    def _setup_themes(self) -> None:
+        """Built-in and user themes; the one last chosen; remember the next choice."""
+        for error in register_themes(self, self.workspace.config.theme):
+            self.notify(error, title="theme", severity="warning", markup=False)
+
+        def remember(theme: Theme) -> None:
+            error = self.workspace.remember_theme(theme.name)
+            if error:
+                self.notify(error, severity="error", markup=False)
+
+        self.theme_changed_signal.subscribe(self, remember)
+
+    def _watch_tracing(self) -> None:
+        """While tracing is on, show once each new problem of its exporter (a collector
+        that refuses a batch or does not answer: telemetry/otel.py)."""
+        tracing = self.workspace.tracing
+        if tracing is None:
+            return
+        told: list[str] = []
+        told_notes: list[str] = []
+
+        def check() -> None:
+            for note in tracing.notes[len(told_notes) :]:  # the SDK's settings, in our words
+                told_notes.append(note)
+                self.notify(note, title="OpenTelemetry", severity="warning", markup=False)
+            problem = tracing.problem
+            if problem and problem not in told[-1:]:
+                told.append(problem)
+                self.notify(problem, title="OpenTelemetry", severity="warning", markup=False)
+
+        self.set_interval(TRACING_CHECK_S, check)
+
+    async def action_chat(self, action: str) -> None:
+        """A command's key: its action (tui/commands.py), run on the chat screen."""
+        await self.run_action(action, self.chat)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A key runs only while its command is enabled (the chat screen says)."""
+        if action == "chat" and parameters and isinstance(parameters[0], str):
+            _namespace, name, arguments = parse(parameters[0])
+            return self.chat.check_action(name, arguments)
+        return True
 
     def action_follow_link(self, href: str) -> None:
         """A link clicked in a message (tui/widgets/markdown_view.py): see dialogs.open_link."""
         dialogs.open_link(self, href)
 
-    # -- backends --------------------------------------------------------------------
-    @work(exclusive=True, group="load")
-    async def load_backend(self) -> None:
-        backend = self.backend
-        self.refresh_status()
-        if not backend.exact_token_counts:
-            # Load the tiktoken encoding off the UI thread now, not on the first send.
-            await asyncio.to_thread(estimate_text, "warm up")
-        starting = asyncio.ensure_future(backend.start())
-        await asyncio.sleep(0)  # `start` says "loading" before it waits for the load
-        self.refresh_status()
-        await starting
-        self.refresh_status()
-        if backend.state == "failed":
-            self.notify(
-                backend.state_detail, title="backend failed", severity="error", markup=False
-            )
-
-    def reload_backend(self) -> None:
-        self.load_backend()
-
-    def _start_summarizer(self, backend: Backend | None) -> None:
-        if backend is not None:
-            self.run_worker(backend.start(), group="load-summarizer")
-
-    async def switch_to(self, name: str) -> None:
-        """Answer with profile `name` from now on; a streaming answer is stopped first
-        (its partial text is kept) and the conversation carries over."""
-        if name == self.backend.name or name not in self.workspace.profiles:
-            return
-        await self.stop_and_wait()
-        backend = self.workspace.switch(name)
-        if backend is None:
-            return
-        self.notify(f"now answering with {name} · {backend.model}", markup=False)
-        if backend.state in ("idle", "failed"):
-            self.load_backend()
-        self.refresh_status()
-
-    async def show_conversation(self, conversation: Conversation) -> None:
-        """Draw `conversation` (the workspace's, just opened or made) from the top."""
-        self._stop_editing()
-        await self.query_one(ChatLog).show(conversation)
-        self.refresh_welcome()
-
-    # -- sending ---------------------------------------------------------------------
-    @on(PromptInput.Submitted)
-    def submit(self, event: PromptInput.Submitted) -> None:
-        self.send(event.text)
-
-    @on(PromptInput.StopRequested)
-    def stop_requested(self) -> None:
-        if self.generating or self._editing is None:
-            self.action_stop()
-        else:
-            self._stop_editing(restore=True)
-
-    def send(self, text: str) -> bool:
-        """Send `text`: the next question, or (while editing one) its replacement on a
-        new branch; False (with a message) when it can't be."""
-        if self.refused_while_answering():
-            return False
-        editing = self._editing
-        if not text.strip() and (editing is None or editing.role != "system"):
-            self.notify("empty prompt: type a message first", severity="warning")
-            return False
-        error = self.workspace.ensure_chat()
-        if error:  # the exchange goes on in memory; saving is retried at the next send
-            self.notify(error, severity="error", timeout=15)
-        predicted = self._forecast.of(text) if editing is None else None
-        turns, leaf = self.turns, self.turns.conversation.leaf
-        exchange: Exchange | None
-        try:
-            if editing is None:
-                exchange = turns.begin(text)
-            elif editing.role == "system":
-                exchange = turns.edit_system(text)
-            else:
-                exchange = turns.edit(editing.id, text)
-        except InputError as exc:
-            self.notify(str(exc), severity="warning", markup=False)
-            if turns.conversation.leaf != leaf:  # e.g. a question the template refused
-                self.run_worker(self.query_one(ChatLog).show_path(turns.conversation))
-            return False
-        self.query_one(PromptInput).clear()
-        self._stop_editing()
-        if exchange is None:  # a system prompt set on an empty chat: nothing to answer
-            self.notify("system prompt set: it applies from the first message")
-            self.run_worker(self.query_one(ChatLog).show_path(turns.conversation))
-            return True
-        if predicted is not None:
-            self._predicted[exchange.answer.id] = predicted
-        self._start(exchange)
-        return True
-
-    def _start(self, exchange: Exchange) -> None:
-        """Generate `exchange`, paced from now: a refresh between here and the worker's
-        start would otherwise draw the panel at the unshared rate."""
-        self._pace.begin(self.turns.shares_cpu)
-        self.generate(exchange)
-
-    @work(exclusive=True, group="generate")
-    async def generate(self, exchange: Exchange) -> None:
-        """Draw the new turn, then consume its event stream; the refresh timer draws
-        the answer as it grows."""
-        shared = self.turns.shares_cpu
-        self._pace.begin(shared)
-        self.turns.deliver_every(self._pace.batch_s)
-        stream = self.turns.run(exchange)
-        try:
-            self.refresh_status()
-            log = self.query_one(ChatLog)
-            view = await log.show_path(self.turns.conversation, exchange.answer, self._pace.step)
-            assert view is not None
-            self._streaming = (exchange, view)
-            if shared:  # one frame: the layout of the new turn, before its prefill
-                await chat_log.next_frame(self)
-            # A fast stream may never suspend the loop: the UI gets a turn every few ms.
-            clock = time.perf_counter_ns
-            turn = clock() + YIELD_EVERY_NS
-            async for _event in stream:
-                if clock() > turn:
-                    await asyncio.sleep(0)
-                    turn = clock() + YIELD_EVERY_NS
-        finally:
-            try:
-                await stream.aclose()
-                self.turns.abandon(exchange)  # cancelled before it started: still finished
-                await self._finish_exchange()
-            finally:
-                self._pace.end()
-                with contextlib.suppress(NoMatches):
-                    self.refresh_status()
-
-    async def _finish_exchange(self) -> None:
-        if self._streaming is None:
-            return
-        exchange, view = self._streaming
-        try:
-            await chat_log.draw_rest(self, exchange, view, self._pace.step)
-            await self.refresh_live(force=True)
-            if exchange.metrics is not None:
-                predicted = self._predicted.get(exchange.answer.id)
-                footer = answer_footer(exchange.metrics, predicted, exchange.trim_note)
-                if error := exchange.answer.error:
-                    self.last_error = error
-                    self.notify(error, title="answer failed", severity="error", markup=False)
-                await view.finish(chat_log.footer_of(exchange.answer, footer))
-                await verdict_view.add_verdict(view, exchange)
-                self.call_after_refresh(chat_log.settle_heap, len(self.screen_stack) > 1)
-        except (NoMatches, MountError):
-            pass  # the app is shutting down: the answer itself was saved by the store's listener
-        finally:
-            # Only now: `generating` turns false once the answer is final on screen.
-            self._streaming = None
-            with contextlib.suppress(NoMatches):
-                self.query_one(ChatLog).finished()
-            with contextlib.suppress(NoMatches):  # the app may be shutting down
-                self.refresh_status()
-
-    # -- the refresh timer -----------------------------------------------------------
-    async def refresh_live(self, force: bool = False) -> None:
-        """Move new text into the streaming answer, redraw the panel (chat_log.Pace);
-        a backlog is drawn a frame's worth at a time, frame after frame."""
-        try:
-            panel = self.query_one(LivePanel)
-        except NoMatches:  # the timer can fire once more while the app shuts down
-            return
-        backend = self.backend
-        if self._status_seen != (backend.state, backend.state_detail):
-            # what the load is doing now (the first screen says it), or an engine ended
-            # while nothing was asked of it ("the engine did not answer for 5 s: ended")
-            self.refresh_status()
-        if self._streaming is not None:
-            if not self._pace.due(force):
-                return
-            exchange, view = self._streaming
-            if await draw_answer(exchange, view, self._pace.step):
-                self.call_after_refresh(self.refresh_live, True)
-        elif self.turns.exchanges:
-            exchange = self.turns.exchanges[-1]
-        else:
-            first = Content.assemble(("no answers yet   ", "dim"), self._forecast_content())
-            panel.show([PanelLine(first, RANK["forecast"])])
-            return
-        if self.generating and not self._pace.panel_due():
-            return
-        trimmer = self.turns.trimmer
-        trim = self.turns.trim_stats() if trimmer.summaries or trimmer.pending else None
-        if self.generating:
-            panel.show(panel_lines(exchange, None, trim))
-            return
-        editing = self._editing is not None
-        panel.show(panel_lines(exchange, self._forecast_content(), trim, editing))
-        self.query_one(ChatLog).mark_summarized(trimmer.covered if trimmer.enabled else frozenset())
-
-    def _forecast_content(self) -> Content:
-        """The forecast of the draft in the prompt box (of the edit, while editing)."""
-        try:
-            draft = self.query_one(PromptInput).text
-        except NoMatches:
-            return Content("")
-        if (editing := self._editing) is not None:
-            expected = self._edit_forecast.update(self.turns, draft, editing.id)
-            if expected is None:
-                return Content("")
-            return edit_forecast_line(expected, editing.role == "system")
-        current = self._forecast.update(self.turns, draft)
-        return forecast_line(current) if current is not None else Content("")
-
-    def refresh_status(self) -> None:
-        self._status_seen = (self.backend.state, self.backend.state_detail)
-        last = self.turns.exchanges[-1].metrics if self.turns.exchanges else None
-        status = status_content(self.backend, self.generating, last)
-        self.query_one("#status", Static).update(status)
-        self.refresh_welcome()
-
-    def refresh_welcome(self) -> None:
-        """The first screen, while the chat on screen has no answer."""
-        welcome = self.query_one(Welcome)
-        shown = self.query_one(ChatLog).drawn_messages()
-        welcome.display = not any(m.role == "assistant" for m in shown)
-        if welcome.display:
-            welcome.show_for(self.backend)
-
-    # -- actions ---------------------------------------------------------------------
-    async def stop_and_wait(self) -> None:
-        """Stop a streaming answer and return once it is saved and final on screen."""
-        running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
-        self.action_stop()
-        for worker in running:
-            with contextlib.suppress(WorkerCancelled, WorkerFailed):
-                await worker.wait()
-
-    def action_stop(self) -> None:
-        """Stop the answer being generated; its partial text is kept."""
-        if self.turns.stop():
-            self.refresh_status()
-
-    def action_retry(self) -> None:
-        """Answer the last question again; the previous answer stays, as a sibling."""
-        if self.refused_while_answering():
-            return
-        error = self.workspace.ensure_chat()
-        if error:
-            self.notify(error, severity="error", timeout=15)
-        try:
-            exchange = self.turns.retry()
-        except InputError as exc:
-            self.notify(str(exc), severity="warning", markup=False)
-            return
-        self._stop_editing()
-        self._start(exchange)
-
-    # -- editing and branches --------------------------------------------------------
-    @on(MessageView.EditRequested)
-    def edit_message(self, event: MessageView.EditRequested) -> None:
-        """Put a question (or the system prompt) into the prompt box to edit; sending it
-        makes a new branch from there."""
-        message = event.message
-        if message.role == "assistant":
-            self.notify("answers are not edited: Ctrl+R asks again (the old answer stays)")
-            return
-        prompt = self.query_one(PromptInput)
-        if self._editing is None:
-            self._draft = prompt.text
-        self._editing = message
-        prompt.text = message.content
-        prompt.border_title = editing_title(message, self.turns.conversation)
-        prompt.add_class("-editing")
-        prompt.focus()
-
-    def _stop_editing(self, restore: bool = False) -> None:
-        """Leave editing; `restore`: the draft typed before comes back."""
-        if self._editing is None:
-            return
-        self._editing = None
-        prompt = self.query_one(PromptInput)
-        prompt.border_title = None
-        prompt.remove_class("-editing")
-        if restore:
-            prompt.text = self._draft
-        self._draft = ""
-
-    @on(MessageView.CompareRequested)
-    def compare_branches(self, event: MessageView.CompareRequested) -> None:
-        """A message's branch and its next sibling's, side by side (chat/trips/branches.py)."""
-        if self.refused_while_answering():
-            return
-        try:
-            comparison = branch_comparison(self.turns, event.message)
-        except InputError as exc:
-            self.notify(str(exc), severity="warning", markup=False)
-            return
-        heading = Content.assemble(
-            ("Two branches", "bold"),
-            " as they were answered (figures recorded then, with the cache as it was); "
-            f"n runs each {BRANCH_RUNS} times, cold\n",
-            (SIDE_TRIP, "dim"),
-        )
-        self.push_screen(CompareScreen(comparison, run=False, heading=heading, rerun=BRANCH_RUNS))
-
-    @on(MessageView.TimelineRequested)
-    def show_timeline(self, event: MessageView.TimelineRequested) -> None:
-        """An answer's own timeline: the gap before each token, stalls, bursts."""
-        exchange = next((e for e in self.turns.exchanges if e.answer.id == event.message.id), None)
-        if exchange is None or exchange.metrics is None or not exchange.trace.times:
-            self.notify("the timeline is kept for the answers of this session, once finished")
-            return
-        number = [e.answer.id for e in self.turns.exchanges].index(exchange.answer.id) + 1
-        title = f"the timeline of answer {number} · {one_line(exchange.metrics.backend)}"
-        remote = exchange.metrics.connect_ms is not None
-        view = TimelineView(timeline_of(exchange.trace), exchange.metrics, title, remote)
-        self.push_screen(view)
-
-    @on(MessageView.SiblingRequested)
-    async def show_sibling(self, event: MessageView.SiblingRequested) -> None:
-        """Show the previous or next sibling's branch (‹2/3›); the chat goes on there."""
-        if self.refused_while_answering():
-            return
-        shown = self.turns.show_sibling(event.message.id, event.step)
-        if shown is None:
-            return
-        self._stop_editing()
-        await self.query_one(ChatLog).show_path(self.turns.conversation, reveal=shown)
-        self.query_one(ChatLog).focus_message(shown.id)
-        self.refresh_status()
-
-    def action_edit_system(self) -> None:
-        """Edit the system prompt in the prompt box (Enter: a new branch with it)."""
-        self.post_message(MessageView.EditRequested(self.turns.conversation.root))
-
-    def action_select_message(self) -> None:
-        """Move to the newest message (then ↑/↓, ←/→ for its siblings, e to edit)."""
-        if not self.query_one(ChatLog).focus_message(None):
-            self.notify("no messages yet")
-
-    def action_switch_backend(self) -> None:
-        """Pick a backend profile, seeing what the switch costs first."""
-        servers.switch_backend(self)
-
-    def action_compare(self) -> None:
-        """The last prompt sent elsewhere, side by side (tui/compare_picker.py)."""
-        compare_picker.compare_last(self)
-
-    def action_chats(self) -> None:
-        """Saved chats: open one (it replaces the chat on screen), search, manage."""
-        dialogs.chats(self)
-
-    def action_new_chat(self) -> None:
-        """Start an empty chat (the current one stays saved)."""
-
-        async def reset() -> None:
-            await self.stop_and_wait()
-            await self.show_conversation(self.workspace.new_chat())
-
-        self.run_worker(reset(), group="chat")
-
-    def action_settings(self) -> None:
-        """Engine parameters and the trimmer; applied from the next message, saved."""
-        dialogs.settings(self)
-
-    def action_prompt_view(self) -> None:
-        """The prompt the selected answer (else the newest) was given, as the engine read
-        it: its sections, the cache break, the exact text."""
-        path = self.turns.conversation.messages
-        answers = [m for m in path if m.role == "assistant" and m.anatomy is not None]
-        chosen = answers[-1] if answers else None
-        if isinstance(view := self.focused, MessageView):  # the first answer from there
-            ids = [m.id for m in path]
-            at = ids.index(view.message.id) if view.message.id in ids else len(ids)
-            chosen = next((m for m in answers if ids.index(m.id) >= at), chosen)
-        if chosen is None or chosen.anatomy is None:
-            self.notify("no prompt to show yet: its sections come with the first answer")
-            return
-        number = [m.id for m in answers].index(chosen.id) + 1
-        self.push_screen(PromptView(chosen.anatomy, f"the prompt of answer {number}"))
-
-    def action_ablate(self) -> None:
-        """The chat's last turn again without each part of its prompt (cold, side trip)."""
-        if self.refused_while_answering():
-            return
-        last = self.turns.last_request()
-        if last is None:
-            self.notify("no answered question yet: ablation re-runs the last turn")
-            return
-        rates = measured_rates(history_metrics(self.turns), self.backend.name)
-        screen = AblateScreen.planned(self.backend, self.turns.settings, last[0], rates)
-        if screen is None:
-            self.notify("the last prompt has nothing to remove: no system prompt, no earlier turn")
-        elif not screen.long:
-            self.push_screen(screen)
-        else:  # the count and the estimate first: a long job is asked about (issue 38)
-
-            def answered(start: bool | None) -> None:
-                if start and not self.refused_while_answering():
-                    self.push_screen(screen)
-
-            question = f"Start {screen.total:,} cold runs?"
-            self.push_screen(ConfirmScreen(question, screen.plan), answered)
-
-    def action_history(self) -> None:
-        self.push_screen(HistoryScreen(self.turns.exchanges))
-
-    def action_toggle_telemetry(self) -> None:
-        panel = self.query_one(LivePanel)
-        panel.display = not panel.display
-
-    def action_toggle_thinking(self) -> None:
-        """Fold or unfold the newest answer's thinking (a thinking model's chain of thought)."""
-        if not self.query_one(ChatLog).toggle_thinking():
-            self.notify("no answer here has any thinking to show")
-
-    def action_focus_prompt(self) -> None:
-        self.query_one(PromptInput).focus()
-
-    def palette_commands(self) -> Iterable[SystemCommand]:
-        """The palette's entries (tui/palette.py): the app's own actions, then those of
-        the screens each module opens."""
-        yield SystemCommand("Stop answer", "Stop the answer being generated", self.action_stop)
-        yield SystemCommand(
-            "Retry",
-            "Answer the last question again (the old answer stays, a sibling)",
-            self.action_retry,
-        )
-        yield SystemCommand(
-            "Select a message",
-            "The newest message: ←/→ its siblings' branches, e edits a question (Ctrl+Up)",
-            self.action_select_message,
-        )
-        yield SystemCommand(
-            "Edit the system prompt",
-            "Enter answers the last question with it, on a new branch",
-            self.action_edit_system,
-        )
-        yield SystemCommand(
-            "Show the prompt",
-            "What the engine read for the selected answer: sections, cache break, exact text (F8)",
-            self.action_prompt_view,
-        )
-        yield SystemCommand(
-            "What each part of the prompt is worth",
-            "The last turn again without each section, cold: TTFT, decode, e2e saved (ablation)",
-            self.action_ablate,
-        )
-        yield compare_picker.command(self)
-        yield SystemCommand(
-            "Request history", "Every answer's metrics; export JSONL/CSV", self.action_history
-        )
-        yield SystemCommand("New chat", "Start an empty chat", self.action_new_chat)
-        yield SystemCommand(
-            "Toggle telemetry",
-            "Show or hide the live telemetry panel",
-            self.action_toggle_telemetry,
-        )
-        yield servers.command(self)
-        yield from dialogs.commands(self)
-        yield sweep_screen.command(self)
-
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place for worker failures: say what broke, keep the app running."""
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             error = event.worker.error
-            self.last_error = f"{type(error).__name__}: {error}"
-            self.notify(self.last_error, title="internal error", severity="error", markup=False)
-            self.refresh_status()
+            self.chat.last_error = f"{type(error).__name__}: {error}"
+            self.notify(
+                self.chat.last_error, title="internal error", severity="error", markup=False
+            )
+            self.chat.refresh_status()
 
     def _fatal_error(self) -> None:
         """An error nothing handled ends the app (Textual's rule; the exit status is 1),
         in one line instead of Textual's traceback, which lists local variables (an API
-        key among them, maybe). `on_unmount` still saves the answer in progress."""
+        key among them, maybe). The chat screen's unmount still saves the answer in
+        progress."""
         import sys
 
         from rich.text import Text
 
         error = sys.exc_info()[1]
-        self.last_error = one_line(f"{type(error).__name__}: {error}")[:300]
+        self.chat.last_error = one_line(f"{type(error).__name__}: {error}")[:300]
         self.bell()
-        self._exit_renderables.append(Text(f"phasechat: internal error: {self.last_error}"))
+        self._exit_renderables.append(Text(f"phasechat: internal error: {self.chat.last_error}"))
         self._close_messages_no_wait()
 
     async def on_unmount(self) -> None:
-        self._forecast.close()
-        self._edit_forecast.close()
-        running = [w for w in self.workers if w.group == "generate" and not w.is_finished]
+        """After the screens (the chat's answer in progress saved): close the workspace."""
         self.workers.cancel_all()
-        for worker in running:  # let a cancelled answer save its final state first
-            with contextlib.suppress(WorkerCancelled, WorkerFailed, TimeoutError):
-                await asyncio.wait_for(worker.wait(), 5)
         await self.workspace.aclose()
+
+
+def register_themes(app: PlainTextApp, chosen: str | None) -> list[str]:
+    """Register the built-in and user themes and select `chosen` (else the default).
+    Returns one line per user theme that could not be loaded."""
+    for theme in BUILTIN_THEMES:
+        app.register_theme(theme)
+    user, errors = load_user_themes(themes_dir())
+    for theme in user:
+        app.register_theme(theme)
+    wanted = chosen or DEFAULT_THEME
+    app.theme = wanted if wanted in app.available_themes else DEFAULT_THEME
+    return errors

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from textual.app import SystemCommand
-
 from phasechat.backends.base import Backend
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.costs import switch_cost
@@ -18,15 +16,6 @@ from phasechat.tui.screens.switch_screen import SwitchScreen
 from phasechat.tui.widgets.telemetry_view import switch_line
 
 TITLE = ("Compare the last prompt on ...", "  (side by side with the active backend)")
-
-
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the comparison (F5)."""
-    return SystemCommand(
-        TITLE[0],
-        "The same conversation on another backend or settings, side by side (F5)",
-        lambda: compare_last(app),
-    )
 
 
 def targets(ws: Workspace) -> list[tuple[Target, str]]:
@@ -60,17 +49,17 @@ def _shown(target: Target) -> BackendSpec:
     return replace(spec, remote=replace(spec.remote, name=target.name))
 
 
-def compare_last(app: ChatHost) -> None:
+def compare_last(chat: ChatHost) -> None:
     """Pick where to send the last prompt again, then compare the two answers."""
-    if app.refused_while_answering():
+    if chat.refused_while_answering():
         return
-    sent = [e for e in app.turns.exchanges if e.request is not None and e.metrics is not None]
+    sent = [e for e in chat.turns.exchanges if e.request is not None and e.metrics is not None]
     if not sent:
-        app.notify("nothing to compare yet: send a message first", severity="warning")
+        chat.notify("nothing to compare yet: send a message first", severity="warning")
         return
     assert sent[-1].request is not None
     messages = sent[-1].request.messages  # the conversation as the last prompt sent it
-    ws = app.workspace
+    ws = chat.workspace
     rows = targets(ws)
     by_name = {t.name: t for t, _ in rows}
 
@@ -88,7 +77,7 @@ def compare_last(app: ChatHost) -> None:
         b = Side(target.name, backend, target.settings)
         from phasechat.tui.screens.compare_screen import CompareScreen  # plotext: not at start-up
 
-        app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
+        chat.app.push_screen(CompareScreen(Comparison(a, b, messages), owned))
 
     shown = [(_shown(t), cost) for t, cost in rows]
-    app.push_screen(SwitchScreen(shown, ws.backend.name, TITLE), chosen)
+    chat.app.push_screen(SwitchScreen(shown, ws.backend.name, TITLE), chosen)

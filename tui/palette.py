@@ -1,10 +1,9 @@
 """The app's entries in Textual's command palette (Ctrl+P), as a command `Provider`.
 
-Each entry is a `SystemCommand` holding the call that does it (a bound method of the
-app, or a function of the module that opens the screen), gathered from
-`ChatHost.palette_commands`: nothing is looked up by name. A provider of its own, not
+Each entry is a command of the table in tui/commands.py, running the same action as
+its key. A provider of its own, not
 `App.get_system_commands`: Textual's `SystemCommandsProvider` sorts its entries by title,
-and the chat's keep the order the app gives them (the most used first); Textual's own
+and the chat's keep the order of the table (the most used first); Textual's own
 (Theme, Keys, Quit) stay, from their provider."""
 
 from __future__ import annotations
@@ -12,7 +11,8 @@ from __future__ import annotations
 from textual.app import SystemCommand
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from phasechat.tui.host import ChatHost
+from phasechat.tui.chat_screen import ChatScreen
+from phasechat.tui.commands import palette_entries
 
 
 class ChatCommands(Provider):
@@ -20,8 +20,10 @@ class ChatCommands(Provider):
     their titles as the user types."""
 
     def _entries(self) -> list[SystemCommand]:
-        app = self.app
-        return list(app.palette_commands()) if isinstance(app, ChatHost) else []
+        """The entries for the chat screen (the first screen), over whichever screen the
+        palette opened."""
+        chat = next((s for s in self.app.screen_stack if isinstance(s, ChatScreen)), None)
+        return list(palette_entries(chat)) if chat is not None else []
 
     async def discover(self) -> Hits:
         """Every entry, in the app's order (the palette before anything is typed)."""

@@ -6,8 +6,6 @@ and its profiles (chat/workspace.py); this module opens the screens and says the
 
 from __future__ import annotations
 
-from textual.app import SystemCommand
-
 from phasechat.backends.httplog import redact_url
 from phasechat.chat.config.edit import free_name
 from phasechat.chat.config.file import EndpointProfile
@@ -21,18 +19,9 @@ from phasechat.tui.screens.switch_screen import BackendsScreen
 from phasechat.tui.widgets.telemetry_view import switch_line
 
 
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the switcher (Ctrl+B)."""
-    return SystemCommand(
-        "Switch backend",
-        "Answer with another model or endpoint; add a server, pick its model (Ctrl+B)",
-        lambda: switch_backend(app),
-    )
-
-
-def switch_backend(app: ChatHost) -> None:
+def switch_backend(chat: ChatHost) -> None:
     """Each profile with what switching to it costs; the chosen one answers next."""
-    ws = app.workspace
+    ws = chat.workspace
     rows = [
         (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
         for name, spec in ws.profiles.items()
@@ -43,24 +32,24 @@ def switch_backend(app: ChatHost) -> None:
 
     async def chosen(name: str | None) -> None:
         if name:
-            await app.switch_to(name)
+            await chat.switch_to(name)
 
     def act(verb: str, arg: str) -> None:
         if verb == "add":
-            add_server(app, arg)
+            add_server(chat, arg)
         elif verb == "model":
-            pick_model(app, arg)
+            pick_model(chat, arg)
         elif verb == "rename":
-            rename(app, arg)
+            rename(chat, arg)
         else:
-            remove(app, arg)
+            remove(chat, arg)
 
-    app.push_screen(BackendsScreen(rows, ws.backend.name, act, urls, keys), chosen)
+    chat.app.push_screen(BackendsScreen(rows, ws.backend.name, act, urls, keys), chosen)
 
 
-def add_server(app: ChatHost, url: str = "") -> None:
+def add_server(chat: ChatHost, url: str = "") -> None:
     """Ask for a server's URL; save the one that answers as a profile and switch to it."""
-    ws = app.workspace
+    ws = chat.workspace
 
     async def chosen(choice: ServerChoice | None) -> None:
         if choice is None:
@@ -68,33 +57,33 @@ def add_server(app: ChatHost, url: str = "") -> None:
         same = ws.profile_at(choice.base_url)
         if same is not None:  # a second profile of one server would split its history
             shown = redact_url(choice.base_url)
-            app.notify(one_line(f"{shown} is already the profile {same}"), markup=False)
-            await app.switch_to(same)
+            chat.notify(one_line(f"{shown} is already the profile {same}"), markup=False)
+            await chat.switch_to(same)
             return
         name = choice.name or free_name(ws.config, choice.said.slug)
         endpoint = EndpointProfile(name, choice.base_url, choice.model, choice.key_env)
         error = ws.add_endpoint(endpoint)
         if error is not None:
-            app.notify(one_line(error), severity="error", markup=False)
+            chat.notify(one_line(error), severity="error", markup=False)
             return
         cost = switch_line(switch_cost(ws.turns, name, None))
         where = ws.config.path or "the config"
-        app.notify(
+        chat.notify(
             one_line(f"added {name}: {choice.said.line()} (saved in {where}) · {cost}"),
             markup=False,
             timeout=10,
         )
-        await app.switch_to(name)
+        await chat.switch_to(name)
 
-    app.push_screen(ServerForm(url), chosen)
+    chat.app.push_screen(ServerForm(url), chosen)
 
 
-def pick_model(app: ChatHost, name: str) -> None:
+def pick_model(chat: ChatHost, name: str) -> None:
     """The models profile `name`'s server lists; the one picked is kept in the profile."""
-    ws = app.workspace
+    ws = chat.workspace
     spec = ws.profiles[name]
     if spec.kind == "local" or ws.config.endpoint(name) is None:
-        app.notify(
+        chat.notify(
             f"{name} is not an [[endpoints]] profile of the config: only a server added"
             " there (a) keeps a model",
             severity="warning",
@@ -105,46 +94,48 @@ def pick_model(app: ChatHost, name: str) -> None:
     async def chosen(choice: ServerChoice | None) -> None:
         if choice is None or choice.model is None:
             return
-        if name == ws.backend.name and app.refused_while_answering():
+        if name == ws.backend.name and chat.refused_while_answering():
             return
         fresh, error = await ws.choose_model(name, choice.model)
         if error is not None:
-            app.notify(one_line(error), severity="error", markup=False)
+            chat.notify(one_line(error), severity="error", markup=False)
             return
-        app.notify(one_line(f"{name} asks for {choice.model} from now on (saved)"), markup=False)
+        chat.notify(one_line(f"{name} asks for {choice.model} from now on (saved)"), markup=False)
         if fresh is not None:
-            app.reload_backend()
+            chat.reload_backend()
 
     remote = spec.remote
-    app.push_screen(ServerForm(remote.base_url, remote.api_key_env, pick_only=True), chosen)
+    chat.app.push_screen(ServerForm(remote.base_url, remote.api_key_env, pick_only=True), chosen)
 
 
-def rename(app: ChatHost, name: str) -> None:
+def rename(chat: ChatHost, name: str) -> None:
     """A new name for profile `name`, in the config file and the switcher."""
 
     async def chosen(new: str | None) -> None:
         if new is None:
             return
-        error = await app.workspace.rename_profile(name, new)
+        error = await chat.workspace.rename_profile(name, new)
         if error is not None:
-            app.notify(one_line(error), severity="error", markup=False)
+            chat.notify(one_line(error), severity="error", markup=False)
         else:
-            app.notify(one_line(f"{name} is now called {new} (saved)"), markup=False)
+            chat.notify(one_line(f"{name} is now called {new} (saved)"), markup=False)
 
-    app.push_screen(RenameScreen(f"Rename the profile {name} to:", name), chosen)
+    chat.app.push_screen(RenameScreen(f"Rename the profile {name} to:", name), chosen)
 
 
-def remove(app: ChatHost, name: str) -> None:
+def remove(chat: ChatHost, name: str) -> None:
     """Remove profile `name` from the config file and the switcher, once confirmed."""
 
     async def chosen(yes: bool | None) -> None:
         if not yes:
             return
-        error = await app.workspace.remove_profile(name)
+        error = await chat.workspace.remove_profile(name)
         if error is not None:
-            app.notify(one_line(error), severity="error", markup=False)
+            chat.notify(one_line(error), severity="error", markup=False)
         else:
-            app.notify(one_line(f"removed {name} from the config"), markup=False)
+            chat.notify(one_line(f"removed {name} from the config"), markup=False)
 
     question = f"Remove the profile {name} from the config file?"
-    app.push_screen(ConfirmScreen(question, "Its table goes; the rest of the file stays."), chosen)
+    chat.app.push_screen(
+        ConfirmScreen(question, "Its table goes; the rest of the file stays."), chosen
+    )

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from textual import work
-from textual.app import ComposeResult, SystemCommand
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -132,24 +132,15 @@ class SweepScreen(ModalScreen[None]):
 
 
 def open_sweep(
-    app: ChatHost, levels: Sequence[int] = LEVELS, repeats: int = DEFAULT_REPEATS
+    chat: ChatHost, levels: Sequence[int] = LEVELS, repeats: int = DEFAULT_REPEATS
 ) -> bool:
     """Show the sweep screen for the app's backend; False (with a notice) when it cannot
     run: a local model (one request at a time) or an answer still streaming."""
-    backend = app.backend
+    backend = chat.backend
     if backend.serial:
-        app.notify("The sweep needs a remote backend: the local model answers one at a time.")
+        chat.notify("The sweep needs a remote backend: the local model answers one at a time.")
         return False
-    if app.refused_while_answering():
+    if chat.refused_while_answering():
         return False
-    app.push_screen(SweepScreen(backend, app.turns.settings, levels, repeats=repeats))
+    chat.app.push_screen(SweepScreen(backend, chat.turns.settings, levels, repeats=repeats))
     return True
-
-
-def command(app: ChatHost) -> SystemCommand:
-    """The palette's entry for the sweep."""
-    return SystemCommand(
-        "Concurrency sweep",
-        "Throughput and per-user speed at 1, 2, 4, 8 concurrent requests (remote backends)",
-        lambda: open_sweep(app),
-    )

@@ -12,6 +12,7 @@ from typing import Any
 from textual.app import App
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.message_pump import MessagePump
 from textual.timer import Timer
 from textual.widgets import TextArea
 
@@ -50,13 +51,13 @@ class Pace:
         self._cursor: TextArea | None = None
 
     def drive(
-        self, app: App[Any], refresh: Callable[[], Awaitable[None]], hz: int, cursor: TextArea
+        self, owner: MessagePump, refresh: Callable[[], Awaitable[None]], hz: int, cursor: TextArea
     ) -> None:
-        """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`; `cursor`
-        blinks unless `shared`."""
+        """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`, on `owner`'s
+        timers (the chat screen's); `cursor` blinks unless `shared`."""
         self._timers = (
-            app.set_interval(1 / hz, refresh),
-            app.set_interval(1 / SHARED_HZ, refresh, pause=True),
+            owner.set_interval(1 / hz, refresh),
+            owner.set_interval(1 / SHARED_HZ, refresh, pause=True),
         )
         self._cursor = cursor
 
