@@ -94,7 +94,7 @@ class Trace:
     #: the longest run of token events that came faster than BURST_GAP_NS a token, all
     #: together (a pause inside it that the run's pace absorbs does not end it: a burst
     #: parsed over several reads): how many gaps it holds, how long it lasted
-    #: (see `metrics.decode_rate`)
+    #: (see `figures.decode_rate`)
     burst_gaps: int = 0
     burst_ns: int = 0
     tokens: int = 0  # tokens the backend vouched for, thinking included (local: exact)
