@@ -58,6 +58,7 @@ from phasechat.backends.server_metrics import beyond
 from phasechat.backends.servers import timings_source
 from phasechat.backends.tokens import estimate_text
 from phasechat.telemetry import figures
+from phasechat.telemetry.bounds import Bytes, Count, Cpus, GbS, Ms, PerToken, Rate, Share
 from phasechat.telemetry.figures import rate
 from phasechat.telemetry.recorder import Trace
 
@@ -71,84 +72,84 @@ class Metrics:
     backend: str
     model: str
     finish: str | None
-    ttft_ms: float | None
-    ttfo_ms: float | None
-    e2e_ms: float | None
-    first_byte_ms: float | None
-    prompt_tokens: int | None
+    ttft_ms: Ms | None
+    ttfo_ms: Ms | None
+    e2e_ms: Ms | None
+    first_byte_ms: Ms | None
+    prompt_tokens: Count | None
     prompt_tokens_source: str
-    cached_tokens: int | None
-    evaluated_prompt_tokens: int | None
-    output_tokens: int
+    cached_tokens: Count | None
+    evaluated_prompt_tokens: Count | None
+    output_tokens: Count
     output_tokens_estimated: bool
-    reasoning_tokens: int | None
+    reasoning_tokens: Count | None
     reasoning_tokens_source: str
-    reasoning_ms: float | None
-    answer_tokens: int | None
-    prefill_tok_s: float | None
+    reasoning_ms: Ms | None
+    answer_tokens: Count | None
+    prefill_tok_s: Rate | None
     cache_reported: bool
-    decode_tok_s: float | None
-    tpot_ms: float | None
-    itl_ms_p50: float | None
-    itl_ms_p95: float | None
-    itl_ms_p99: float | None
-    itl_ms_max: float | None
-    chars: int
-    chars_per_s: float | None
-    chars_per_token: float | None
-    prefill_share: float | None
-    decode_share: float | None
-    kv_used_tokens: int | None
-    kv_capacity_tokens: int | None
-    kv_bytes: int | None
-    implied_bandwidth_gb_s: float | None
-    server_prompt_n: int | None
-    server_cache_n: int | None
-    server_prompt_ms: float | None
-    server_predicted_n: int | None
-    server_predicted_ms: float | None
-    server_prefill_tok_s: float | None
-    server_decode_tok_s: float | None
-    server_draft_n: int | None
-    server_draft_accepted: int | None
-    draft_acceptance: float | None
-    context_window: int | None
+    decode_tok_s: Rate | None
+    tpot_ms: Ms | None
+    itl_ms_p50: Ms | None
+    itl_ms_p95: Ms | None
+    itl_ms_p99: Ms | None
+    itl_ms_max: Ms | None
+    chars: Count
+    chars_per_s: Rate | None
+    chars_per_token: PerToken | None
+    prefill_share: Share | None
+    decode_share: Share | None
+    kv_used_tokens: Count | None
+    kv_capacity_tokens: Count | None
+    kv_bytes: Bytes | None
+    implied_bandwidth_gb_s: GbS | None
+    server_prompt_n: Count | None
+    server_cache_n: Count | None
+    server_prompt_ms: Ms | None
+    server_predicted_n: Count | None
+    server_predicted_ms: Ms | None
+    server_prefill_tok_s: Rate | None
+    server_decode_tok_s: Rate | None
+    server_draft_n: Count | None
+    server_draft_accepted: Count | None
+    draft_acceptance: Share | None
+    context_window: Count | None
     context_source: str | None
     #: the local engine's decode threads at the end, how often they changed mid-answer,
     #: and why the last change was made (None: a remote backend)
-    threads: int | None
-    thread_changes: int | None
+    threads: Count | None
+    thread_changes: Count | None
     threads_reason: str | None
     warnings: tuple[str, ...]
     #: remote: the request's own phases before its first token (connect: TCP and TLS,
     #: 0 on a kept-alive connection; headers: the response's status line arrived)
-    connect_ms: float | None = None
-    headers_ms: float | None = None
+    connect_ms: Ms | None = None
+    headers_ms: Ms | None = None
     #: the second token event, after the request was sent
-    time_to_second_token_ms: float | None = None
+    time_to_second_token_ms: Ms | None = None
     #: the part of `ttft_ms` spent waiting for the model to load (None: no such wait)
-    load_ms: float | None = None
+    load_ms: Ms | None = None
     #: where the `server_*` figures came from: "timings" (llama-server, per request),
     #: "vLLM /metrics" (its counters read before and after), "llama.cpp" (the local
     #: engine's counters); None: nowhere. With /metrics: the server's own time to first
     #: token and queue time, and the transport's share of ours (ours - the server's).
     server_source: str | None = None
-    server_ttft_ms: float | None = None
-    server_queue_ms: float | None = None
-    transport_ms: float | None = None
+    server_ttft_ms: Ms | None = None
+    server_queue_ms: Ms | None = None
+    transport_ms: Ms | None = None
     #: why the server's account of this request is unknown (requests overlapped)
     server_unknown: str | None = None
     #: the server's KV pool, shared by every request (not this request's window), how
     #: full it was when the request was sent (0-1), and its block: KV and prefix-cache
     #: hits come in whole blocks
-    server_kv_pool_tokens: int | None = None
-    server_kv_used_share: float | None = None
-    server_kv_block_tokens: int | None = None
+    server_kv_pool_tokens: Count | None = None
+    server_kv_used_share: Share | None = None
+    server_kv_block_tokens: Count | None = None
     #: remote: when the request's body was all written (ms after the send), and what the
     #: server said of the prompt's cache hit (0-1) and of the workers that ran its
     #: prefill and its decode where it splits them (Dynamo): ids shown, never obeyed
-    sent_ms: float | None = None
-    server_kv_hit_share: float | None = None
+    sent_ms: Ms | None = None
+    server_kv_hit_share: Share | None = None
     server_prefill_worker: str | None = None
     server_decode_worker: str | None = None
     #: the server's own names and definitions of its queue and prefill figures, where
@@ -160,15 +161,15 @@ class Metrics:
     server_prefill_means: str | None = None
     #: the server's own wait for the model to load before this request (Ollama's
     #: `load_duration`): part of the TTFT, apart from the prefill
-    server_load_ms: float | None = None
+    server_load_ms: Ms | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
-    gpu_bytes_per_token: int | None = None
-    cpu_bytes_per_token: int | None = None
+    gpu_bytes_per_token: Bytes | None = None
+    cpu_bytes_per_token: Bytes | None = None
     #: local: the CPUs' worth of other processes' work while the engine decoded, and the
     #: CPUs it may run on (None: a server, or a span too short to tell)
-    busy_cpus: float | None = None
-    cpus: int | None = None
+    busy_cpus: Cpus | None = None
+    cpus: Count | None = None
     #: why `decode_tok_s` (and TPOT, chars/s) is unknown: the tokens came in a burst
     decode_unknown: str | None = None
     #: read back from disk (telemetry/read_back.py): the fields whose stored value was

@@ -1,0 +1,60 @@
+"""What a stored figure may be, declared beside the figure: each number of `Metrics` is
+typed with one of the `Annotated` kinds here (`Ms`, `Bytes`, `Share`, ...), whose `Bound`
+says what a value of that kind may be; telemetry/read_back.py checks a value read back
+from disk against its field's declared bound, never against a guess from its name
+(issue 49: a 4 GB `gpu_bytes_per_token` was bounded as a token count by a name rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from phasechat.backends.measured import number_in
+from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+
+#: The most bytes a decode step (or a KV cache) is believed to read: a petabyte.
+MAX_BYTES = 2**50
+#: The highest bandwidth believed, in GB/s (HBM3e is ~5,000), and characters per token.
+MAX_GB_S = 1e6
+MAX_CHARS_PER_TOKEN = 1e4
+#: The most CPUs' worth of work believed of a machine's other processes.
+MAX_CPUS = 1e4
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """What a figure of one kind may be: `check` gives a plausible value back (a float
+    for a time, a rate or a share) and None for anything else (a string, a bool, NaN,
+    a negative, a number past the kind's limit)."""
+
+    what: str
+    check: Callable[[object], int | float | None]
+
+
+def _count(limit: int) -> Callable[[object], int | None]:
+    return lambda v: as_count(v, limit)
+
+
+def _within(high: float) -> Callable[[object], float | None]:
+    return lambda v: number_in(v, 0.0, high)
+
+
+COUNT = Bound("a count (tokens, threads, CPUs)", _count(MAX_TOKENS))
+BYTES = Bound("a count of bytes", _count(MAX_BYTES))
+MS = Bound("a time in ms, a week at most", as_ms)
+RATE = Bound("a rate a second", lambda v: as_rate(number_in(v, 0.0, float("inf"))))
+SHARE = Bound("a share, 0-1", _within(1.0))
+GB_S = Bound("a bandwidth in GB/s", _within(MAX_GB_S))
+PER_TOKEN = Bound("characters per token", _within(MAX_CHARS_PER_TOKEN))
+CPUS = Bound("CPUs' worth of work", _within(MAX_CPUS))
+
+Count = Annotated[int, COUNT]
+Bytes = Annotated[int, BYTES]
+Ms = Annotated[float, MS]
+Rate = Annotated[float, RATE]
+Share = Annotated[float, SHARE]
+GbS = Annotated[float, GB_S]
+PerToken = Annotated[float, PER_TOKEN]
+Cpus = Annotated[float, CPUS]
