@@ -93,3 +93,34 @@ def test_the_decode_window_ends_where_the_server_s_count_ends() -> None:
     # read live once the count arrived: the same tokens over the same window
     assert (live.tokens, live.unit) == (5, "tokens")
     assert (live.decode_tok_s, live.chars_per_s) == (m.decode_tok_s, m.chars_per_s)
+
+
+def test_read_mid_stream_the_panel_and_the_running_metrics_agree() -> None:
+    # the compare view draws compute(trace, now) beside the panel's snapshot: while the
+    # model loads, then while it thinks, both read one figure
+    t = sent_at(10)
+    t.observe(ModelLoading(), 10 * MS)
+    loading = (snapshot(t, 70 * MS), compute(t, 70 * MS))
+    assert loading[0].load_ms == loading[1].load_ms == 60.0  # to now while it lasts
+    assert loading[0].elapsed_ms == loading[1].e2e_ms == 60.0
+    t.observe(ModelLoaded(t_ns=80 * MS), 81 * MS)
+    t.observe(PromptEvaluated(20, 0, 20), 90 * MS)
+    for ms in (100, 110, 130):
+        t.observe(ReasoningDelta("hm", 1), ms * MS)
+    live, m = snapshot(t, 150 * MS), compute(t, 150 * MS)
+    assert (live.phase, live.tokens, m.output_tokens) == ("thinking", 3, 3)
+    assert live.reasoning_ms == m.reasoning_ms == 50.0  # to now while it thinks
+    assert live.load_ms == m.load_ms == 70.0  # to the load's end, now it ended
+    assert live.decode_tok_s == m.decode_tok_s == pytest.approx(2 / 0.030)
+    assert (live.ttft_ms, live.ttfo_ms, live.elapsed_ms) == (m.ttft_ms, None, m.e2e_ms)
+    assert m.ttft_ms == 90.0 and m.e2e_ms == 140.0
+    t.observe(TextDelta("ok", 1), 160 * MS)
+    live, m = snapshot(t, 170 * MS), compute(t, 170 * MS)
+    assert live.reasoning_ms == m.reasoning_ms == 60.0  # to the answer's first token
+    assert live.ttfo_ms == m.ttfo_ms == 150.0
+
+
+def test_an_end_stamped_before_the_send_is_no_negative_time() -> None:
+    t = sent_at(50)
+    t.observe(Finished("stop", t_ns=40 * MS), 60 * MS)  # another thread's clock
+    assert snapshot(t, 70 * MS).elapsed_ms == compute(t).e2e_ms == 0.0
