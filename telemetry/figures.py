@@ -152,9 +152,14 @@ def chars_per_s(trace: Trace, d: Decode) -> float | None:
     return chars / answer_s if answer_s and d.unknown is None else None
 
 
+def ready_ms(ttft: float | None, load: float | None) -> float | None:
+    """The TTFT less the wait for the model: the request's own wait, prefill's time."""
+    return ttft - load if ttft is not None and load is not None else ttft
+
+
 def prefill_rate(evaluated: int | None, ttft: float | None, load: float | None) -> float | None:
     """Prompt tokens actually evaluated over the TTFT less the wait for the model."""
-    ready = ttft - load if ttft is not None and load is not None else ttft
+    ready = ready_ms(ttft, load)
     return rate(evaluated, ready / 1000 if ready else None) if evaluated else None
 
 

@@ -240,7 +240,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     ttft = figures.ttft_ms(trace)
     e2e = figures.elapsed_ms(trace, now_ns)
     load = figures.load_ms(trace, now_ns)
-    ready_ttft = ttft - load if ttft is not None and load is not None else ttft
+    ready_ttft = figures.ready_ms(ttft, load)
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
     output, out_estimated, counted_by_server = _output_tokens(trace)
