@@ -1,8 +1,10 @@
-"""What a stored figure may be, declared beside the figure: each number of `Metrics` is
-typed with one of the `Annotated` kinds here (`Ms`, `Bytes`, `Share`, ...), whose `Bound`
-says what a value of that kind may be; telemetry/read_back.py checks a value read back
-from disk against its field's declared bound, never against a guess from its name
-(issue 49: a 4 GB `gpu_bytes_per_token` was bounded as a token count by a name rule).
+"""What a stored figure may be, declared beside it: the kinds of number a `Metrics`
+field is typed with (`Ms`, `Bytes`, `Share`, ...), each an `Annotated` type carrying its
+`Bound`.
+
+telemetry/read_back.py checks a value read back from disk against its field's declared
+bound, never against a guess from its name (issue 49: a 4 GB `gpu_bytes_per_token` was
+bounded as a token count by a name rule).
 """
 
 from __future__ import annotations

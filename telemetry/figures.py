@@ -1,8 +1,10 @@
-"""One formula per figure of a request: each figure the live panel and the answer's
-footer both show (TTFT, the wait for the model, the thinking's span, the decode rate and
-its window, the character rate, the prefill rate) worked out from a `Trace` in one
-function, used by `telemetry/live.py` while the request runs and by
-`telemetry/metrics.py` at its end, so the two agree by construction.
+"""One formula per figure of a request, for the live panel and the final metrics alike.
+
+Each figure the panel and the answer's footer both show (TTFT, the wait for the model,
+the thinking's span, the decode rate and its window, the character rate, the prefill
+rate) is worked out from a `Trace` in one function here, called by `telemetry/live.py`
+while the request runs and by `telemetry/metrics.py` at its end, so the two agree by
+construction.
 
 `now_ns` is the clock for a request still running (a figure that grows while its phase
 lasts grows to it); None reads the trace as it stands.
