@@ -31,26 +31,45 @@ class Bound:
     for a time, a rate or a share) and None for anything else (a string, a bool, NaN,
     a negative, a number past the kind's limit)."""
 
-    what: str
     check: Callable[[object], int | float | None]
 
 
-def _count(limit: int) -> Callable[[object], int | None]:
-    return lambda v: as_count(v, limit)
+def _count(v: object) -> int | None:
+    return as_count(v, MAX_TOKENS)
 
 
-def _within(high: float) -> Callable[[object], float | None]:
-    return lambda v: number_in(v, 0.0, high)
+def _bytes(v: object) -> int | None:
+    return as_count(v, MAX_BYTES)
 
 
-COUNT = Bound("a count (tokens, threads, CPUs)", _count(MAX_TOKENS))
-BYTES = Bound("a count of bytes", _count(MAX_BYTES))
-MS = Bound("a time in ms, a week at most", as_ms)
-RATE = Bound("a rate a second", lambda v: as_rate(number_in(v, 0.0, float("inf"))))
-SHARE = Bound("a share, 0-1", _within(1.0))
-GB_S = Bound("a bandwidth in GB/s", _within(MAX_GB_S))
-PER_TOKEN = Bound("characters per token", _within(MAX_CHARS_PER_TOKEN))
-CPUS = Bound("CPUs' worth of work", _within(MAX_CPUS))
+def _rate(v: object) -> float | None:
+    return as_rate(number_in(v, 0.0, float("inf")))
+
+
+def _share(v: object) -> float | None:
+    return number_in(v, 0.0, 1.0)
+
+
+def _gb_s(v: object) -> float | None:
+    return number_in(v, 0.0, MAX_GB_S)
+
+
+def _per_token(v: object) -> float | None:
+    return number_in(v, 0.0, MAX_CHARS_PER_TOKEN)
+
+
+def _cpus(v: object) -> float | None:
+    return number_in(v, 0.0, MAX_CPUS)
+
+
+COUNT = Bound(_count)  # tokens, threads, CPUs, characters
+BYTES = Bound(_bytes)
+MS = Bound(as_ms)  # a week at most
+RATE = Bound(_rate)  # tokens or characters a second
+SHARE = Bound(_share)  # 0-1
+GB_S = Bound(_gb_s)
+PER_TOKEN = Bound(_per_token)  # characters per token
+CPUS = Bound(_cpus)  # CPUs' worth of work
 
 Count = Annotated[int, COUNT]
 Bytes = Annotated[int, BYTES]

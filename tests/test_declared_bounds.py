@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from phasechat.telemetry.bounds import MAX_BYTES, Bytes, Count, Ms, Share
+from phasechat.telemetry.bounds import MAX_BYTES, MAX_CPUS, Bytes, Count, Ms, Share
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.read_back import checks_of, metrics_read_back
 
@@ -57,3 +57,11 @@ def test_a_real_4_gb_a_token_reads_back_as_stored() -> None:
     back = metrics_read_back({**stored, "cpu_bytes_per_token": MAX_BYTES})
     assert (back.gpu_bytes_per_token, back.cpu_bytes_per_token) == (FOUR_GB, MAX_BYTES)
     assert back.ignored == ()
+
+
+def test_the_cpus_other_processes_kept_busy_are_bounded_as_cpus() -> None:
+    base = {"output_tokens": 5, "chars": 20}
+    assert metrics_read_back({**base, "busy_cpus": MAX_CPUS}).busy_cpus == MAX_CPUS
+    past = metrics_read_back({**base, "busy_cpus": MAX_CPUS * 1.01, "cpus": 1.5})
+    assert (past.busy_cpus, past.cpus) == (None, None)
+    assert past.ignored == (f"busy_cpus ({MAX_CPUS * 1.01!r})", "cpus (1.5)")
