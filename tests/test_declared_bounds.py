@@ -62,6 +62,7 @@ def test_a_real_4_gb_a_token_reads_back_as_stored() -> None:
 def test_the_cpus_other_processes_kept_busy_are_bounded_as_cpus() -> None:
     base = {"output_tokens": 5, "chars": 20}
     assert metrics_read_back({**base, "busy_cpus": MAX_CPUS}).busy_cpus == MAX_CPUS
+    assert metrics_read_back({**base, "busy_cpus": 0.5}).busy_cpus == 0.5  # half a CPU
     past = metrics_read_back({**base, "busy_cpus": MAX_CPUS * 1.01, "cpus": 1.5})
     assert (past.busy_cpus, past.cpus) == (None, None)
     assert past.ignored == (f"busy_cpus ({MAX_CPUS * 1.01!r})", "cpus (1.5)")

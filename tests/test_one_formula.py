@@ -114,6 +114,8 @@ def test_read_mid_stream_the_panel_and_the_running_metrics_agree() -> None:
     assert live.decode_tok_s == m.decode_tok_s == pytest.approx(2 / 0.030)
     assert (live.ttft_ms, live.ttfo_ms, live.elapsed_ms) == (m.ttft_ms, None, m.e2e_ms)
     assert m.ttft_ms == 90.0 and m.e2e_ms == 140.0
+    # 20 prompt tokens in the 20 ms after the load (over the whole TTFT: 222 tok/s)
+    assert m.prefill_tok_s == pytest.approx(1000.0)
     t.observe(TextDelta("ok", 1), 160 * MS)
     live, m = snapshot(t, 170 * MS), compute(t, 170 * MS)
     assert live.reasoning_ms == m.reasoning_ms == 60.0  # to the answer's first token
