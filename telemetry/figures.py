@@ -162,7 +162,7 @@ def ready_ms(ttft: float | None, load: float | None) -> float | None:
 def prefill_rate(evaluated: int | None, ttft: float | None, load: float | None) -> float | None:
     """Prompt tokens actually evaluated over the TTFT less the wait for the model."""
     ready = ready_ms(ttft, load)
-    return rate(evaluated, ready / 1000 if ready else None) if evaluated else None
+    return rate(evaluated, ready / 1000 if ready else None)
 
 
 def window_s(first: int | None, last: int | None) -> float | None:

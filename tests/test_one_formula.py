@@ -105,6 +105,7 @@ def test_read_mid_stream_the_panel_and_the_running_metrics_agree() -> None:
     assert loading[0].elapsed_ms == loading[1].e2e_ms == 60.0
     t.observe(ModelLoaded(t_ns=80 * MS), 81 * MS)
     t.observe(PromptEvaluated(20, 0, 20), 90 * MS)
+    assert compute(t, 95 * MS).prefill_tok_s is None  # read, but no token yet: no TTFT
     for ms in (100, 110, 130):
         t.observe(ReasoningDelta("hm", 1), ms * MS)
     live, m = snapshot(t, 150 * MS), compute(t, 150 * MS)
