@@ -15,6 +15,7 @@ from phasechat.backends.events import (
     ModelLoading,
     PromptEvaluated,
     ReasoningDelta,
+    ServerTimings,
     StreamError,
     TextDelta,
     Usage,
@@ -127,3 +128,38 @@ def test_an_end_stamped_before_the_send_is_no_negative_time() -> None:
     t = sent_at(50)
     t.observe(Finished("stop", t_ns=40 * MS), 60 * MS)  # another thread's clock
     assert snapshot(t, 70 * MS).elapsed_ms == compute(t).e2e_ms == 0.0
+
+
+def test_the_server_s_timings_count_stretches_the_window_as_its_usage_does() -> None:
+    # llama-server: 4 chunks of text, its timings count 5 tokens, the fifth with the
+    # silent chunk at 160
+    t = sent_at(10, "remote")
+    for i in range(4):
+        t.observe(TextDelta("ab"), (100 + 10 * i) * MS)
+    t.observe(ServerTimings(12, 5.0, 5, 50.0), 160 * MS)
+    t.observe(Finished("stop", t_silent_ns=160 * MS), 161 * MS)
+    live, m = snapshot(t, 161 * MS), compute(t)
+    assert (live.tokens, m.output_tokens) == (5, 5)
+    assert live.decode_tok_s == m.decode_tok_s == pytest.approx(4 / 0.060)
+
+
+def test_the_backend_s_own_count_is_not_stretched_to_a_silent_chunk() -> None:
+    # the local engine counts its own tokens (2 an event): every one came with its text
+    t = sent_at(10)
+    for i in range(3):
+        t.observe(TextDelta("ab", 2), (100 + 10 * i) * MS)
+    t.observe(Finished("stop", t_silent_ns=200 * MS), 201 * MS)
+    live, m = snapshot(t, 201 * MS), compute(t)
+    assert (live.tokens, m.output_tokens) == (6, 6)
+    assert live.decode_tok_s == m.decode_tok_s == pytest.approx(5 / 0.020)
+
+
+def test_thinking_and_answer_stamped_together_span_to_the_last_thinking_token() -> None:
+    # one chunk that carried the first thinking and the first answer text at once
+    t = sent_at(10, "remote")
+    t.observe(ReasoningDelta("hm", 1), 100 * MS)
+    t.observe(TextDelta("a", 1), 100 * MS)
+    t.observe(ReasoningDelta("m", 1), 140 * MS)
+    t.observe(Finished("stop"), 150 * MS)
+    live, final = figures_live_and_final(t)
+    assert live[2] == final[2] == 40.0
