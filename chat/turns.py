@@ -28,6 +28,7 @@ from phasechat.backends.events import (
     GenerationRequest,
     KVStats,
     Message,
+    Notice,
     ReasoningDelta,
     StreamError,
     TextDelta,
@@ -482,12 +483,11 @@ class TurnController:
         plan = exchange.trim_plan
         if plan is None or not plan.wait:
             return
-        exchange.trace.t_queued = time.perf_counter_ns()  # shown as its own phase
+        exchange.trace.queue(time.perf_counter_ns())  # shown as its own phase
         plan = await self.trimmer.wait(plan)
         exchange.request = request = self.request()
         count = self._backend.count_tokens(request.messages)
-        exchange.trace.prompt_estimate = count.tokens
-        exchange.trace.prompt_estimate_exact = not count.estimated
+        exchange.trace.estimate_prompt(count.tokens, not count.estimated)
         self._planned(exchange, plan)
 
     async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
@@ -598,10 +598,11 @@ class TurnController:
         if self._watchers:
             self._ended(exchange.trace, compute(exchange.trace))
         exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
-        exchange.trace.notices.append(
+        said = (
             f"the server refused the prompt as longer than its window: {error.message}; "
             "trimmed the history and sent it again"
         )
+        exchange.trace.observe(Notice(said), time.perf_counter_ns())
         exchange.request = request
         exchange.trimmed, exchange.trim_note = True, plan.note
         return True
@@ -635,7 +636,6 @@ class TurnController:
     def _finish(self, exchange: Exchange) -> None:
         trace, answer = exchange.trace, exchange.answer
         now = time.perf_counter_ns()
-        trace.t_sent = trace.t_sent or now  # cancelled while waiting for a summary
         trace.cancel(now)  # no-op when a terminal event arrived
         answer.content = trace.text
         answer.reasoning = trace.reasoning

@@ -1,7 +1,10 @@
 """A cheap snapshot of a running request, for a panel refreshed 10-20 times a second.
 
 `compute()` sorts every gap for percentiles; this reads only counters and the last few
-token times, so its cost does not grow with the answer's length.
+token times, so its cost does not grow with the answer's length. Each figure it shares
+with the final metrics (TTFT, the load, the thinking, the decode and character rates)
+comes from the same function (telemetry/figures.py): read at the request's end, the
+panel and the footer agree.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from phasechat.backends.events import PrefillProgress
-from phasechat.telemetry.metrics import Metrics, decode_rate
+from phasechat.telemetry import figures
+from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.recorder import Trace
 
 #: "thinking" and "decode" (the answer) are both decode, told apart for thinking models;
@@ -52,19 +56,15 @@ class Live:
     #: the part of the TTFT spent waiting for the model to load (growing while it loads;
     #: None: no such wait)
     load_ms: float | None = None
-    #: why `decode_tok_s` is unknown: the tokens came in a burst (`metrics.decode_rate`)
+    #: why `decode_tok_s` is unknown: the tokens came in a burst (`figures.decode_rate`)
     decode_unknown: str | None = None
 
 
 def snapshot(trace: Trace, now_ns: int) -> Live:
     """The live view of `trace` at `now_ns` (a `perf_counter_ns` value)."""
-    end = trace.t_done if trace.t_done is not None else now_ns
     first, last = trace.t_first_token, trace.t_last_token
     if trace.t_queued is not None and not trace.t_sent:
         return _queued(trace, now_ns)
-    # A frame drawn between the turn's start and its send: nothing has been waited for yet
-    # (t_sent is 0 until the request goes: "TTFT 8,504 s" was the clock since boot).
-    sent = trace.t_sent or now_ns
     if trace.done:
         phase: Phase = "done"
     elif trace.t_loading is not None and trace.t_loaded is None:
@@ -76,8 +76,16 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         phase = "prefill"
     else:
         phase = "waiting" if trace.prompt_estimate is None else "prefill"
-    tokens = trace.tokens if trace.tokens_known else trace.deltas
-    rate, burst = decode_rate(trace, tokens, first, last)
+    # the final metrics' count where someone counted; else chunks (a remote stream
+    # before its usage) or none yet
+    counted = figures.counted_tokens(trace)
+    unit: Literal["tokens", "chunks"] = "tokens"
+    if counted is not None:
+        tokens, by_server = counted
+    else:
+        tokens, by_server = (trace.tokens if trace.tokens_known else trace.deltas), False
+        unit = "tokens" if trace.tokens_known else "chunks"
+    decode = figures.decode(trace, tokens, by_server)
     times = trace.times[-(RECENT + 1) :]
     stride = trace.stride
     recent = tuple((times[i] - times[i - 1]) / 1e6 / stride for i in range(1, len(times)))
@@ -92,17 +100,15 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
                 stall = "slow"
     prompt = trace.prompt
     progress = trace.progress
-    t_think = trace.t_first_reasoning
-    think_end = trace.t_first_answer or (end if phase == "thinking" else trace.t_last_reasoning)
-    answer = trace.t_first_answer
-    answer_s = (last - answer) / 1e9 if answer is not None and last is not None else 0.0
-    answer_s = answer_s if burst is None else 0.0
+    # A frame drawn between the turn's start and its send: nothing has been waited for yet
+    # (t_sent is 0 until the request goes: "TTFT 8,504 s" was the clock since boot).
+    elapsed = figures.elapsed_ms(trace, now_ns) if trace.t_sent else 0.0
     return Live(
         phase=phase,
-        elapsed_ms=max(0.0, (end - sent) / 1e6),
-        ttft_ms=(first - sent) / 1e6 if first is not None else None,
-        ttfo_ms=(answer - sent) / 1e6 if answer is not None else None,
-        reasoning_ms=(think_end - t_think) / 1e6 if t_think and think_end else None,
+        elapsed_ms=elapsed or 0.0,
+        ttft_ms=figures.ttft_ms(trace),
+        ttfo_ms=figures.ttfo_ms(trace),
+        reasoning_ms=figures.reasoning_ms(trace, now_ns),
         reasoning_tokens=(
             trace.reasoning_tokens if trace.reasoning_tokens_known else trace.reasoning_deltas
         ),
@@ -111,25 +117,17 @@ def snapshot(trace: Trace, now_ns: int) -> Live:
         prefill_done=progress.processed if progress else None,
         prefill_left_ms=_left(progress) if first is None else None,
         tokens=tokens,
-        unit="tokens" if trace.tokens_known else "chunks",
+        unit=unit,
         tokens_estimated=False,
-        decode_tok_s=rate,
-        chars_per_s=(trace.chars - trace.chars_first) / answer_s if answer_s > 0 else None,
+        decode_tok_s=decode.tok_s,
+        chars_per_s=figures.chars_per_s(trace, decode),
         recent_itl_ms=recent,
         since_last_ms=since,
         stall=stall,
         threads_note=threads_note(trace),
-        load_ms=_load_ms(trace, end),
-        decode_unknown=burst,
+        load_ms=figures.load_ms(trace, now_ns),
+        decode_unknown=decode.unknown,
     )
-
-
-def _load_ms(trace: Trace, end: int) -> float | None:
-    """The wait for the model so far (to `end` while it lasts), None without one."""
-    if trace.t_loading is None:
-        return None
-    ready = trace.t_loaded if trace.t_loaded is not None else end
-    return max(0.0, (ready - trace.t_sent) / 1e6)
 
 
 def threads_note(trace: Trace) -> str:

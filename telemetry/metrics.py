@@ -23,7 +23,7 @@
   no text for (the end-of-sequence token: vLLM, llama-server), at the chunk that stood
   for it (`Finished.t_silent_ns`), one decode step after the last text.
   Unknown (None, and `decode_unknown` says why) when the tokens came in a burst: closer
-  together than any engine decodes them (`decode_rate`: a proxy that buffers the stream
+  together than any engine decodes them (`figures.decode_rate`: a proxy that buffers the stream
   hands on what was decoded earlier); the server's own account (`server_decode_tok_s`)
   is still shown as the server's.
 - `tpot_ms`: the same window per token; `itl_ms_*`: gaps between consecutive token events
@@ -57,8 +57,10 @@ from typing import Any
 from phasechat.backends.server_metrics import beyond
 from phasechat.backends.servers import timings_source
 from phasechat.backends.tokens import estimate_text
-from phasechat.backends.wire_numbers import as_rate
-from phasechat.telemetry.recorder import BURST_GAP_NS, Trace
+from phasechat.telemetry import figures
+from phasechat.telemetry.bounds import Bytes, Count, Cpus, GbS, Ms, PerToken, Rate, Share
+from phasechat.telemetry.figures import rate
+from phasechat.telemetry.recorder import Trace
 
 _NS_PER_MS = 1_000_000
 
@@ -70,84 +72,84 @@ class Metrics:
     backend: str
     model: str
     finish: str | None
-    ttft_ms: float | None
-    ttfo_ms: float | None
-    e2e_ms: float | None
-    first_byte_ms: float | None
-    prompt_tokens: int | None
+    ttft_ms: Ms | None
+    ttfo_ms: Ms | None
+    e2e_ms: Ms | None
+    first_byte_ms: Ms | None
+    prompt_tokens: Count | None
     prompt_tokens_source: str
-    cached_tokens: int | None
-    evaluated_prompt_tokens: int | None
-    output_tokens: int
+    cached_tokens: Count | None
+    evaluated_prompt_tokens: Count | None
+    output_tokens: Count
     output_tokens_estimated: bool
-    reasoning_tokens: int | None
+    reasoning_tokens: Count | None
     reasoning_tokens_source: str
-    reasoning_ms: float | None
-    answer_tokens: int | None
-    prefill_tok_s: float | None
+    reasoning_ms: Ms | None
+    answer_tokens: Count | None
+    prefill_tok_s: Rate | None
     cache_reported: bool
-    decode_tok_s: float | None
-    tpot_ms: float | None
-    itl_ms_p50: float | None
-    itl_ms_p95: float | None
-    itl_ms_p99: float | None
-    itl_ms_max: float | None
-    chars: int
-    chars_per_s: float | None
-    chars_per_token: float | None
-    prefill_share: float | None
-    decode_share: float | None
-    kv_used_tokens: int | None
-    kv_capacity_tokens: int | None
-    kv_bytes: int | None
-    implied_bandwidth_gb_s: float | None
-    server_prompt_n: int | None
-    server_cache_n: int | None
-    server_prompt_ms: float | None
-    server_predicted_n: int | None
-    server_predicted_ms: float | None
-    server_prefill_tok_s: float | None
-    server_decode_tok_s: float | None
-    server_draft_n: int | None
-    server_draft_accepted: int | None
-    draft_acceptance: float | None
-    context_window: int | None
+    decode_tok_s: Rate | None
+    tpot_ms: Ms | None
+    itl_ms_p50: Ms | None
+    itl_ms_p95: Ms | None
+    itl_ms_p99: Ms | None
+    itl_ms_max: Ms | None
+    chars: Count
+    chars_per_s: Rate | None
+    chars_per_token: PerToken | None
+    prefill_share: Share | None
+    decode_share: Share | None
+    kv_used_tokens: Count | None
+    kv_capacity_tokens: Count | None
+    kv_bytes: Bytes | None
+    implied_bandwidth_gb_s: GbS | None
+    server_prompt_n: Count | None
+    server_cache_n: Count | None
+    server_prompt_ms: Ms | None
+    server_predicted_n: Count | None
+    server_predicted_ms: Ms | None
+    server_prefill_tok_s: Rate | None
+    server_decode_tok_s: Rate | None
+    server_draft_n: Count | None
+    server_draft_accepted: Count | None
+    draft_acceptance: Share | None
+    context_window: Count | None
     context_source: str | None
     #: the local engine's decode threads at the end, how often they changed mid-answer,
     #: and why the last change was made (None: a remote backend)
-    threads: int | None
-    thread_changes: int | None
+    threads: Count | None
+    thread_changes: Count | None
     threads_reason: str | None
     warnings: tuple[str, ...]
     #: remote: the request's own phases before its first token (connect: TCP and TLS,
     #: 0 on a kept-alive connection; headers: the response's status line arrived)
-    connect_ms: float | None = None
-    headers_ms: float | None = None
+    connect_ms: Ms | None = None
+    headers_ms: Ms | None = None
     #: the second token event, after the request was sent
-    time_to_second_token_ms: float | None = None
+    time_to_second_token_ms: Ms | None = None
     #: the part of `ttft_ms` spent waiting for the model to load (None: no such wait)
-    load_ms: float | None = None
+    load_ms: Ms | None = None
     #: where the `server_*` figures came from: "timings" (llama-server, per request),
     #: "vLLM /metrics" (its counters read before and after), "llama.cpp" (the local
     #: engine's counters); None: nowhere. With /metrics: the server's own time to first
     #: token and queue time, and the transport's share of ours (ours - the server's).
     server_source: str | None = None
-    server_ttft_ms: float | None = None
-    server_queue_ms: float | None = None
-    transport_ms: float | None = None
+    server_ttft_ms: Ms | None = None
+    server_queue_ms: Ms | None = None
+    transport_ms: Ms | None = None
     #: why the server's account of this request is unknown (requests overlapped)
     server_unknown: str | None = None
     #: the server's KV pool, shared by every request (not this request's window), how
     #: full it was when the request was sent (0-1), and its block: KV and prefix-cache
     #: hits come in whole blocks
-    server_kv_pool_tokens: int | None = None
-    server_kv_used_share: float | None = None
-    server_kv_block_tokens: int | None = None
+    server_kv_pool_tokens: Count | None = None
+    server_kv_used_share: Share | None = None
+    server_kv_block_tokens: Count | None = None
     #: remote: when the request's body was all written (ms after the send), and what the
     #: server said of the prompt's cache hit (0-1) and of the workers that ran its
     #: prefill and its decode where it splits them (Dynamo): ids shown, never obeyed
-    sent_ms: float | None = None
-    server_kv_hit_share: float | None = None
+    sent_ms: Ms | None = None
+    server_kv_hit_share: Share | None = None
     server_prefill_worker: str | None = None
     server_decode_worker: str | None = None
     #: the server's own names and definitions of its queue and prefill figures, where
@@ -159,15 +161,15 @@ class Metrics:
     server_prefill_means: str | None = None
     #: the server's own wait for the model to load before this request (Ollama's
     #: `load_duration`): part of the TTFT, apart from the prefill
-    server_load_ms: float | None = None
+    server_load_ms: Ms | None = None
     #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
     #: and from the host's (None: every layer on the CPU, or a server)
-    gpu_bytes_per_token: int | None = None
-    cpu_bytes_per_token: int | None = None
+    gpu_bytes_per_token: Bytes | None = None
+    cpu_bytes_per_token: Bytes | None = None
     #: local: the CPUs' worth of other processes' work while the engine decoded, and the
     #: CPUs it may run on (None: a server, or a span too short to tell)
-    busy_cpus: float | None = None
-    cpus: int | None = None
+    busy_cpus: Cpus | None = None
+    cpus: Count | None = None
     #: why `decode_tok_s` (and TPOT, chars/s) is unknown: the tokens came in a burst
     decode_unknown: str | None = None
     #: read back from disk (telemetry/read_back.py): the fields whose stored value was
@@ -234,45 +236,27 @@ def itl_ms(trace: Trace) -> list[float]:
 
 def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     """Metrics of `trace`; for a request still running, pass `now_ns` for live values."""
-    end = trace.t_done if trace.t_done is not None else now_ns
-    ms = _ms_since(trace.t_sent)
-    ttft = ms(trace.t_first_token)
-    e2e = ms(end)
-    load = _load_ms(trace, ttft)
-    ready_ttft = ttft - load if ttft is not None and load is not None else ttft
+    ms = functools.partial(figures.since_sent_ms, trace)
+    ttft = figures.ttft_ms(trace)
+    e2e = figures.elapsed_ms(trace, now_ns)
+    load = figures.load_ms(trace, now_ns)
+    ready_ttft = figures.ready_ms(ttft, load)
 
     prompt_tokens, prompt_source, cached, evaluated = _prompt_counts(trace)
     output, out_estimated, counted_by_server = _output_tokens(trace)
     thought, thought_source = _reasoning_tokens(trace, output, out_estimated)
     answer = max(0, output - thought) if thought is not None else output
 
-    # The window ends where the count ends: a token the server counted without sending
-    # text for it (the end-of-sequence token) came one decode step after the last text.
-    last = trace.t_last_token
-    silent = trace.t_silent_token
-    beyond = counted_by_server and output > trace.deltas  # a token without text
-    if beyond and silent is not None and last is not None and silent > last:
-        last = silent
-    decode_s = _window_s(trace.t_first_token, last)
-    decode_tok_s, burst = decode_rate(trace, output, trace.t_first_token, last)
-    tpot = decode_s * 1000 / (output - 1) if decode_tok_s and decode_s and output > 1 else None
-    prefill_tok_s = (
-        _rate(evaluated, ready_ttft / 1000 if ready_ttft else None) if evaluated else None
-    )
+    d = figures.decode(trace, output, counted_by_server)
+    burst = d.unknown
 
     gaps = sorted(itl_ms(trace))
     pick = (lambda q: percentile(gaps, q)) if gaps else (lambda q: None)
 
-    answer_s = _window_s(trace.t_first_answer, last)
+    answer_s = figures.window_s(trace.t_first_answer, d.last)
     window_chars = trace.chars - trace.chars_first
-    chars_per_s = window_chars / answer_s if answer_s and burst is None else None
     chars_per_token = window_chars / (answer - 1) if answer_s and answer > 1 else None
     share = ready_ttft / e2e if ready_ttft is not None and e2e else None
-    # Thinking that goes on after the answer began (a server that interleaves them) ends
-    # at its last token: the span is never negative.
-    first, answered = trace.t_first_reasoning, trace.t_first_answer
-    reasoning_end = answered if first is not None and answered and answered > first else None
-    reasoning_end = reasoning_end or trace.t_last_reasoning
 
     s, a = trace.server, trace.account
     known = a if a is not None and a.unknown is None else None  # this request's own
@@ -289,7 +273,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         model=trace.model,
         finish=trace.finish,
         ttft_ms=ttft,
-        ttfo_ms=ms(trace.t_first_answer),
+        ttfo_ms=figures.ttfo_ms(trace),
         e2e_ms=e2e,
         first_byte_ms=ms(trace.t_first_byte),
         prompt_tokens=prompt_tokens,
@@ -300,18 +284,18 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         output_tokens_estimated=out_estimated,
         reasoning_tokens=thought,
         reasoning_tokens_source=thought_source,
-        reasoning_ms=_span_ms(trace.t_first_reasoning, reasoning_end),
+        reasoning_ms=figures.reasoning_ms(trace, now_ns),
         answer_tokens=answer,
-        prefill_tok_s=prefill_tok_s,
+        prefill_tok_s=figures.prefill_rate(evaluated, ttft, load),
         cache_reported=cached is not None,
-        decode_tok_s=decode_tok_s,
-        tpot_ms=tpot,
+        decode_tok_s=d.tok_s,
+        tpot_ms=d.tpot_ms,
         itl_ms_p50=pick(50),
         itl_ms_p95=pick(95),
         itl_ms_p99=pick(99),
         itl_ms_max=gaps[-1] if gaps else None,
         chars=trace.chars,
-        chars_per_s=chars_per_s,
+        chars_per_s=figures.chars_per_s(trace, d),
         chars_per_token=chars_per_token,
         prefill_share=share,
         decode_share=1 - ttft / e2e if ttft is not None and e2e else None,
@@ -319,7 +303,7 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         kv_used_tokens=trace.kv.used_tokens if trace.kv else kv_used,
         kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
         kv_bytes=trace.kv.used_bytes if trace.kv else None,
-        implied_bandwidth_gb_s=_bandwidth(trace, decode_tok_s),
+        implied_bandwidth_gb_s=_bandwidth(trace, d.tok_s),
         server_prompt_n=own.prompt_n,
         server_cache_n=own.cache_n,
         server_prompt_ms=own.prompt_ms,
@@ -371,38 +355,6 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     )
 
 
-def decode_rate(
-    trace: Trace, tokens: int, first: int | None, last: int | None
-) -> tuple[float | None, str | None]:
-    """The decode rate of `tokens` (or chunks) from `first` to `last` (ns), and why it
-    is unknown when it is (None: it is not). The rate of the finished answer and of the
-    live panel alike.
-
-    A burst is no decode rate: tokens that came closer together than any engine
-    decodes them (BURST_GAP_NS per token) were decoded earlier and handed on at once.
-    Either the whole window is shorter than that floor for its tokens, or one run of
-    events that came that fast, together, holds most of them (a proxy that held back
-    most of the answer; the few tokens of a speculative step that arrive together are
-    not most of an answer, and the step's own gap ends their run).
-    Cheap: the run is counted by the recorder as the tokens arrive."""
-    gaps = tokens - 1
-    if first is None or last is None or gaps < 1:
-        return None, None
-    window = last - first
-    if window < gaps * BURST_GAP_NS:
-        return None, (
-            f"{tokens:,} tokens arrived within {window / _NS_PER_MS:,.2f} ms, faster than "
-            "any engine decodes: a burst (a proxy that buffers the stream?), no decode rate"
-        )
-    if trace.burst_gaps * 2 > trace.deltas - 1:
-        return None, (
-            f"{trace.burst_gaps + 1:,} of {trace.deltas:,} token events arrived together "
-            f"within {trace.burst_ns / _NS_PER_MS:,.2f} ms: a burst (a proxy that buffers "
-            "the stream?), no decode rate"
-        )
-    return _rate(gaps, window / 1e9), None
-
-
 @dataclass(frozen=True, slots=True)
 class _Engine:
     """The engine's own account of the request, in one shape whatever its source."""
@@ -431,8 +383,8 @@ def _engine(trace: Trace) -> _Engine:
             s.prompt_ms,
             s.predicted_n,
             s.predicted_ms,
-            _rate(s.prompt_n, s.prompt_ms / 1000 if s.prompt_ms else None),
-            _rate(s.predicted_n, s.predicted_ms / 1000 if s.predicted_ms else None),
+            rate(s.prompt_n, s.prompt_ms / 1000 if s.prompt_ms else None),
+            rate(s.predicted_n, s.predicted_ms / 1000 if s.predicted_ms else None),
         )
     if a is None or a.unknown is not None:
         return _Engine()
@@ -445,8 +397,8 @@ def _engine(trace: Trace) -> _Engine:
         a.prefill_ms,
         n,
         a.decode_ms,
-        _rate(evaluated, a.prefill_ms / 1000 if a.prefill_ms else None),
-        _rate(n - 1 if n else None, a.decode_ms / 1000 if a.decode_ms else None),
+        rate(evaluated, a.prefill_ms / 1000 if a.prefill_ms else None),
+        rate(n - 1 if n else None, a.decode_ms / 1000 if a.decode_ms else None),
     )
 
 
@@ -490,42 +442,6 @@ def _bandwidth(trace: Trace, decode_tok_s: float | None) -> float | None:
     return decode_tok_s * (kv.model_bytes + kv.used_bytes) / 1e9
 
 
-def _rate(n: int | None, seconds: float | None) -> float | None:
-    """`n` tokens over `seconds` a second: None unless both are positive and the rate is
-    believable (never negative, never astronomically large)."""
-    if not n or n < 0 or not seconds or seconds <= 0:
-        return None
-    return as_rate(n / seconds)
-
-
-def _load_ms(trace: Trace, ttft: float | None) -> float | None:
-    """How long the request waited for the model to load (None: it did not wait, or the
-    load failed). A load that ended as the request was sent is a wait of 0; the wait is
-    never longer than the TTFT it is part of."""
-    if trace.t_loading is None or trace.t_loaded is None:
-        return None
-    waited = max(0.0, (trace.t_loaded - trace.t_sent) / _NS_PER_MS)
-    return min(waited, ttft) if ttft is not None else waited
-
-
-def _window_s(first: int | None, last: int | None) -> float | None:
-    """Seconds from `first` to `last` (ns), None when not a positive span."""
-    if first is None or last is None or last <= first:
-        return None
-    return (last - first) / 1e9
-
-
-def _span_ms(first: int | None, last: int | None) -> float | None:
-    return (last - first) / _NS_PER_MS if first is not None and last is not None else None
-
-
-def _ms_since(start: int) -> Any:
-    def ms(t: int | None) -> float | None:
-        return (t - start) / _NS_PER_MS if t is not None else None
-
-    return ms
-
-
 def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | None]:
     """(prompt tokens, source, cached, evaluated), best source first."""
     if trace.prompt is not None:  # local: the model's tokenizer and the KV prefix match
@@ -558,14 +474,12 @@ def _prompt_counts(trace: Trace) -> tuple[int | None, str, int | None, int | Non
 
 
 def _output_tokens(trace: Trace) -> tuple[int, bool, bool]:
-    """Every generated token (thinking included), best source first: (count, estimated,
-    counted by the server)."""
-    if trace.tokens_known and trace.deltas:
-        return trace.tokens, False, False
-    if trace.usage is not None and trace.usage.completion_tokens:
-        return trace.usage.completion_tokens, False, True
-    if trace.server is not None and trace.server.predicted_n:
-        return trace.server.predicted_n, False, True
+    """Every generated token (thinking included), best source first (the live panel's
+    count, `figures.counted_tokens`), else estimated: (count, estimated, counted by the
+    server)."""
+    counted = figures.counted_tokens(trace)
+    if counted is not None:
+        return counted[0], False, counted[1]
     return estimate_text(trace.reasoning) + estimate_text(trace.text), True, False
 
 

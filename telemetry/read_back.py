@@ -5,8 +5,9 @@ What was written is a claim by the time it is read: another program, a damaged d
 an older phasechat may have left anything in the cell. A record that is not an object,
 or whose required counts are not counts, is unreadable as a whole (`Unreadable`, one
 line saying why). Within a readable metric set each figure is checked as the wire's
-figures are (backends/wire_numbers.py): a count is a count, a time a week at most, a
-rate below belief's limit, a share in 0-1; a figure that fails is unknown (None) and
+figures are (backends/wire_numbers.py), by the bound its field declares beside it
+(telemetry/bounds.py): a count is a count, a time a week at most, a rate below
+belief's limit, a share in 0-1; a figure that fails is unknown (None) and
 named in `Metrics.ignored`, so a view shows "unknown" and a JSON export `null`, never
 NaN, infinity or a negative time. An anatomy with one implausible figure is unreadable
 whole: its sections are sums of one another, and a part cannot be trusted alone.
@@ -17,10 +18,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any, cast, get_args
+from types import UnionType
+from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
-from phasechat.backends.measured import number_in, shown, text_in
-from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+from phasechat.backends.measured import shown, text_in
+from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms
 from phasechat.telemetry.anatomy import (
     Anatomy,
     BreakKind,
@@ -28,13 +30,12 @@ from phasechat.telemetry.anatomy import (
     Section,
     SectionKind,
 )
+from phasechat.telemetry.bounds import MAX_BYTES as MAX_BYTES
+from phasechat.telemetry.bounds import MAX_CHARS_PER_TOKEN as MAX_CHARS_PER_TOKEN
+from phasechat.telemetry.bounds import MAX_GB_S as MAX_GB_S
+from phasechat.telemetry.bounds import Bound
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 
-#: The most bytes a decode step (or a KV cache) is believed to read: a petabyte.
-MAX_BYTES = 2**50
-#: The highest bandwidth believed, in GB/s (HBM3e is ~5,000), and characters per token.
-MAX_GB_S = 1e6
-MAX_CHARS_PER_TOKEN = 1e4
 #: Fields without which a metric set means nothing: not a count, and it is unreadable.
 _REQUIRED_COUNTS = ("output_tokens", "chars")
 
@@ -71,30 +72,44 @@ def metrics_read_back(data: object) -> Metrics:
 @functools.cache
 def _checks() -> dict[str, Callable[[object], object]]:
     """Each stored field of `Metrics` (in its order) and how a value read back for it is
-    checked: worked out once from the field's name and type, not at every message of a
+    checked: worked out once from the field's declared type, not at every message of a
     5,000-message chat (it halved the opening of one: bench/long_chat.py)."""
-    return {f.name: _check_for(f.name, str(f.type)) for f in fields(Metrics) if f.name != "ignored"}
+    return checks_of(Metrics, skip=("ignored",))
 
 
-def _check_for(name: str, kind: str) -> Callable[[object], object]:
-    """The check of field `name` of type `kind`: a value it may hold comes back as itself
+def checks_of(
+    record: type[Any], skip: tuple[str, ...] = ()
+) -> dict[str, Callable[[object], object]]:
+    """The check of each field of the dataclass `record` (in its order, less `skip`):
+    a number by the `Bound` its type declares (telemetry/bounds.py), whatever its name;
+    a flag, a text or a list of lines by its type. Raises `TypeError` for a number that
+    declares no bound, or a type no check reads."""
+    hints = get_type_hints(record, include_extras=True)
+    return {f.name: _check_for(f.name, hints[f.name]) for f in fields(record) if f.name not in skip}
+
+
+def _check_for(name: str, hint: object) -> Callable[[object], object]:
+    """The check of field `name` of type `hint`: a value it may hold comes back as itself
     (None for an optional one's null), any other as `_BAD`."""
-    optional = kind.endswith("| None")
-    base = kind.removesuffix(" | None")
+    args = get_args(hint)
+    optional = get_origin(hint) in (Union, UnionType) and type(None) in args
+    base = next(a for a in args if a is not type(None)) if optional else hint
     inner: Callable[[object], object]
-    if base == "int":
-        limit = MAX_BYTES if "bytes" in name else MAX_TOKENS
-        inner = lambda v: as_count(v, limit)  # noqa: E731
-    elif base == "float":
-        inner = _float_check(name)
-    elif base == "bool":
+    bound = next((b for b in getattr(base, "__metadata__", ()) if isinstance(b, Bound)), None)
+    if bound is not None:
+        inner = bound.check
+    elif base in (int, float):
+        raise TypeError(f"{name} is a number that declares no bound (telemetry/bounds.py)")
+    elif base is bool:
         inner = lambda v: v if isinstance(v, bool) else None  # noqa: E731
-    elif base == "str":
+    elif base is str:
         inner = lambda v: v if _is_text(v) else None  # noqa: E731
-    else:  # the warnings: a list of lines
+    elif base == tuple[str, ...]:  # the warnings: a list of lines
         inner = lambda v: (  # noqa: E731
             tuple(v) if isinstance(v, list) and all(_is_text(w) for w in v) else None
         )
+    else:
+        raise TypeError(f"{name}: no check reads a {hint}")
 
     def check(value: object) -> object:
         if value is None:
@@ -103,18 +118,6 @@ def _check_for(name: str, kind: str) -> Callable[[object], object]:
         return _BAD if checked is None else checked
 
     return check
-
-
-def _float_check(name: str) -> Callable[[object], float | None]:
-    """How field `name` (a float) is checked, by what it measures."""
-    if name.endswith("_share") or name == "draft_acceptance":
-        return lambda v: number_in(v, 0.0, 1.0)
-    if name.endswith("_tok_s") or name == "chars_per_s":
-        return lambda v: as_rate(number_in(v, 0.0, float("inf")))
-    if "_ms" in name:
-        return as_ms
-    limit = MAX_GB_S if name.endswith("_gb_s") else MAX_CHARS_PER_TOKEN
-    return lambda v: number_in(v, 0.0, limit)
 
 
 def anatomy_read_back(data: object) -> Anatomy:

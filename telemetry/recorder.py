@@ -1,5 +1,9 @@
 """The recorder: stamps every backend event on arrival, keeps one `Trace` per request.
 
+Only the recorder writes a `Trace`: the backend's events through `observe`, and what the
+turn knows before the request goes (`queue`, `estimate_prompt`) or when it is abandoned
+(`cancel`) through its methods; everyone else reads it.
+
 A text event that carries the time it was made (`TextDelta.t_ns`: the local backend
 stamps each token on the llama thread) is timed by that instead of its arrival, so
 tokens queued behind a busy UI keep their real spacing.
@@ -94,7 +98,7 @@ class Trace:
     #: the longest run of token events that came faster than BURST_GAP_NS a token, all
     #: together (a pause inside it that the run's pace absorbs does not end it: a burst
     #: parsed over several reads): how many gaps it holds, how long it lasted
-    #: (see `metrics.decode_rate`)
+    #: (see `figures.decode_rate`)
     burst_gaps: int = 0
     burst_ns: int = 0
     tokens: int = 0  # tokens the backend vouched for, thinking included (local: exact)
@@ -269,8 +273,21 @@ class Trace:
         else:
             self._skip = self.stride - 1
 
+    def queue(self, now: int) -> None:
+        """The request waits from `now` before it is sent (for a history summary): a
+        phase of its own, not part of its TTFT."""
+        self.t_queued = now
+
+    def estimate_prompt(self, tokens: int, exact: bool) -> None:
+        """Our own count of the prompt before sending (`exact`: the model's tokenizer),
+        counted again when the prompt changed before it was sent."""
+        self.prompt_estimate, self.prompt_estimate_exact = tokens, exact
+
     def cancel(self, now: int | None = None) -> None:
-        """Mark a request the consumer abandoned (no terminal event arrived)."""
+        """Mark a request the consumer abandoned (no terminal event arrived); one
+        abandoned before it was sent (waiting for a summary) is sent and ended at once."""
+        if not self.t_sent:
+            self.t_sent = now or time.perf_counter_ns()
         if self.t_done is None:
             self.t_done = now or time.perf_counter_ns()
             self.finish = "cancelled"

@@ -54,8 +54,7 @@ def branch_comparison(turns: TurnController, message: ChatMessage) -> Comparison
         recorded.append((answer, messages))
     comparison = Comparison(sides[0], sides[1], sides[0].messages or (), together=False, cold=True)
     for side, (answer, messages) in enumerate(recorded):
-        trace = Trace(backend=answer.backend or "", model=answer.model or "")
-        trace.text_parts.append(answer.content)
+        trace = Trace(answer.backend or "", answer.model or "", text_parts=[answer.content])
         request = request_for(turns.settings, messages)
         comparison.answers.append(Answer(side, 0, trace, request, answer.metrics, started=True))
     return comparison
