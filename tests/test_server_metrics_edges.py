@@ -270,6 +270,7 @@ async def test_a_family_s_page_that_holds_none_of_its_names_yet_is_still_its_acc
     pages = Pages("process_open_fds 12\n")
     got, watch = await one_request(pages, None, family="llama")
     assert watch.enabled and got is not None and got.source == "llama-server /metrics"
+    assert pages.reads == 2  # nothing there to wait for: read once after the answer
 
 
 async def test_the_page_is_read_with_the_backend_s_key(clock: Clock) -> None:
