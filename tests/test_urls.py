@@ -22,8 +22,9 @@ def test_trimmed_drops_only_a_final_slash_and_the_fragment() -> None:
     assert trimmed("http://h:8/v1") == "http://h:8/v1"
 
 
-def test_the_root_sends_no_fragment() -> None:
+def test_the_root_sends_no_fragment_and_drops_a_v1_with_its_final_slash() -> None:
     assert root_of("http://h:8/v1#part") == "http://h:8"
+    assert root_of("http://h:8/v1/") == "http://h:8"
 
 
 @pytest.mark.parametrize(
@@ -34,6 +35,9 @@ def test_the_root_sends_no_fragment() -> None:
         ("http://h/v1#a", "http://h/v1#b"),  # nor does a fragment
         ("http://h//v1", "http://h"),  # a doubled slash before v1
         ("http://localhost:80/v1", "http://127.0.0.1/v1"),
+        ("https://h/v1", "https://h:443"),  # each scheme's default port
+        ("http://h/v1/", "http://h"),
+        ("http://h/a//v1", "http://h/a/v1"),
     ],
 )
 def test_one_server_whatever_else_the_url_holds(a: str, b: str) -> None:
@@ -50,6 +54,9 @@ def test_one_server_whatever_else_the_url_holds(a: str, b: str) -> None:
         ("http://h:99999/v1", "http://h:99998/v1"),
         ("http://h:99999/v1", "http://h/v1"),
         ("http://localhost/v1", "http://localhost:8080/v1"),
+        ("https://h/v1", "https://h:444/v1"),
+        ("http://h/a/v1X", "http://h/a"),  # not a final /v1
+        ("http:///v1", "http://xxxx/v1"),  # no host is no host named anything
     ],
 )
 def test_another_server_whatever_the_url_shares(a: str, b: str) -> None:
