@@ -47,6 +47,8 @@ def test_a_name_past_its_bounds_or_taken_is_refused_in_one_line(name: str, said:
     ("base", "name"),
     [
         ("llama server/1", "llama-server-1"),  # what a name cannot hold becomes "-"
+        ("LM Studio", "LM-Studio"),  # capitals kept
+        ("Xbox:1.", "Xbox:1"),  # only - . _ : taken off the ends
         ("..lab-", "lab"),  # and none at either end
         ("///", "server"),  # nothing left: a name of its own
         ("x" * 60, "x" * 56),  # room for a "-2"
