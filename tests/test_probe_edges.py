@@ -70,6 +70,7 @@ def test_a_model_file_is_shown_by_its_name(listed: str, shown: str) -> None:
         ("  box:8000  ", "http://box:8000/v1"),
         ("http://box:8000", "http://box:8000/v1"),
         ("https://box/", "https://box/v1"),
+        ("http://boX", "http://boX/v1"),  # only a final "/" is taken off
     ],
 )
 def test_what_a_user_types_is_trimmed_and_given_a_scheme_and_a_path(typed: str, url: str) -> None:
@@ -88,14 +89,17 @@ def test_a_typed_url_is_refused_in_one_line(typed: str, said: str) -> None:
 def test_loopback_is_all_of_127_and_each_port_is_asked_once() -> None:
     urls = local_urls(
         [
+            "http://127.0.0.1:x/v1",  # no URL: left out, and the rest still looked at
             "http://127.0.0.2:9000/v1",  # all of 127/8 is this machine
             "http://localhost:8080/v1",  # a usual port already: once
             "http://localhost/v1",  # no port written: the usual ones are asked anyway
-            "http://127.0.0.1:x/v1",  # no URL: left out
+            "http://10.0.0.5:9002/v1",  # another machine: never
             "http://127.0.0.1:9000/v1",  # 9000 again
+            "http://localhost:9001/v1",
         ]
     )
-    assert urls[5:] == ["http://127.0.0.1:9000/v1"] and len(urls) == 6
+    assert urls[5:] == ["http://127.0.0.1:9000/v1", "http://127.0.0.1:9001/v1"]
+    assert len(urls) == 7
 
 
 def test_each_loopback_port_is_asked_with_the_first_profile_s_key() -> None:
@@ -104,9 +108,10 @@ def test_each_loopback_port_is_asked_with_the_first_profile_s_key() -> None:
             "http://127.0.0.1:9000/v1": "FIRST_KEY",
             "http://localhost:9000/other/v1": "SECOND_KEY",
             "http://127.0.0.9:9001/v1": "LOOPBACK_KEY",
+            "http://localhost:9003/v1": "LOCALHOST_KEY",
             "http://10.0.0.5:9002/v1": "LAN_KEY",  # not this machine
             "http://localhost/v1": "NO_PORT_KEY",
             "http://127.0.0.1:x/v1": "BAD_KEY",
         }
     )
-    assert keys == {9000: "FIRST_KEY", 9001: "LOOPBACK_KEY"}
+    assert keys == {9000: "FIRST_KEY", 9001: "LOOPBACK_KEY", 9003: "LOCALHOST_KEY"}
