@@ -47,6 +47,9 @@ MARKS = ROOT / "scripts" / "mutants_equivalent.txt"
 PRODUCT = ("backends/", "chat/", "telemetry/", "tui/", "themes/", "phasechat/")
 #: test files that draw the UI: slow, and they reach the module through the screens
 UI_TESTS = re.compile(r"tui|snapshot|pty|markdown|ui_pace|odd_input|compare_tables")
+#: the folders copied beside the package: the tests, and what they read (a test holds
+#: docs/backends.md's table against the families)
+COPIED = ("tests", "scripts", "bench", "examples", "docs")
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
 
 
@@ -94,7 +97,7 @@ def stage(where: pathlib.Path) -> None:
     shutil.rmtree(where, ignore_errors=True)
     junk = shutil.ignore_patterns("__pycache__", "*.pyc", "snapshot_report.html")
     shutil.copytree(ROOT / "phasechat", where / "phasechat", symlinks=False, ignore=junk)
-    for name in ("tests", "scripts", "bench", "examples"):
+    for name in COPIED:
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, where / name, ignore=junk)
     shutil.copy2(ROOT / "pyproject.toml", where / "pyproject.toml")
@@ -106,6 +109,7 @@ def configure(where: pathlib.Path, modules: list[str], tests: list[str], marks: 
     doc = tomlkit.parse(path.read_text())
     cfg = doc["tool"]["mutmut"]
     cfg["only_mutate"] = modules
+    cfg["also_copy"] = [*COPIED[1:]]
     cfg["pytest_add_cli_args_test_selection"] = tests
     if marks:
         cfg["pytest_add_cli_args"] = [*cfg["pytest_add_cli_args"], "-m", marks]
@@ -238,6 +242,9 @@ def main() -> int:
     stage(where)
     configure(where, modules, tests, args.marks)
     said = run_shown(where, args.jobs)
+    if "failed to collect stats" in said:
+        # a selected test fails on the unmutated code: every mutant would read as unreached
+        sys.exit("the tests fail before any mutant: run them in the copy and fix that first")
     if "could not find any test case for any mutant" in said:
         print("no selected test reaches a mutated function: all mutants are reached by no test")
     status = {}

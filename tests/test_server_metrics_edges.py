@@ -1,0 +1,300 @@
+"""A server's account at its edges (backends/server_metrics.py; issue 49, item 3): each
+bound at its value and one past it, pages that declare what they have not counted yet,
+and how long the watch waits for a server to count a request, on a clock of its own
+(the reads are counted, not timed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from phasechat.backends import server_metrics
+from phasechat.backends.events import ServerAccount, Usage
+from phasechat.backends.server_metrics import MetricsWatch, Span, joined, parse
+from phasechat.backends.servers.llama_server import FAMILY as LLAMA
+from phasechat.backends.servers.sglang import FAMILY as SGLANG
+
+SPAN = Span(1000.0, 4000, 100)
+
+
+# -- what a server's per-request figures may claim ------------------------------------
+
+
+@pytest.mark.parametrize(("prefill", "kept"), [(1051.0, True), (1051.5, False), (1050.5, True)])
+def test_a_phase_may_exceed_the_request_by_5_percent_and_1_ms_and_no_more(
+    prefill: float, kept: bool
+) -> None:
+    # 1,000 ms measured here: 1,051 ms is at the clocks' slack, 1,051.5 past it
+    a = joined(ServerAccount("vLLM per-request metrics", prefill_ms=prefill), None, SPAN)
+    assert a is not None and (a.prefill_ms == prefill) is kept
+    assert len(a.doubts) == (0 if kept else 1)
+
+
+def test_each_phase_longer_than_the_request_is_named_with_its_label() -> None:
+    own = ServerAccount("Dynamo per-request metrics", load_ms=2_000, ttft_ms=3_000, decode_ms=4_000)
+    a = joined(own, None, SPAN)
+    assert a is not None and (a.load_ms, a.ttft_ms, a.decode_ms) == (None, None, None)
+    assert a.doubts == (
+        "Dynamo per-request metrics: 2,000 ms of model load, 4,000 ms of decode, "
+        "3,000 ms of time to first token in a request of 1,000 ms measured here: not believed",
+    )
+
+
+def test_cached_tokens_are_bounded_by_the_prompt_counted_or_else_by_the_prompt_sent() -> None:
+    # SGLang's own count of cached tokens, with the prompt count: 35 cached of 30
+    over = joined(ServerAccount("SGLang", prompt_tokens=30, cached_tokens=35), None, SPAN)
+    assert over is not None and (over.prompt_tokens, over.cached_tokens) == (30, None)
+    assert over.doubts == ("SGLang: 35 cached tokens of a prompt of at most 30: not believed",)
+    # the whole prompt cached: believed
+    whole = joined(ServerAccount("SGLang", prompt_tokens=30, cached_tokens=30), None, SPAN)
+    assert whole is not None and whole.cached_tokens == 30 and whole.doubts == ()
+    # no prompt count: the prompt sent bounds it (4,000), at the bound and one past it
+    span = Span(1000.0, 40, 100)
+    at = joined(ServerAccount("SGLang", cached_tokens=40), None, span)
+    assert at is not None and at.cached_tokens == 40 and at.doubts == ()
+    past = joined(ServerAccount("SGLang", cached_tokens=41), None, span)
+    assert past is not None and past.cached_tokens is None
+    assert past.doubts == ("SGLang: 41 cached tokens of a prompt of at most 40: not believed",)
+
+
+def test_a_prompt_not_believed_takes_its_cached_count_with_it_in_one_line() -> None:
+    # 5,000 prompt tokens of at most 4,000, 6,000 of them cached: one line, the prompt's
+    own = ServerAccount("SGLang", prompt_tokens=5_000, cached_tokens=6_000)
+    a = joined(own, None, SPAN)
+    assert a is not None and (a.prompt_tokens, a.cached_tokens) == (None, None)
+    assert a.doubts == ("SGLang: 5,000 prompt tokens for a prompt of at most 4,000: not believed",)
+
+
+def test_phases_that_do_not_fit_together_leave_the_counts_that_were_not_believed_out() -> None:
+    own = ServerAccount(
+        "vLLM per-request metrics", prompt_tokens=5_000, prefill_ms=600, decode_ms=600
+    )
+    a = joined(own, None, SPAN)
+    assert a is not None
+    assert (a.prompt_tokens, a.prefill_ms, a.decode_ms) == (None, None, None)
+    assert len(a.doubts) == 2 and "1,200 ms of prefill + decode" in a.doubts[1]
+
+
+# -- pages that declare figures before they count them --------------------------------
+
+#: a fresh SGLang server's page (prometheus_client): counters and histograms declared,
+#: a label set written only once it counted something
+FRESH_SGLANG = (
+    "# HELP sglang:cached_tokens_total Number of cached prompt tokens.\n"
+    "# TYPE sglang:cached_tokens_total counter\n"
+    "# TYPE sglang:queue_time_seconds histogram\n"
+    "# TYPE sglang:time_to_first_token_seconds summary\n"
+    "# TYPE sglang:generation_tokens_total\n"  # no kind: not a declaration
+    "# TYPE sglang:num_requests_total counter extra\n"  # five words: neither
+    'sglang:prompt_tokens_total{model_name="m"} 12\n'
+)
+
+
+def test_a_declared_figure_with_no_sample_is_zero_and_a_malformed_declaration_nothing() -> None:
+    s = parse(FRESH_SGLANG)
+    assert s is not None and s.engine == "SGLang"
+    assert s.values == {"prompt": 12.0, "cached": 0.0, "queue_s": 0.0, "ttft_s": 0.0}
+
+
+def test_a_page_that_only_declares_its_names_is_its_family_s() -> None:
+    s = parse("# TYPE sglang:num_running_reqs gauge\n# TYPE sglang:token_usage gauge\n")
+    assert s is not None and s.engine == "SGLang"
+    assert s.values == {"running": 0.0, "used_share": 0.0}
+
+
+# -- the watch, on a clock of its own -------------------------------------------------
+
+
+class Clock:
+    """`time.monotonic` and `asyncio.sleep` for the watch: each sleep asked for is kept
+    and moves the clock a quarter second (an exact binary fraction: the reads land on
+    SETTLE_S itself)."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps = 100.0, list[float]()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += 0.25
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(server_metrics, "time", c)
+    monkeypatch.setattr(asyncio, "sleep", c.sleep)  # the module server_metrics sleeps in
+    return c
+
+
+class Pages:
+    """A /metrics that answers each page in turn (the last again), and only to `key`."""
+
+    def __init__(self, *pages: str, key: str | None = None) -> None:
+        self.pages, self.reads, self.key = list(pages), 0, key
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.key is not None and request.headers.get("authorization") != self.key:
+            return httpx.Response(401)
+        page = self.pages[min(self.reads, len(self.pages) - 1)]
+        self.reads += 1
+        return httpx.Response(200, text=page)
+
+
+async def one_request(
+    pages: Pages, usage: Usage | None, family: str = "", headers: dict[str, str] | None = None
+) -> tuple[ServerAccount | None, MetricsWatch]:
+    names = {"llama": LLAMA, "sglang": SGLANG}[family].metrics if family else None
+    headers = headers or {}
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(pages.handle)) as client:
+        await watch.start(client, "http://h", headers, names=names)
+        ticket = watch.begin()
+        got = await watch.finished(ticket, client, "http://h", headers, usage)
+        watch.end()
+    return got, watch
+
+
+def llama_page(generated: float, cached: float = 0, running: float = 0) -> str:
+    return (
+        f"llamacpp:requests_processing {running}\nllamacpp:prompt_tokens_total 100\n"
+        f"llamacpp:prompt_tokens_cached_total {cached}\n"
+        f"llamacpp:tokens_predicted_total {generated}\n"
+    )
+
+
+async def test_llama_server_is_read_again_until_it_counted_every_token_of_the_answer(
+    clock: Clock,
+) -> None:
+    # llama-server has no count of finished requests: its tokens say when it counted
+    pages = Pages(llama_page(40), llama_page(45), llama_page(52))
+    got, _ = await one_request(pages, Usage(None, 12))
+    assert got is not None and got.unknown is None and got.generated_tokens == 12
+    assert pages.reads == 3 and clock.sleeps == [0.05]
+
+
+@pytest.mark.parametrize("usage", [None, Usage(80, None)])
+async def test_without_a_count_of_its_own_one_token_counted_is_enough(
+    clock: Clock, usage: Usage | None
+) -> None:
+    # the answer's usage names no count: one token counted is the request counted
+    pages = Pages(llama_page(40), llama_page(41))
+    got, _ = await one_request(pages, usage)
+    assert got is not None and got.generated_tokens == 1 and pages.reads == 2
+
+
+async def test_a_server_that_never_counts_is_read_every_50_ms_until_settle_s_has_passed(
+    clock: Clock,
+) -> None:
+    pages = Pages(llama_page(40))
+    got, _ = await one_request(pages, Usage(None, 12))
+    # reads at 0, 0.25, ..., 1.5 s (SETTLE_S itself: not yet past) and 1.75 s
+    assert pages.reads == 1 + 8 and clock.sleeps == [0.05] * 7
+    # nothing moved: the server's count disagrees with the answer's
+    assert got is not None and got.unknown is not None and got.unknown.startswith("mismatch")
+
+
+def vllm_page(finished: float, generated: float, broken: bool = False) -> str:
+    dup = 'vllm:prompt_tokens_total{engine="1"} 1e308\n' * (2 if broken else 1)
+    return (
+        "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+        f"vllm:e2e_request_latency_seconds_count {finished}\n"
+        f"vllm:generation_tokens_total {generated}\n" + dup
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "unknown"),
+    [
+        # the prompt count's lines sum to infinity before, after, or at both reads
+        (vllm_page(5, 50, broken=True), vllm_page(5, 50), "no number"),
+        (vllm_page(5, 50), vllm_page(5, 50, broken=True), "no number"),
+        # the server restarted: its counts went back, and the request is not counted yet
+        (vllm_page(5, 50), vllm_page(0, 0), "restarted"),
+    ],
+)
+async def test_a_page_no_wait_can_mend_is_read_once(
+    clock: Clock, before: str, after: str, unknown: str
+) -> None:
+    pages = Pages(before, after)
+    got, _ = await one_request(pages, Usage(None, 12))
+    assert got is not None and got.unknown is not None and unknown in got.unknown
+    assert pages.reads == 2 and clock.sleeps == []
+
+
+async def test_a_finished_count_that_moved_is_enough_even_when_the_tokens_disagree(
+    clock: Clock,
+) -> None:
+    # vLLM counted the request (finished 5 -> 6) and 9 tokens of the 12 it said
+    pages = Pages(vllm_page(5, 50), vllm_page(6, 59))
+    got, _ = await one_request(pages, Usage(None, 12))
+    assert got is not None and got.unknown is not None and got.unknown.startswith("mismatch")
+    assert pages.reads == 2
+
+
+async def test_more_tokens_than_the_answer_s_are_another_request_s(clock: Clock) -> None:
+    pages = Pages(vllm_page(5, 50), vllm_page(6, 80))
+    got, _ = await one_request(pages, Usage(None, 12))
+    assert got is not None and got.unknown == (
+        "the server generated 30 tokens meanwhile, this answer 12: "
+        "other requests ran at the same time"
+    )
+
+
+async def test_counters_a_server_writes_once_it_counts_start_from_zero(clock: Clock) -> None:
+    # SGLang's page before the request has no finished count yet; after, 1
+    before = "sglang:num_running_reqs 0\n"
+    after = "sglang:num_running_reqs 0\nsglang:num_requests_total 1\n"
+    pages = Pages(before, after)
+    got, _ = await one_request(pages, None)
+    assert got is not None and got.unknown is None and pages.reads == 2
+
+
+async def test_a_counter_gone_from_the_page_after_a_restart_gives_no_figures(
+    clock: Clock,
+) -> None:
+    before = vllm_page(5, 50)
+    after = "vllm:num_requests_running 0\n"  # restarted, nothing counted yet
+    got, _ = await one_request(Pages(before, after), Usage(None, 12))
+    assert got is not None and (got.generated_tokens, got.prompt_tokens) == (None, None)
+
+
+async def test_a_family_s_page_that_holds_none_of_its_names_yet_is_still_its_account(
+    clock: Clock,
+) -> None:
+    # llama-server said it serves /metrics; its page has nothing of llama.cpp's yet
+    pages = Pages("process_open_fds 12\n")
+    got, watch = await one_request(pages, None, family="llama")
+    assert watch.enabled and got is not None and got.source == "llama-server /metrics"
+    assert pages.reads == 2  # nothing there to wait for: read once after the answer
+
+
+async def test_the_page_is_read_with_the_backend_s_key(clock: Clock) -> None:
+    pages = Pages(llama_page(40), llama_page(52), key="Bearer k")
+    got, _ = await one_request(pages, Usage(None, 12), headers={"authorization": "Bearer k"})
+    assert got is not None and got.generated_tokens == 12
+
+
+async def test_after_a_read_that_failed_the_next_request_has_no_before(clock: Clock) -> None:
+    reads = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # the read after the first request fails
+            return httpx.Response(503)
+        return httpx.Response(200, text=llama_page(40 + 12 * (reads > 2)))
+
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        await watch.start(client, "http://h", {})
+        first = await watch.finished(watch.begin(), client, "http://h", {}, Usage(None, 12))
+        watch.end()
+        assert first is None and watch.last is None
+        second = await watch.finished(watch.begin(), client, "http://h", {}, Usage(None, 12))
+        watch.end()
+    assert second is not None and second.unknown == "no earlier read of /metrics to compare with"
