@@ -369,6 +369,31 @@ def vllm(start_vllm: Callable[..., VllmServer]) -> VllmServer:
 
 
 @pytest.fixture(scope="session")
+def vllm_spans() -> Iterator[Receiver]:
+    """An OTLP/HTTP receiver for the whole run, where `vllm_per_request` sends its own
+    request spans (a test's `otlp` receiver, where phasechat sends, lives one test)."""
+    from tests.otlp_receiver import otlp_receiver
+
+    with otlp_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def vllm_per_request(start_vllm: Callable[..., VllmServer], vllm_spans: Receiver) -> VllmServer:
+    """A real vLLM that also sends each request's own metrics in its last chunk
+    (`--enable-per-request-metrics`) and its request spans to `vllm_spans`: one server
+    for the tests of both (each start is about 45 s), apart from `vllm`, whose tests
+    read a vLLM without them, as most users run it."""
+    traces = f"{vllm_spans.url}/v1/traces"
+    return start_vllm(
+        "--enable-prompt-tokens-details",
+        "--enable-per-request-metrics",
+        "--otlp-traces-endpoint",
+        traces,
+    )
+
+
+@pytest.fixture(scope="session")
 def dynamo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DynamoServer]:
     """A real NVIDIA Dynamo on 127.0.0.1: its frontend with the KV router and one mocker
     worker (tests/dynamo_server.py; set up by scripts/dynamo_tool.sh, named by
