@@ -31,9 +31,9 @@ timed() {
 report() {
     echo "== phases (seconds)"
     [ -f "$phases/times" ] && while read -r name secs; do
-        printf '  %-26s %5d\n' "${name//_/ }" "$secs"
+        printf '  %-40s %5d\n' "${name//_/ }" "$secs"
     done < "$phases/times"
-    printf '  %-26s %5d\n' "in all" "$(( $(now) - begin ))"
+    printf '  %-40s %5d\n' "in all" "$(( $(now) - begin ))"
 }
 begin=$(now)
 trap 'report; rm -rf "$phases"' EXIT
@@ -81,4 +81,32 @@ V=.venv/bin
 echo "== ruff" && timed ruff $V/ruff check . && timed ruff_format $V/ruff format --check .
 echo "== mypy --strict" && timed mypy $V/mypy
 echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/lint-imports
-echo "== pytest" && timed pytest $V/pytest -q "$@"
+if [ $# -gt 0 ]; then
+    # a selection of the user's own (files, -k, -m ...): one run, as given
+    echo "== pytest" && timed pytest $V/pytest -q "$@"
+    exit
+fi
+# Everything: first the tests that run no llama.cpp and no real server, shared between
+# pytest-xdist's workers (one per core: PHASECHAT_TEST_WORKERS overrides); then the ones
+# that do (the `engine` mark, tests/conftest.py), alone and one at a time: llama.cpp's
+# threads spin-wait, and beside a neighbour its decode ran 3-30 times slower. The second
+# half runs also when the first failed, so one run shows every failure; pytest's exit 5
+# (no tests collected) is no failure in one half, only in both.
+workers=${PHASECHAT_TEST_WORKERS:-$(nproc)}
+failed=0 empty=0
+half() {
+    local name=$1 rc=0
+    shift
+    echo "== pytest: $name"
+    timed "pytest:_${name// /_}" $V/pytest -q "$@" || rc=$?
+    case $rc in
+        0) ;;
+        5) empty=$((empty + 1)) ;;
+        *) failed=$rc ;;
+    esac
+}
+half "the rest, $workers workers" -m "not engine" -n "$workers"
+half "llama.cpp and servers, alone" -m engine
+[ "$failed" != 0 ] && exit "$failed"
+[ "$empty" = 2 ] && exit 5
+exit 0

@@ -73,8 +73,40 @@ def kind_of(item: pytest.Item) -> str:
     return "unit"
 
 
+#: fixtures that run the bundled model or start a real server
+ENGINE_FIXTURES = frozenset(
+    {
+        "local_backend",
+        "model_path",
+        "llama_server",
+        "start_llama_server",
+        "real_llama_server",
+        "vllm",
+        "start_vllm",
+        "dynamo",
+    }
+)
+
+
+def on_engine(item: pytest.Item) -> bool:
+    """Whether a test runs llama.cpp (in this process, a child, or a server) or another
+    real server: llama.cpp's worker threads spin-wait, so these run alone (the `engine`
+    mark, which scripts/test.sh runs after the others, one at a time), while the rest
+    share the cores between pytest-xdist's workers."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    marked = item.get_closest_marker("model") or item.get_closest_marker("server")
+    return bool(fixtures & ENGINE_FIXTURES or marked)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    KINDS.update((item.nodeid, kind_of(item)) for item in items)
+    for item in items:
+        kind = kind_of(item)
+        KINDS[item.nodeid] = kind
+        # the kind travels with the test's reports (pytest-xdist's workers collect)
+        item.user_properties.append(("kind", kind))
+        if on_engine(item):
+            item.add_marker(pytest.mark.engine)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -85,7 +117,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for report in terminalreporter.stats.get(outcome, []):
             if getattr(report, "when", "call") == "teardown" and outcome == "passed":
                 continue
-            kind = KINDS.get(getattr(report, "nodeid", ""), "unit")
+            kind = dict(getattr(report, "user_properties", ())).get("kind") or KINDS.get(
+                getattr(report, "nodeid", ""), "unit"
+            )
             counts.setdefault(kind, {}).setdefault(outcome, 0)
             counts[kind][outcome] += 1
     if counts:
@@ -332,6 +366,31 @@ def _servers(
 def vllm(start_vllm: Callable[..., VllmServer]) -> VllmServer:
     """A real vLLM that reports cached tokens in usage (`--enable-prompt-tokens-details`)."""
     return start_vllm("--enable-prompt-tokens-details")
+
+
+@pytest.fixture(scope="session")
+def vllm_spans() -> Iterator[Receiver]:
+    """An OTLP/HTTP receiver for the whole run, where `vllm_per_request` sends its own
+    request spans (a test's `otlp` receiver, where phasechat sends, lives one test)."""
+    from tests.otlp_receiver import otlp_receiver
+
+    with otlp_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def vllm_per_request(start_vllm: Callable[..., VllmServer], vllm_spans: Receiver) -> VllmServer:
+    """A real vLLM that also sends each request's own metrics in its last chunk
+    (`--enable-per-request-metrics`) and its request spans to `vllm_spans`: one server
+    for the tests of both (each start is about 45 s), apart from `vllm`, whose tests
+    read a vLLM without them, as most users run it."""
+    traces = f"{vllm_spans.url}/v1/traces"
+    return start_vllm(
+        "--enable-prompt-tokens-details",
+        "--enable-per-request-metrics",
+        "--otlp-traces-endpoint",
+        traces,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ the TTFT measured here leaves after the send."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,11 +36,11 @@ async def test_vllms_per_request_metrics_give_the_waterfall() -> None:
 
 @pytest.mark.server
 async def test_a_real_vllm_with_per_request_metrics_gives_its_own_queue_and_prefill(
-    start_vllm: Callable[..., VllmServer],
+    vllm_per_request: VllmServer,
 ) -> None:
     """The fixture's fields as the vLLM set up here sends them: the request's own queue
     and prefill, joined with /metrics' account of the same request, fitting the TTFT."""
-    server = start_vllm("--enable-prompt-tokens-details", "--enable-per-request-metrics")
+    server = vllm_per_request
     backend = RemoteBackend(RemoteConfig(base_url=server.base_url, model=MODEL))
     await backend.start()
     trace = Trace(backend.name, MODEL, window=backend.context_window)

@@ -36,6 +36,7 @@ from phasechat.telemetry.recorder import Trace
 from tests.fault_server import FaultServer
 from tests.otlp_receiver import Receiver, attributes
 from tests.scripted import ScriptedBackend
+from tests.vllm_server import VllmServer
 
 # The conventions' ExplicitBucketBoundaries, copied from their text (gen-ai-metrics.md),
 # not from the code under test.
@@ -383,11 +384,11 @@ async def test_a_turn_on_llama_server_carries_the_servers_own_counts(
 
 @pytest.mark.server
 async def test_vllm_nests_its_own_span_under_the_turns_span(
-    otlp: Receiver, start_vllm: Any, monkeypatch: pytest.MonkeyPatch
+    otlp: Receiver, vllm_per_request: VllmServer, vllm_spans: Receiver
 ) -> None:
-    # vLLM exports its request span to the same receiver, over OTLP/HTTP as well.
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-    vllm = start_vllm("--otlp-traces-endpoint", f"{otlp.url}/v1/traces")
+    # vLLM exports its request span over OTLP/HTTP as well, to a receiver of the run's
+    # (the server is shared with test_family_vllm.py: one start less)
+    vllm = vllm_per_request
     ws = Workspace(Config(), remote(vllm.base_url, None), settings=Settings(max_tokens=6))
     await ws.backend.start()
     exchange = await one_turn(ws, "Name a colour.")
@@ -397,10 +398,10 @@ async def test_vllm_nests_its_own_span_under_the_turns_span(
     deadline = time.monotonic() + 60
     while not (
         theirs := [
-            s for s in otlp.spans() if s.parent_span_id == ours.span_id and s.kind != INTERNAL
+            s for s in vllm_spans.spans() if s.parent_span_id == ours.span_id and s.kind != INTERNAL
         ]
     ):
-        assert time.monotonic() < deadline, [s.name for s in otlp.spans()]
+        assert time.monotonic() < deadline, [s.name for s in vllm_spans.spans()]
         await asyncio.sleep(0.2)
     assert theirs[0].name == "llm_request" and theirs[0].trace_id == ours.trace_id
     a = attributes(theirs[0].attributes)

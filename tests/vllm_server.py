@@ -65,6 +65,10 @@ ENVIRONMENT = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # what `--otlp-traces-endpoint` speaks: the tests' receiver takes OTLP/HTTP (the
+    # default is gRPC); the developer's own OTEL_* are left out (`start`)
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+    "NO_PROXY": "127.0.0.1",
 }
 
 
@@ -117,7 +121,8 @@ class VllmServer:
         """Run it and wait until /v1/models answers 200 (the engine is up)."""
         port = free_port()
         log = log or Path(os.devnull)
-        proc = spawn(command(home, port, extra_args), log, {**os.environ, **ENVIRONMENT})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        proc = spawn(command(home, port, extra_args), log, {**env, **ENVIRONMENT})
         server = cls(proc, f"http://127.0.0.1:{port}/v1", log)
         deadline = time.monotonic() + limit_s
         while True:

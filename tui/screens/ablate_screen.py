@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from textual import work
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from phasechat.backends.base import Backend
@@ -78,5 +79,9 @@ class AblateScreen(ReportScreen):
         except RuntimeError as exc:
             table.update(Content.styled(f"stopped: {exc}", "$error"))
             return
-        self.query_one("#head", Static).update(self.head())  # the prompt's tokens now known
+        try:
+            head = self.query_one("#head", Static)
+        except NoMatches:  # Esc came as the last run ended: the screen is being taken down
+            return
+        head.update(self.head())  # the prompt's tokens now known
         table.update(Content("\n".join(report_lines(self.ablation))))

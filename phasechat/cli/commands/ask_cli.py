@@ -89,6 +89,7 @@ async def run(args: argparse.Namespace) -> int:
             raise InputError("empty prompt: nothing to ask")
         if chat_id is not None:
             _open(workspace, chat_id, args)  # before the model loads: a bad id fails fast
+            _question(workspace, args.edit)  # and so does a bad --edit N
         await backend.start()
         if backend.state == "failed":
             return fail(backend.state_detail)
