@@ -47,6 +47,9 @@ MARKS = ROOT / "scripts" / "mutants_equivalent.txt"
 PRODUCT = ("backends/", "chat/", "telemetry/", "tui/", "themes/", "phasechat/")
 #: test files that draw the UI: slow, and they reach the module through the screens
 UI_TESTS = re.compile(r"tui|snapshot|pty|markdown|ui_pace|odd_input|compare_tables")
+#: test files of the project's own shape (its folders, its layers): they read the work
+#: tree's top-level folders, which the copy has only under phasechat/, and test no behaviour
+TREE_TESTS = re.compile(r"test_(family_packages|layers|layout|layout_doc|packaging)\.py$")
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
 
 
@@ -92,6 +95,7 @@ def test_files(module: str, ui: bool) -> list[str]:
     pkg, _, name = dotted.rpartition(".")
     rx = re.compile(rf"{re.escape(dotted)}\b|{re.escape(pkg)} import [^\n]*\b{name}\b")
     found = sorted(f.name for f in (ROOT / "tests").glob("test_*.py") if rx.search(f.read_text()))
+    found = [f for f in found if not TREE_TESTS.search(f)]
     return [f"tests/{f}" for f in found if ui or not UI_TESTS.search(f)]
 
 
