@@ -8,6 +8,7 @@ count, u64 dimensions, a u32 type and a u64 offset), never with the module's own
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import struct
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from phasechat.backends.gguf import (
     LayerBytes,
     check_model,
     geometry,
+    layer_bytes,
     read_header,
     read_metadata,
     swa_cache_cells,
@@ -359,7 +361,7 @@ def test_tensor_sizes_that_do_not_add_up_are_unknown(tmp_path: Path) -> None:
     assert read_header(write(tmp_path, gguf([u32("k", 1)]), "none.gguf"))[1] == {}
 
 
-@pytest.mark.parametrize(("alignment", "align"), [(64, 64), (0, 32), (None, 32)])
+@pytest.mark.parametrize(("alignment", "align"), [(64, 64), (1, 1), (0, 32), (None, 32)])
 def test_the_data_section_starts_at_the_file_s_alignment(
     tmp_path: Path, alignment: int | None, align: int
 ) -> None:
@@ -368,7 +370,7 @@ def test_the_data_section_starts_at_the_file_s_alignment(
     kvs.append(text("pad", "x" * 5))  # a header of 97 bytes, then 104 with the alignment
     table = [tensor("w", (4,), 0, 0)]
     data = with_tensors(table, 200, kvs, align)
-    assert len(gguf(kvs, table)) % 64 not in (0, 32)  # each alignment gives its own start
+    assert len(gguf(kvs, table)) % 32  # each alignment gives its own start
     _, sizes = read_header(write(tmp_path, data))
     assert sizes == {"w": 200}
 
@@ -538,3 +540,73 @@ def test_the_geometry_sizes_the_layers_from_the_tensor_table(tmp_path: Path) -> 
     assert geometry(short).weights is not None  # not asked to be whole
     with pytest.raises(GGUFError, match="its tensors need"):
         geometry(short, whole=True)
+
+
+def test_what_cannot_be_opened_or_read_says_why(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.gguf"
+    loop.symlink_to(tmp_path / "back.gguf")
+    (tmp_path / "back.gguf").symlink_to(loop)
+    assert refused(loop) == "model file cannot be opened (Too many levels of symbolic links)"
+    # a regular file whose first read fails (the kernel refuses address 0 of this one)
+    assert refused(Path("/proc/self/mem")) == "model file cannot be read (Input/output error)"
+
+
+@pytest.mark.parametrize(
+    ("error", "why"),
+    [
+        # what this machine's root user never meets: a file it may not read; a directory
+        # refused by open itself (as some systems do); an error without its text
+        (PermissionError(13, "Permission denied"), "model file is not readable"),
+        (IsADirectoryError(21, "Is a directory"), "model path is a directory, not a GGUF file"),
+        (OSError("no text"), "model file cannot be opened (no text)"),
+    ],
+)
+def test_an_open_refused_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError, why: str
+) -> None:
+    path = write(tmp_path, gguf([u32("k", 1)]))
+
+    def refuse(*_: object) -> int:
+        raise error
+
+    monkeypatch.setattr(os, "open", refuse)
+    assert refused(path) == why
+
+
+def test_no_descriptor_is_left_open_by_a_read_or_a_refusal(tmp_path: Path) -> None:
+    good = write(tmp_path, gguf([u32("k", 1)]), "good.gguf")
+    bad = write(tmp_path, gguf([kv("k", 13, b"")]), "bad.gguf")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        read_header(good)
+        with pytest.raises(GGUFError):
+            read_header(bad)
+        with pytest.raises(GGUFError):
+            read_header(tmp_path)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_file_of_metadata_alone_has_no_tensor_to_be_cut(tmp_path: Path) -> None:
+    """A vocabulary-only GGUF (llama.cpp's ggml-vocab-*.gguf): its header ends short of
+    the next 32-byte boundary, and no tensor needs what is not there."""
+    data = gguf([strings("tokenizer.ggml.tokens", [b"a", b"b"]), u32("k", 1)])
+    assert len(data) % 32
+    path = write(tmp_path, data)
+    assert read_header(path, whole=True)[1] == {}
+    check_model(path)
+
+
+def test_a_one_byte_tensor_and_a_window_of_one_are_kept() -> None:
+    assert layer_bytes({"blk.0.a": 1, "blk.1.a": 3}, 2) == LayerBytes((1, 3), 0)
+    # neither an output matrix nor an embedding: the output layer is its norm alone
+    assert layer_bytes({"blk.0.a": 5, "output_norm.weight": 2}, 1) == LayerBytes((5,), 2)
+
+
+def test_a_sliding_window_of_one_token_is_a_window(tmp_path: Path) -> None:
+    g = geometry(gemma(tmp_path, "gemma3", u32("gemma3.attention.sliding_window", 1)))
+    assert (g.sliding_window, g.n_swa_layers) == (1, 10)
+
+
+def test_a_vocabulary_that_is_no_array_is_none(tmp_path: Path) -> None:
+    path = write(tmp_path, gguf([u32("tokenizer.ggml.tokens", 3)]))
+    assert vocabulary(path) == ""
