@@ -519,6 +519,7 @@ def test_the_sliding_cache_is_window_and_ubatch_padded_to_256_within_the_context
     assert swa_cache_cells(300, 4096, n_seq=2) == 1280  # 1112
     assert swa_cache_cells(100, 4096, n_ubatch=256) == 512  # 356
     assert swa_cache_cells(256, 4096, n_ubatch=256) == 512  # exactly 512 stays
+    assert swa_cache_cells(1, 4096) == 768  # 513: one past two pages is three
 
 
 def test_the_geometry_sizes_the_layers_from_the_tensor_table(tmp_path: Path) -> None:
