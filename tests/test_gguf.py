@@ -390,6 +390,9 @@ def test_what_is_not_a_regular_file_is_named(tmp_path: Path) -> None:
     assert refused(tmp_path / "none.gguf") == "model file not found"
     assert refused(tmp_path) == "model path is a directory, not a GGUF file"
     assert refused(Path("/dev/null")) == "model path is not a regular file (a device)"
+    fifo = tmp_path / "fifo.gguf"
+    os.mkfifo(fifo)  # opened without blocking: no writer is waited for
+    assert refused(fifo) == "model path is not a regular file (a FIFO)"
     sock = tmp_path / "s.gguf"
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(sock))
@@ -611,3 +614,32 @@ def test_a_sliding_window_of_one_token_is_a_window(tmp_path: Path) -> None:
 def test_a_vocabulary_that_is_no_array_is_none(tmp_path: Path) -> None:
     path = write(tmp_path, gguf([u32("tokenizer.ggml.tokens", 3)]))
     assert vocabulary(path) == ""
+
+
+def test_a_block_device_is_named_a_device() -> None:
+    disk = next((d for d in sorted(Path("/dev").glob("*")) if d.is_block_device()), None)
+    if disk is None or not os.access(disk, os.R_OK):
+        pytest.skip("no block device this user may open")
+    try:
+        os.close(os.open(disk, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError:
+        pytest.skip(f"{disk} cannot be opened here")
+    assert refused(disk) == "model path is not a regular file (a device)"
+
+
+def test_every_sixth_layer_of_gemma3_is_global_counted_in_whole_layers(tmp_path: Path) -> None:
+    """13 layers: 2 global (the 6th and the 12th), 11 sliding, a whole number."""
+    path = write(
+        tmp_path,
+        gguf(
+            [
+                text("general.architecture", "gemma3"),
+                u32("gemma3.block_count", 13),
+                u32("gemma3.attention.head_count", 4),
+                u32("gemma3.embedding_length", 64),
+                u32("gemma3.attention.sliding_window", 512),
+            ]
+        ),
+    )
+    g = geometry(path)
+    assert g.n_swa_layers == 11 and isinstance(g.n_swa_layers, int)
