@@ -432,7 +432,8 @@ def _swa_layers(arch: str, n_layers: int, meta: dict[str, object]) -> int:
         # llama.cpp: every 6th layer is global, the other five slide (set_swa_pattern(6)).
         return n_layers - n_layers // 6
     if arch == "gemma2":
-        return n_layers // 2
+        # set_swa_pattern(2): the even layers slide (il % 2 < 1): 7 of 13, as n - n // 2
+        return n_layers - n_layers // 2
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 0:
         return n_layers - n_layers // pattern

@@ -627,19 +627,23 @@ def test_a_block_device_is_named_a_device() -> None:
     assert refused(disk) == "model path is not a regular file (a device)"
 
 
-def test_every_sixth_layer_of_gemma3_is_global_counted_in_whole_layers(tmp_path: Path) -> None:
-    """13 layers: 2 global (the 6th and the 12th), 11 sliding, a whole number."""
-    path = write(
-        tmp_path,
-        gguf(
-            [
-                text("general.architecture", "gemma3"),
-                u32("gemma3.block_count", 13),
-                u32("gemma3.attention.head_count", 4),
-                u32("gemma3.embedding_length", 64),
-                u32("gemma3.attention.sliding_window", 512),
-            ]
-        ),
-    )
-    g = geometry(path)
-    assert g.n_swa_layers == 11 and isinstance(g.n_swa_layers, int)
+@pytest.mark.parametrize(
+    ("arch", "pattern", "sliding"),
+    [("gemma3", None, 11), ("gemma2", None, 7), ("other", 4, 10)],
+)
+def test_sliding_layers_are_counted_in_whole_layers(
+    tmp_path: Path, arch: str, pattern: int | None, sliding: int
+) -> None:
+    """13 layers: gemma3's every 6th global (2), gemma2's every other (6 of 13 slide,
+    7 global: 13 - 6 = 7 slide as llama.cpp counts), a pattern of 4: 3 global."""
+    extra = [u32(f"{arch}.attention.sliding_window_pattern", pattern)] if pattern else []
+    kvs = [
+        text("general.architecture", arch),
+        u32(f"{arch}.block_count", 13),
+        u32(f"{arch}.attention.head_count", 4),
+        u32(f"{arch}.embedding_length", 64),
+        u32(f"{arch}.attention.sliding_window", 512),
+        *extra,
+    ]
+    g = geometry(write(tmp_path, gguf(kvs)))
+    assert g.n_swa_layers == sliding and isinstance(g.n_swa_layers, int)
