@@ -647,3 +647,11 @@ def test_sliding_layers_are_counted_in_whole_layers(
     ]
     g = geometry(write(tmp_path, gguf(kvs)))
     assert g.n_swa_layers == sliding and isinstance(g.n_swa_layers, int)
+
+
+def test_a_vocabulary_count_past_2_to_the_63_is_damaged_not_negative(tmp_path: Path) -> None:
+    huge = kv("tokenizer.ggml.tokens", ARRAY, struct.pack("<IQ", STRING, 2**64 - 1))
+    assert refused(write(tmp_path, gguf([huge]))) == (
+        f"model file is damaged (a vocabulary of {2**64 - 1:,} tokens with 0 bytes left "
+        "in the file)"
+    )
