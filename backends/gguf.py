@@ -52,6 +52,11 @@ class _Damaged(Exception):
     """A header field that cannot be what it says (a length past the file's end)."""
 
 
+class _NotModel(Exception):
+    """A header that is not a GGUF model's (its magic, version, a type): the message,
+    to which `read_header` adds the file's path."""
+
+
 #: (elements a block, bytes a block) of the ggml tensor types whose layout is fixed and
 #: known here (ggml/src/ggml.c `type_traits`); a tensor of another type is not sized
 _TYPE_BLOCKS: dict[int, tuple[int, int]] = {
@@ -173,6 +178,8 @@ def read_header(path: Path, whole: bool = False) -> tuple[dict[str, object], dic
         raise GGUFError(f"model file is truncated (ends inside its header): {path}") from None
     except _Damaged as exc:
         raise GGUFError(f"model file is damaged ({exc}): {path}") from None
+    except _NotModel as exc:
+        raise GGUFError(f"{exc}: {path}") from None
     except IsADirectoryError:
         raise GGUFError(f"model path is a directory, not a GGUF file: {path}") from None
     except OSError as exc:
@@ -181,7 +188,7 @@ def read_header(path: Path, whole: bool = False) -> tuple[dict[str, object], dic
         os.close(fd)
     data_bytes = size - data_start
     need = max((offset + (nbytes or 1) for _, offset, nbytes in infos), default=0)
-    if whole and need > data_bytes:
+    if whole and infos and need > data_bytes:  # no tensors: none ends past the file
         raise GGUFError(
             f"model file is truncated: its tensors need {data_start + need:,} bytes, "
             f"it has {size:,} (a download not finished?): {path}"
@@ -212,10 +219,10 @@ def _read(
     type is known), and where the data section starts."""
     magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise GGUFError(f"not a GGUF model file (starts with {magic!r}, expected b'GGUF')")
+        raise _NotModel(f"not a GGUF model file (starts with {magic!r}, expected b'GGUF')")
     (version,) = _unpack(f, "<I")
     if version not in (2, 3):
-        raise GGUFError(f"unsupported GGUF version {version}")
+        raise _NotModel(f"unsupported GGUF version {version}")
     n_tensors, n_kv = _unpack(f, "<QQ")
     meta: dict[str, object] = {"__file_bytes__": size}
     for _ in range(n_kv):
@@ -227,7 +234,7 @@ def _read(
         name = _string(f)
         (n_dims,) = _unpack(f, "<I")
         if n_dims > 8:  # GGML_MAX_DIMS is 4: not a tensor table
-            raise GGUFError(f"tensor {name!r} has {n_dims} dimensions: not a GGUF tensor table")
+            raise _NotModel(f"tensor {name!r} has {n_dims} dimensions: not a GGUF tensor table")
         dims = _unpack(f, f"<{n_dims}Q")
         (ttype, offset) = _unpack(f, "<IQ")
         infos.append((name, offset, _tensor_bytes(dims, ttype)))
@@ -295,7 +302,7 @@ def _vocab(f: BinaryIO) -> str:
     these are equal)."""
     (etype, count) = _unpack(f, "<IQ")
     if etype != _STRING:
-        raise GGUFError(f"{VOCAB_KEY} is not an array of strings")
+        raise _NotModel(f"{VOCAB_KEY} is not an array of strings")
     left = _left(f)
     if count * 8 > left:
         raise _Damaged(f"a vocabulary of {count:,} tokens with {left:,} bytes left in the file")
@@ -357,7 +364,7 @@ def _value(f: BinaryIO, vtype: int) -> object:
                 for _ in range(count):
                     _value(f, etype)
         return f"<array of {count}>"
-    raise GGUFError(f"unknown GGUF value type {vtype}")
+    raise _NotModel(f"unknown GGUF value type {vtype}")
 
 
 def geometry(path: Path, whole: bool = False) -> Geometry:
@@ -425,7 +432,8 @@ def _swa_layers(arch: str, n_layers: int, meta: dict[str, object]) -> int:
         # llama.cpp: every 6th layer is global, the other five slide (set_swa_pattern(6)).
         return n_layers - n_layers // 6
     if arch == "gemma2":
-        return n_layers // 2
+        # set_swa_pattern(2): the even layers slide (il % 2 < 1): 7 of 13, as n - n // 2
+        return n_layers - n_layers // 2
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 0:
         return n_layers - n_layers // pattern

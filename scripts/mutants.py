@@ -50,6 +50,9 @@ UI_TESTS = re.compile(r"tui|snapshot|pty|markdown|ui_pace|odd_input|compare_tabl
 #: the folders copied beside the package: the tests, and what they read (a test holds
 #: docs/backends.md's table against the families)
 COPIED = ("tests", "scripts", "bench", "examples", "docs")
+#: test files of the project's own shape (its folders, its layers): they read the work
+#: tree's top-level folders, which the copy has only under phasechat/, and test no behaviour
+TREE_TESTS = re.compile(r"test_(family_packages|layers|layout|layout_doc|packaging)\.py$")
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
 
 
@@ -82,13 +85,20 @@ def changed_modules(base: str) -> list[str]:
     return sorted({p for n in names if (p := product_path(n)) and (ROOT / n).exists()})
 
 
+def dotted_name(module: str) -> str:
+    """`phasechat/backends/servers/sglang/__init__.py` -> `phasechat.backends.servers.sglang`
+    (a package's own module is named by its package, in imports and in mutmut's names)."""
+    return module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
 def test_files(module: str, ui: bool) -> list[str]:
     """The test files that import `module` (by its dotted name or from its package);
     `ui`: the UI and snapshot files too."""
-    dotted = module.removesuffix(".py").replace("/", ".").removeprefix("phasechat.")
+    dotted = dotted_name(module).removeprefix("phasechat.")
     pkg, _, name = dotted.rpartition(".")
     rx = re.compile(rf"{re.escape(dotted)}\b|{re.escape(pkg)} import [^\n]*\b{name}\b")
     found = sorted(f.name for f in (ROOT / "tests").glob("test_*.py") if rx.search(f.read_text()))
+    found = [f for f in found if not TREE_TESTS.search(f)]
     return [f"tests/{f}" for f in found if ui or not UI_TESTS.search(f)]
 
 
@@ -257,7 +267,7 @@ def main() -> int:
     used: set[str] = set()
     worst = 100.0
     for module in modules:
-        dotted = module.removesuffix(".py").replace("/", ".")
+        dotted = dotted_name(module)
         mine = {n: s for n, s in status.items() if n.startswith(dotted + ".x")}
         counts = Counter(mine.values())
         caught = sum(n for s, n in counts.items() if s in CAUGHT)
@@ -281,7 +291,7 @@ def main() -> int:
             f"{len(equivalent)} marked equivalent, {unreached} reached by no test)"
         )
         print("\n".join(open_))
-    prefixes = tuple(m.removesuffix(".py").replace("/", ".") + ".x" for m in modules)
+    prefixes = tuple(dotted_name(m) + ".x" for m in modules)
     stale = [mark for n, mark in marks.items() if n not in used and n.startswith(prefixes)]
     for mark in stale:
         print(f"stale mark (not a survivor, or its lines changed): {mark.name} | {mark.lines}")

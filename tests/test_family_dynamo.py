@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from phasechat.backends.events import ServerAccount
 from phasechat.backends.openai import RemoteBackend, RemoteConfig
 from phasechat.backends.servers.dynamo import (
     ROUTING,
@@ -30,6 +31,7 @@ from phasechat.backends.servers.dynamo import (
     listed_window,
     unknown_window,
 )
+from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
@@ -363,3 +365,123 @@ def test_the_edges_of_what_dynamo_may_say() -> None:
     f = Fields()
     assert listed_window({"owned_by": "nvidia", "context_window": 0}, f) is None
     assert f.ignored == []
+
+
+def test_the_finish_chunk_s_timing_is_each_figure_under_dynamo_s_meaning() -> None:
+    """Each figure from its own field (distinct values: a swapped field shows)."""
+    f = Fields()
+    chunk = {
+        "nvext": {
+            "worker_id": {"prefill_worker_id": 11, "decode_worker_id": "decode-2"},
+            "timing": {
+                "prefill_wait_time_ms": 1.25,
+                "prefill_time_ms": 30.5,
+                "ttft_ms": 31.75,
+                "kv_hit_rate": 0.5,
+                "total_time_ms": 99.0,
+            },
+        }
+    }
+    assert chunk_timing(chunk, f) == ServerAccount(
+        "Dynamo nvext",
+        queue_ms=1.25,
+        prefill_ms=30.5,
+        ttft_ms=31.75,
+        kv_hit_share=0.5,
+        prefill_worker="11",
+        decode_worker="decode-2",
+        queue_means=ROUTING,
+        prefill_means=WORKER,
+    )
+    assert f.ignored == []
+
+
+def test_each_timing_field_not_believed_is_named_under_its_own_name() -> None:
+    f = Fields()
+    timing = {"prefill_wait_time_ms": -1, "prefill_time_ms": "30", "ttft_ms": True}
+    said = chunk_timing({"nvext": {"timing": timing}}, f)
+    assert said is not None
+    assert (said.queue_ms, said.prefill_ms, said.ttft_ms) == (None, None, None)
+    assert f.ignored == [
+        "nvext.timing.prefill_wait_time_ms (-1)",
+        "nvext.timing.prefill_time_ms ('30')",
+        "nvext.timing.ttft_ms (True)",
+    ]
+
+
+def test_the_workers_may_come_inside_the_timing_and_an_odd_one_is_none() -> None:
+    # the timing's own `worker` where nvext.worker_id is absent or not an object
+    inner = {"ttft_ms": 1.0, "worker": {"prefill_worker_id": 3, "decode_worker_id": 4}}
+    for nvext in ({"timing": inner}, {"timing": inner, "worker_id": [1, 2]}):
+        said = chunk_timing({"nvext": nvext}, Fields())
+        assert said is not None and (said.prefill_worker, said.decode_worker) == ("3", "4")
+    # nvext.worker_id first when both say
+    both = {"timing": inner, "worker_id": {"prefill_worker_id": 8}}
+    said = chunk_timing({"nvext": both}, Fields())
+    assert said is not None and (said.prefill_worker, said.decode_worker) == ("8", None)
+    # neither an object: no worker, nothing noted
+    f = Fields()
+    odd = {"timing": {"ttft_ms": 1.0, "worker": "w"}, "worker_id": "w"}
+    said = chunk_timing({"nvext": odd}, f)
+    assert said is not None and (said.prefill_worker, said.decode_worker) == (None, None)
+    assert f.ignored == []
+
+
+def test_a_worker_id_is_digits_or_a_short_plain_name() -> None:
+    def worker(value: object) -> tuple[str | None, list[str]]:
+        f = Fields()
+        said = chunk_timing({"nvext": {"timing": {}, "worker_id": {"prefill_worker_id": value}}}, f)
+        assert said is not None
+        return said.prefill_worker, f.ignored
+
+    assert worker(0) == ("0", [])
+    assert worker(7.0) == ("7", [])  # a JSON number with a point, still an integer
+    assert worker("prefill-0_a.b:1") == ("prefill-0_a.b:1", [])
+    assert worker("w" * 64) == ("w" * 64, [])
+    assert worker("w" * 65) == (None, [f"nvext.prefill_worker_id ({'w' * 40!r})"])
+    assert worker("a b") == (None, ["nvext.prefill_worker_id ('a b')"])
+    assert worker("") == (None, ["nvext.prefill_worker_id ('')"])
+    assert worker(-1) == (None, ["nvext.prefill_worker_id (-1)"])
+    assert worker(None) == (None, [])
+
+
+def test_a_kv_hit_rate_is_a_share_from_0_to_1_inclusive() -> None:
+    def hit(value: object) -> tuple[float | None, list[str]]:
+        f = Fields()
+        said = chunk_timing({"nvext": {"timing": {"kv_hit_rate": value}}}, f)
+        assert said is not None
+        return said.kv_hit_share, f.ignored
+
+    assert hit(0) == (0.0, []) and isinstance(hit(0)[0], float)
+    assert hit(0.25) == (0.25, [])
+    assert hit(1.0) == (1.0, [])
+    assert hit(-0.01) == (None, ["nvext.timing.kv_hit_rate (-0.01)"])
+    assert hit(1.01) == (None, ["nvext.timing.kv_hit_rate (1.01)"])
+    assert hit(float("nan")) == (None, ["nvext.timing.kv_hit_rate (nan)"])
+    assert hit(False) == (None, ["nvext.timing.kv_hit_rate (False)"])
+    assert hit(None) == (None, [])
+
+
+def test_a_chunk_without_nvext_timing_is_no_account() -> None:
+    f = Fields()
+    chunks: tuple[dict[str, Any], ...] = (
+        {"choices": []},
+        {"nvext": "timing"},
+        {"nvext": {"timing": [1, 2]}},
+        {"nvext": {"timing": None, "worker_id": {"prefill_worker_id": 1}}},
+    )
+    for chunk in chunks:
+        assert chunk_timing(chunk, f) is None, chunk
+    assert f.ignored == []
+
+
+def test_a_window_that_is_no_count_is_named_and_another_server_s_never_read() -> None:
+    f = Fields()
+    assert listed_window({"owned_by": "nvidia", "context_window": -5}, f) is None
+    assert f.ignored == ["/v1/models context_window (-5)"]
+    assert listed_window({"owned_by": "nvidia"}, f) is None  # absent: nothing to name
+    assert listed_window({"owned_by": "nvidia", "context_window": 8192}, None) == Window(
+        8192, "Dynamo /v1/models context_window"
+    )
+    assert unknown_window({"owned_by": "nvidia"}) is None
+    assert unknown_window({"owned_by": "nvidia", "context_window": 8192}) is None

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.events import StreamError
+from phasechat.backends.events import ServerAccount, StreamError
+from phasechat.backends.servers.sglang import chunk_timing, listed_window
+from phasechat.backends.windows import Window
+from phasechat.backends.wire_numbers import Fields
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
 from tests.standins import serve
 from tests.standins.chat import chat
@@ -93,3 +96,63 @@ async def test_without_its_flags_the_cache_comes_from_sglext_and_the_queue_is_un
         assert m.server_queue_ms is None and m.server_ttft_ms is None
         assert wf is not None and wf.ms(QUEUED) is None and wf.ms(OTHER) is None
     assert answers[0].metrics.cached_tokens == 0 and answers[1].metrics.cached_tokens
+
+
+def sglext(details: object) -> dict[str, object]:
+    return {"id": "x", "choices": [], "sglext": {"cached_tokens_details": details}}
+
+
+def test_the_sglext_chunk_s_tiers_are_added_up() -> None:
+    f = Fields()
+    assert chunk_timing(sglext({"device": 5, "host": 3}), f) == ServerAccount(
+        "SGLang sglext", cached_tokens=8
+    )
+    assert chunk_timing(sglext({"device": 5, "host": 3, "storage": 20}), f) == ServerAccount(
+        "SGLang sglext", cached_tokens=28
+    )
+    # storage alone (an L3 backend): one tier is enough; 0 everywhere is a known 0
+    assert chunk_timing(sglext({"storage": 7}), f) == ServerAccount(
+        "SGLang sglext", cached_tokens=7
+    )
+    assert chunk_timing(sglext({"device": 0, "host": 0}), f) == ServerAccount(
+        "SGLang sglext", cached_tokens=0
+    )
+    assert f.ignored == []
+
+
+def test_a_tier_not_believed_makes_the_whole_unknown_and_is_named() -> None:
+    for odd, shown in ((-1, "-1"), ("5", "'5'"), (1.5, "1.5")):
+        f = Fields()
+        assert chunk_timing(sglext({"device": 5, "host": odd}), f) is None
+        assert f.ignored == [f"sglext.cached_tokens_details.host ({shown})"]
+
+
+def test_a_chunk_without_the_tiers_is_no_account() -> None:
+    f = Fields()
+    chunks: tuple[dict[str, object], ...] = (
+        {"id": "x", "choices": [{"delta": {"content": "hi"}}]},
+        {"sglext": None},
+        {"sglext": ["cached_tokens_details"]},
+        {"sglext": {}},
+        sglext(None),
+        sglext([5, 3]),
+        sglext({}),
+        sglext({"gpu": 5}),  # no tier SGLang names
+    )
+    for chunk in chunks:
+        assert chunk_timing(chunk, f) is None, chunk
+    assert f.ignored == []
+
+
+def test_sglang_s_listed_window_is_its_max_model_len() -> None:
+    f = Fields()
+    assert listed_window({"id": "m", "max_model_len": 4096}, f) == Window(
+        4096, "SGLang /v1/models max_model_len"
+    )
+    assert listed_window({"id": "m"}, f) is None
+    assert f.ignored == []
+    for odd in (0, -1, "4096"):
+        f = Fields()
+        assert listed_window({"id": "m", "max_model_len": odd}, f) is None
+        assert f.ignored == [f"max_model_len ({odd!r})"]
+    assert listed_window({"id": "m", "max_model_len": 0}, None) is None
