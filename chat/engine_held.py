@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from phasechat.backends.base import Backend, RenderedPrompt
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.servers.family import ServerFamily
+from phasechat.backends.remote.servers.family import ServerFamily
 from phasechat.backends.tokens import estimate_once
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.trim.types import SUMMARY_HEADER

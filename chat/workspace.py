@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
-from phasechat.backends.urls import server_key
+from phasechat.backends.remote.urls import server_key
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import Config, EndpointProfile
 from phasechat.chat.config.profiles import BackendSpec, make_backend
@@ -97,7 +97,7 @@ class Workspace:
     # -- profiles in the config file -------------------------------------------------
     def profile_at(self, base_url: str) -> str | None:
         """The name of the remote profile that reaches the same server as `base_url`
-        (backends/urls.py `server_key`), if any: adding it again would make a second."""
+        (backends/remote/urls.py `server_key`), if any: adding it again would make a second."""
         key = server_key(base_url)
         remote = ((n, s) for n, s in self.profiles.items() if s.kind != "local")
         return next((n for n, s in remote if server_key(s.remote.base_url) == key), None)

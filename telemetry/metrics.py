@@ -54,10 +54,10 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from phasechat.backends.server_metrics import beyond
-from phasechat.backends.servers import timings_source
+from phasechat.backends.remote.server_metrics import beyond
+from phasechat.backends.remote.servers import timings_source
+from phasechat.backends.remote.wire_numbers import as_rate
 from phasechat.backends.tokens import estimate_text
-from phasechat.backends.wire_numbers import as_rate
 from phasechat.telemetry.recorder import BURST_GAP_NS, Trace
 
 _NS_PER_MS = 1_000_000

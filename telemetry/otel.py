@@ -36,8 +36,8 @@ import httpx
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest
-from phasechat.backends.httplog import redact_url
-from phasechat.backends.openai import RemoteBackend
+from phasechat.backends.remote.backend import RemoteBackend
+from phasechat.backends.remote.httplog import redact_url
 from phasechat.telemetry.metrics import Metrics, compute, itl_ms
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.waterfall import waterfall_of

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends import cuda
-from phasechat.backends.cuda import (
+from phasechat.backends.local import cuda
+from phasechat.backends.local.cuda import (
     COPIES,
     COPY_BYTES,
     Device,
@@ -242,8 +242,8 @@ def test_this_cpu_build_has_no_gpu_once_llama_cpp_is_loaded() -> None:
 
 
 LOAD = (
-    "import sys; from phasechat.backends import llama_logs; "
-    "from phasechat.backends.models import default_model_path; "
+    "import sys; from phasechat.backends.local import llama_logs; "
+    "from phasechat.backends.local.models import default_model_path; "
     "{setup}; import llama_cpp; "
     "llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=64, verbose=True)"
 )

@@ -22,15 +22,15 @@ from typing import Any
 import httpx
 import pytest
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.dynamo import (
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers.dynamo import (
     ROUTING,
     WORKER,
     chunk_timing,
     listed_window,
     unknown_window,
 )
-from phasechat.backends.wire_numbers import Fields
+from phasechat.backends.remote.wire_numbers import Fields
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.waterfall import LOAD, PREFILL, QUEUED, REST

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.server_metrics import parse
-from phasechat.backends.servers import FAMILIES, GENERIC, by_name, detect
-from phasechat.backends.servers.family import ServerFamily
+from phasechat.backends.remote.server_metrics import parse
+from phasechat.backends.remote.servers import FAMILIES, GENERIC, by_name, detect
+from phasechat.backends.remote.servers.family import ServerFamily
 from tests.standins import sglang, tensorrt_llm, tgi
 from tests.standins.prom import Page
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.servers.tgi import header_timing
-from phasechat.backends.wire_numbers import Fields
+from phasechat.backends.remote.servers.tgi import header_timing
+from phasechat.backends.remote.wire_numbers import Fields
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
 from tests.standins import serve
 from tests.standins.chat import chat

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends import flash, flash_cache
+from phasechat.backends.local import flash, flash_cache
 
 
 @pytest.mark.model

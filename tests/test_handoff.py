@@ -9,7 +9,7 @@ import threading
 import time
 
 from phasechat.backends.events import Event, Finished, PromptEvaluated, TextDelta
-from phasechat.backends.handoff import Handoff
+from phasechat.backends.local.handoff import Handoff
 
 
 async def test_ordinary_events_wake_the_loop_at_most_every_wake_s() -> None:

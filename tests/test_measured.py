@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.measured import (
+from phasechat.backends.local.measured import (
     BUSY,
     busy,
     ignored,
@@ -19,7 +19,7 @@ from phasechat.backends.measured import (
     shown,
     write_entries,
 )
-from phasechat.backends.threads import CpuShare
+from phasechat.backends.local.threads import CpuShare
 
 
 class IdleShare(CpuShare):

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, StreamError, TextDelta
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers import FAMILIES
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers import FAMILIES
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, TrimConfig
@@ -323,7 +323,7 @@ def test_without_the_endpoint_the_sdk_is_not_even_imported() -> None:
         "import sys\n"
         "from phasechat.chat.config.file import Config\n"
         "from phasechat.chat.config.profiles import BackendSpec\n"
-        "from phasechat.backends.openai import RemoteConfig\n"
+        "from phasechat.backends.remote.backend import RemoteConfig\n"
         "from phasechat.chat.workspace import Workspace\n"
         "ws = Workspace(Config(), BackendSpec('openai', remote=RemoteConfig()))\n"
         "assert ws.tracing is None\n"

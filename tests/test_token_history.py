@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.prompts import answer_span
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.prompts import answer_span
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.wire_numbers import (
+from phasechat.backends.remote.wire_numbers import (
     MAX_MS,
     MAX_RATE,
     MAX_RETRY_AFTER_S,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.app import SystemCommand
 
-from phasechat.backends.httplog import redact_url
+from phasechat.backends.remote.httplog import redact_url
 from phasechat.chat.config.edit import free_name
 from phasechat.chat.config.file import EndpointProfile
 from phasechat.chat.costs import switch_cost

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phasechat.backends.base import Backend
-from phasechat.backends.engine_process import EngineProcess
-from phasechat.backends.httplog import redact_url
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path, gemma3_model_path
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.engine_process import EngineProcess
+from phasechat.backends.local.models import default_model_path, gemma3_model_path
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.httplog import redact_url
 
 #: Short names for the bundled models, usable wherever a model path is expected.
 MODEL_ALIASES = {"smollm2": default_model_path, "gemma3": gemma3_model_path}

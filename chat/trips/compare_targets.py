@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasechat.backends.gguf import KV_TYPE_NAMES, GGUFError, check_model
-from phasechat.backends.local import DRAFT_LOOKUP
+from phasechat.backends.local.backend import DRAFT_LOOKUP
+from phasechat.backends.local.gguf import KV_TYPE_NAMES, GGUFError, check_model
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, load_problems
 from phasechat.chat.user_file import read_user_file
@@ -97,7 +97,7 @@ def _value(key: str, text: str) -> object:
 
 def gguf_file(key: str, text: str) -> Path:
     """A `model=` or `draft=` path: a regular, readable GGUF model whose header fits the
-    file (backends/gguf.py `check_model`), checked before anything loads it. Raises
+    file (backends/local/gguf.py `check_model`), checked before anything loads it. Raises
     ValueError, one line."""
     path = Path(text).expanduser()
     try:
@@ -187,7 +187,9 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
     if spec.kind == "local":
         threads = spec.local.threads
         out.append({"threads": "2" if threads == 1 else "1"})
-        flash = spec.local.flash_attn  # None: chosen by measurement at load (backends/flash.py)
+        flash = (
+            spec.local.flash_attn
+        )  # None: chosen by measurement at load (backends/local/flash.py)
         if flash is None:
             out += [{"flash_attn": "off"}, {"flash_attn": "on"}]
         else:

@@ -2,8 +2,8 @@
 against A over A's answer, wherever each side runs.
 
 - The model here (llama.cpp): every position's logits, the whole distribution
-  (backends/teacher.py), read in a worker thread.
-- A server whose family can (vLLM, llama-server: backends/servers/forcing.py): each
+  (backends/local/teacher.py), read in a worker thread.
+- A server whose family can (vLLM, llama-server: backends/remote/servers/forcing.py): each
   position's top k log-probabilities. Where either side is a server, both are compared
   over their top k (telemetry/divergence.py `compare_top`: the KL is a lower bound; the
   figures say so). Other servers (Ollama, OpenAI, ...) give no log-probabilities of
@@ -31,12 +31,12 @@ import numpy as np
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.gguf import vocabulary
-from phasechat.backends.llama_logs import quiet_llama, verbose
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteBackend
-from phasechat.backends.servers.forcing import TOP_K, Forcing, Listed, Server, TeacherError
-from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.gguf import vocabulary
+from phasechat.backends.local.llama_logs import quiet_llama, verbose
+from phasechat.backends.local.teacher import EngineSetting, forced_logits
+from phasechat.backends.remote.backend import RemoteBackend
+from phasechat.backends.remote.servers.forcing import TOP_K, Forcing, Listed, Server, TeacherError
 from phasechat.telemetry.divergence import (
     Divergence,
     Logits,

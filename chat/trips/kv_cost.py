@@ -1,5 +1,5 @@
 """What one side's KV cache costs: the bytes a token takes in it (the model's geometry,
-backends/gguf.py, at the side's KV type) and what the cache held after an answer.
+backends/local/gguf.py, at the side's KV type) and what the cache held after an answer.
 
 Shown per side by `compare --chat` and the compare view: a q4_0 cache holds a token in
 18/64 of the bytes of an f16 one, and this is where that ratio is seen beside the speed
@@ -9,8 +9,8 @@ and the divergence it buys.
 from __future__ import annotations
 
 from phasechat.backends.base import Backend
-from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, Geometry
-from phasechat.backends.local import LocalConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, Geometry
 from phasechat.telemetry.metrics import Metrics
 
 

@@ -28,7 +28,7 @@ from textual.widgets import Static
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.teacher import Stopped
+from phasechat.backends.local.teacher import Stopped
 from phasechat.chat.text import visible_controls
 from phasechat.chat.trips import forced_sides
 from phasechat.chat.trips.forced_sides import (

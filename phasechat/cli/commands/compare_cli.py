@@ -16,7 +16,7 @@ from typing import Any
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.config.profiles import make_backend
 from phasechat.chat.text import is_text, one_line, visible_controls

@@ -14,9 +14,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from phasechat.backends.gguf import check_model
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.gguf import check_model
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.file import Config, load_config
 from phasechat.chat.config.profiles import BackendSpec, resolve_model_path
 from phasechat.chat.config.settings import Settings, load_problems
@@ -231,7 +231,7 @@ def build_workspace(
     """The workspace the options and the config describe: what `ask`, `bench` and the
     UI all run on. `all_backends=False` leaves out the profiles one could switch to;
     `own_process` runs each local model in a process of its own (the UI's choice:
-    backends/engine_process.py).
+    backends/local/engine_process.py).
 
     Raises ConfigError, ModelNotFound, OSError or ValueError with a one-line message."""
     check_flags(args)
