@@ -44,11 +44,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import (
@@ -60,9 +60,12 @@ from phasechat.backends.events import (
     StreamError,
 )
 from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.capability import LocalEngine
 from phasechat.backends.local.gguf import Geometry
 from phasechat.backends.local.models import ModelNotFound, default_model_path
 from phasechat.backends.local.stderr_tail import StderrTail
+
+T = TypeVar("T")
 
 #: how long a call the UI waits on (a token count) may take before it is estimated
 CALL_TIMEOUT_S = 2.0
@@ -135,8 +138,21 @@ class _Slot:
         self.value: Any = None
 
 
-class EngineProcess:
-    """A `Backend`: the local model in a child process (see the module's docstring)."""
+class _Said(Generic[T]):
+    """A property of the engine in the child, as its last snapshot said (`before` until
+    one has): `EngineProcess` proxies `LocalEngine` through these, and mypy checks each
+    against the protocol's type."""
+
+    def __init__(self, read: Callable[[Snapshot], T], before: T) -> None:
+        self._read, self._before = read, before
+
+    def __get__(self, engine: EngineProcess, owner: type[EngineProcess]) -> T:
+        snap = engine._snap
+        return self._before if snap is None else self._read(snap)
+
+
+class EngineProcess(LocalEngine):
+    """A `LocalEngine`: the local model in a child process (see the module's docstring)."""
 
     exact_token_counts = True
     serial = True  # one llama.cpp context: requests run one after the other
@@ -204,29 +220,14 @@ class EngineProcess:
         in its own process, so only the cores are shared, not the interpreter lock."""
         return self.gpu_layers != -1
 
-    @property
-    def geometry(self) -> Geometry | None:
-        return self._snap.geometry if self._snap else None
-
-    @property
-    def gpu_layers(self) -> int:
-        return self._snap.gpu_layers if self._snap else 0
-
-    @property
-    def threads(self) -> int:
-        return self._snap.threads if self._snap else 0
-
-    @property
-    def model_bytes(self) -> int:
-        return self._snap.model_bytes if self._snap else 0
-
-    @property
-    def flash_attn(self) -> bool | None:
-        return self._snap.flash_attn if self._snap else None
-
-    @property
-    def flash_note(self) -> str:
-        return self._snap.flash_note if self._snap else ""
+    # what the child's engine last said of itself (`LocalEngine`'s properties, as typed
+    # there), each with its value before the first load
+    geometry = _Said[Geometry | None](lambda s: s.geometry, None)
+    gpu_layers = _Said[int](lambda s: s.gpu_layers, 0)
+    threads = _Said[int](lambda s: s.threads, 0)
+    model_bytes = _Said[int](lambda s: s.model_bytes, 0)
+    flash_attn = _Said[bool | None](lambda s: s.flash_attn, None)
+    flash_note = _Said[str](lambda s: s.flash_note, "")
 
     @property
     def context_window(self) -> int | None:
