@@ -37,7 +37,7 @@ def switch_backend(app: ChatHost) -> None:
         (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
         for name, spec in ws.profiles.items()
     ]
-    remote = {name: spec.remote for name, spec in ws.profiles.items() if spec.kind != "local"}
+    remote = {name: spec.remote for name, spec in ws.profiles.items() if not spec.is_local}
     urls = {name: r.base_url for name, r in remote.items()}
     keys = {name: r.api_key_env for name, r in remote.items()}
 
@@ -93,7 +93,7 @@ def pick_model(app: ChatHost, name: str) -> None:
     """The models profile `name`'s server lists; the one picked is kept in the profile."""
     ws = app.workspace
     spec = ws.profiles[name]
-    if spec.kind == "local" or ws.config.endpoint(name) is None:
+    if spec.is_local or ws.config.endpoint(name) is None:
         app.notify(
             f"{name} is not an [[endpoints]] profile of the config: only a server added"
             " there (a) keeps a model",

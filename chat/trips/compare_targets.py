@@ -153,7 +153,7 @@ def derive(
         elif key in ENGINE_KEYS:
             engine[key] = _value(key, text)
         elif key in LOCAL_KEYS:
-            if spec.kind != "local":
+            if not spec.is_local:
                 raise ValueError(f"{key} applies to a local model, not to {profile!r}")
             local[key] = _value(key, text)
         else:
@@ -184,7 +184,7 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
     another temperature; on a local model other threads, flash attention, a context half
     as long and each other KV type."""
     out = [{"temperature": "0.8" if settings.temperature == 0 else "0"}]
-    if spec.kind == "local":
+    if spec.is_local:
         threads = spec.local.threads
         out.append({"threads": "2" if threads == 1 else "1"})
         flash = (

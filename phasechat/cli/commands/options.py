@@ -120,7 +120,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
     if endpoint is not None:
         endpoint.install_key()
         remote = endpoint.remote_config()
-        return BackendSpec("openai", remote=_with_flags(remote, args))
+        return BackendSpec("remote", remote=_with_flags(remote, args))
     profile = config.local_profile(name)
     if profile is not None:
         return BackendSpec("local", local=_checked(profile.local_config()), local_name=name)
@@ -140,7 +140,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
             api_key_env=args.api_key_env,
             context_window=args.context,
         )
-        return BackendSpec("openai", remote=_with_flags(remote, args))
+        return BackendSpec("remote", remote=_with_flags(remote, args))
     known = [
         "local",
         "openai",
@@ -176,12 +176,12 @@ def all_profiles(
     out = [active]
     for endpoint in config.endpoints:
         endpoint.install_key()
-        out.append(BackendSpec("openai", remote=_with_flags(endpoint.remote_config(), args)))
+        out.append(BackendSpec("remote", remote=_with_flags(endpoint.remote_config(), args)))
     for profile in config.local:
         out.append(BackendSpec("local", local=profile.local_config(), local_name=profile.name))
     if active.kind == "local":
         remote = RemoteConfig(base_url=args.base_url, api_key_env=args.api_key_env)
-        out.append(BackendSpec("openai", remote=_with_flags(remote, args)))
+        out.append(BackendSpec("remote", remote=_with_flags(remote, args)))
     else:
         out.append(BackendSpec("local", local=LocalConfig(n_ctx=args.n_ctx)))
     seen: set[str] = set()
