@@ -31,12 +31,11 @@ from phasechat.backends.local.gguf import Geometry
 from phasechat.backends.local.measured import (
     busy,
     ignored,
-    number_in,
     read_entries,
-    shown,
     write_entries,
 )
 from phasechat.backends.local.offload import Split
+from phasechat.backends.untrusted import number_in, shown
 from phasechat.chat.config.paths import cache_dir
 from phasechat.telemetry.membw import Probed, probe_bandwidth
 from phasechat.telemetry.metrics import Metrics

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, cast, get_args
 
-from phasechat.backends.local.measured import number_in, shown, text_in
 from phasechat.backends.remote.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+from phasechat.backends.untrusted import number_in, shown, text_in
 from phasechat.telemetry.anatomy import (
     Anatomy,
     BreakKind,

@@ -12,14 +12,13 @@ from phasechat.backends.local.measured import (
     BUSY,
     busy,
     ignored,
-    number_in,
     others_during,
     read_entries,
     share_text,
-    shown,
     write_entries,
 )
 from phasechat.backends.local.threads import CpuShare
+from phasechat.backends.untrusted import number_in, shown
 
 
 class IdleShare(CpuShare):

@@ -8,14 +8,14 @@ measured. Both follow the same rules:
   (`others_during`). Above `BUSY` it was taken beside a build or a test run: it may
   serve the run that took it, labelled, but it is never written as the fact.
 - What is read back is a claim, not a fact: a file that is not a JSON object, or an
-  entry whose fields are not finite, positive and physically plausible, is ignored, and
-  measured again, with a notice that names the file (`ignored`).
+  entry whose fields are not finite, positive and physically plausible
+  (backends/untrusted.py), is ignored, and measured again, with a notice that names the
+  file (`ignored`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -50,38 +50,6 @@ def share_text(others: float | None) -> str:
     if others is None:
         return "the other processes' share of the CPUs unknown"
     return f"other processes used {others:.0%} of the CPUs"
-
-
-def number_in(value: object, low: float, high: float) -> float | None:
-    """`value` as a finite float in [low, high], or None (a string, a bool, NaN, inf, an
-    integer too long for a float, or out of bounds)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return float(value) if low <= value <= high else None  # compared before float()
-
-
-def text_in(value: object) -> str | None:
-    """`value` as text that can be written out, or None: not a str, or one holding a
-    lone surrogate (JSON can carry `"\\ud800"`; bytes that were not UTF-8 decode to
-    them with `surrogateescape`), which no UTF-8 file, database or terminal takes."""
-    if not isinstance(value, str):
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    return value
-
-
-def shown(value: object) -> str:
-    """A value read from a cache file, in a few characters for a notice."""
-    if isinstance(value, list | dict):
-        return "a list" if isinstance(value, list) else "an object"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
-        return "a number too large"  # repr() refuses 4,300 digits
-    return repr(value)[:40]
 
 
 def read_entries(path: Path) -> tuple[dict[str, object], str | None]:
