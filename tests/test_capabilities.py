@@ -10,7 +10,7 @@ from pathlib import Path
 from phasechat.backends.base import Backend
 from phasechat.backends.local.backend import LocalBackend, LocalConfig
 from phasechat.backends.local.capability import LocalEngine, ModelFile, PromptIds
-from phasechat.backends.local.engine_process import EngineProcess, Snapshot
+from phasechat.backends.local.engine_process import EngineProcess, EngineState
 from phasechat.backends.local.gguf import Geometry
 from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.backends.remote.capability import RemoteServer
@@ -49,7 +49,7 @@ def test_the_engine_process_says_what_its_child_said(tmp_path: Path) -> None:
     assert before == (None, 0, 0, 0)
     assert (child.flash_attn, child.flash_note) == (None, "")
     geometry = Geometry("llama", "m", 30, 9, 3, 64, 64, 2048, None, 0, 1 << 20)
-    child._snap = Snapshot(
+    child._said = EngineState(
         "ready",
         "ok",
         "m.gguf",

@@ -48,7 +48,7 @@ from phasechat.backends.local.llama_glue import (
     engine_timings,
     eog_check,
     error_line,
-    held_prefix,
+    kv_common_prefix,
     kv_stats,
     llama_thread,
     load_error,
@@ -393,7 +393,7 @@ class LocalBackend:
         """
         if self._llm is None:
             return None
-        return held_prefix(self._llm, self.format_prompt(messages)[0])
+        return kv_common_prefix(self._llm, self.format_prompt(messages)[0])
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if self._llm is None:

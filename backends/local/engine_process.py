@@ -28,7 +28,7 @@ crash), never the terminal and never a file that grows.
 The wire: `multiprocessing.connection.Connection` over a socket pair (pickles, each
 message whole). Parent -> child: ("load", config, name), ("stream", id, request,
 every_s), ("cancel", id), ("call", id, method, args), ("close",). Child -> parent:
-("ready", snapshot), ("events", id, [event, ...]), ("end", id, snapshot),
+("ready", state), ("events", id, [event, ...]), ("end", id, state),
 ("result", id, ok, value), ("alive",). Only the parent's own messages are trusted: the child is
 this program, run by this program.
 """
@@ -88,7 +88,7 @@ START_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class EngineState:
     """What the app reads of the engine between messages, as the child last said."""
 
     state: LoadState
@@ -107,9 +107,9 @@ class Snapshot:
     flash_attn: bool | None = None
 
 
-def snapshot(backend: LocalBackend) -> Snapshot:
+def state_of(backend: LocalBackend) -> EngineState:
     """The child's backend, as the parent shows it."""
-    return Snapshot(
+    return EngineState(
         backend.state,
         backend.state_detail,
         backend.model,
@@ -139,16 +139,16 @@ class _Slot:
 
 
 class _Said(Generic[T]):
-    """A property of the engine in the child, as its last snapshot said (`before` until
+    """A property of the engine in the child, as its last `EngineState` said (`before` until
     one has): `EngineProcess` proxies `LocalEngine` through these, and mypy checks each
     against the protocol's type."""
 
-    def __init__(self, read: Callable[[Snapshot], T], before: T) -> None:
+    def __init__(self, read: Callable[[EngineState], T], before: T) -> None:
         self._read, self._before = read, before
 
     def __get__(self, engine: EngineProcess, owner: type[EngineProcess]) -> T:
-        snap = engine._snap
-        return self._before if snap is None else self._read(snap)
+        said = engine._said
+        return self._before if said is None else self._read(said)
 
 
 class EngineProcess(LocalEngine):
@@ -166,7 +166,7 @@ class EngineProcess(LocalEngine):
                 self._path = default_model_path()
         self._state: LoadState = "idle"
         self._detail = "not loaded"
-        self._snap: Snapshot | None = None
+        self._said: EngineState | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._errors: StderrTail | None = None
@@ -174,7 +174,7 @@ class EngineProcess(LocalEngine):
         self._ids = itertools.count(1)
         self._slots: dict[int, _Slot] = {}
         self._streams: dict[int, asyncio.Queue[list[Event] | None]] = {}
-        self._ready: asyncio.Future[Snapshot] | None = None
+        self._ready: asyncio.Future[EngineState] | None = None
         self._start_task: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed = False
@@ -198,13 +198,13 @@ class EngineProcess(LocalEngine):
 
     @property
     def model(self) -> str:
-        if self._snap is not None:
-            return self._snap.model
+        if self._said is not None:
+            return self._said.model
         return self._path.name if self._path else "(default model)"
 
     @property
     def model_path(self) -> Path | None:
-        return self._snap.model_path if self._snap else self._path
+        return self._said.model_path if self._said else self._path
 
     @property
     def state(self) -> LoadState:
@@ -231,8 +231,8 @@ class EngineProcess(LocalEngine):
 
     @property
     def context_window(self) -> int | None:
-        if self._snap is not None and self._snap.context_window:
-            return self._snap.context_window
+        if self._said is not None and self._said.context_window:
+            return self._said.context_window
         return self.config.n_ctx
 
     @property
@@ -388,9 +388,9 @@ class EngineProcess(LocalEngine):
             if queue is not None:
                 queue.put_nowait(None)
 
-    def _update(self, snap: Snapshot) -> None:
-        self._snap = snap
-        self._state, self._detail = snap.state, snap.detail
+    def _update(self, said: EngineState) -> None:
+        self._said = said
+        self._state, self._detail = said.state, said.detail
 
     def _gone(self, conn: Connection) -> None:
         """The child's end of the socket closed: a crash, unless we closed it."""
@@ -554,7 +554,7 @@ class EngineProcess(LocalEngine):
                 yield StreamError("model", f"local model not ready: {self._detail}")
                 return
             if loads:
-                yield ModelLoaded(self._snap.ready_ns if self._snap else None)
+                yield ModelLoaded(self._said.ready_ns if self._said else None)
         self._loop = asyncio.get_running_loop()
         rid = next(self._ids)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue()
@@ -657,7 +657,7 @@ async def serve(conn: Connection) -> None:
     backend = LocalBackend(config, name)
     threading.Thread(target=read, name="engine-inbox", daemon=True).start()
     await backend.start()
-    send(("ready", snapshot(backend)))
+    send(("ready", state_of(backend)))
     tasks: dict[int, asyncio.Task[None]] = {}
     background: set[asyncio.Task[None]] = set()
 
@@ -674,7 +674,7 @@ async def serve(conn: Connection) -> None:
             send(("events", rid, [StreamError("model", f"engine process: {exc}")]))
         finally:
             tasks.pop(rid, None)
-            send(("end", rid, snapshot(backend)))
+            send(("end", rid, state_of(backend)))
 
     async def call(cid: int, method: str, args: tuple[Any, ...]) -> None:
         try:
@@ -715,7 +715,7 @@ async def serve(conn: Connection) -> None:
 
 if __name__ == "__main__":
     # Run as `python -m`: this file is `__main__` here, so what the parent unpickles
-    # (a `Snapshot`) must come from the module under its own name.
+    # (an `EngineState`) must come from the module under its own name.
     from phasechat.backends.local import engine_process
 
     asyncio.run(engine_process.serve(Connection(int(sys.argv[1]))))

@@ -207,7 +207,7 @@ def reuse_prefix(llm: Any, tokens: list[int]) -> int:
     return 0
 
 
-def held_prefix(llm: Any, tokens: list[int]) -> int:
+def kv_common_prefix(llm: Any, tokens: list[int]) -> int:
     """How many of `tokens` the KV cache holds now (its common prefix with them)."""
     held = llm.input_ids[: llm.n_tokens]
     cached = 0
