@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from phasechat.backends.base import Stopped
 from phasechat.backends.local.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES
 from phasechat.backends.local.llama_logs import quiet_llama, verbose
 
@@ -61,10 +62,6 @@ class EngineSetting:
         batch = "" if self.batch == BATCH else f" batch={self.batch}"
         gpu = f" gpu_layers={self.gpu_layers}" if self.gpu_layers else ""
         return f"kv={self.kv}{flash}{batch}{gpu}"
-
-
-class Stopped(Exception):
-    """The evaluation was asked to stop (`forced_logits`' `stop`)."""
 
 
 def forced_logits(

@@ -107,7 +107,7 @@ def answer_divergence(
     """B's divergence from A over `answer` (A's answer token ids after `prompt`), each
     side reading the whole sequence once; blocking (run it in a thread).
     `progress(side, read, total)` as each side reads (`labels`: "A", then "B"); a set
-    `stop` raises `teacher.Stopped`. The caller has checked the vocabularies
+    `stop` raises `Stopped` (backends/base.py). The caller has checked the vocabularies
     (`vocabulary_differs`)."""
     sequence, start = [*prompt, *answer], len(prompt)
     logits = []
@@ -263,7 +263,7 @@ async def measure(
 ) -> tuple[Divergence | None, str | None]:
     """B's divergence from A over `t`'s answer, or None and why not (another
     vocabulary, a server's refusal). `progress(side, read, total)` as each side reads;
-    a set `stop` raises `teacher.Stopped`."""
+    a set `stop` raises `Stopped` (backends/base.py)."""
     try:
         why = await vocabulary_check(a, b, t)
         if why is not None:

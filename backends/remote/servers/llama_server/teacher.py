@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
+from phasechat.backends.base import Stopped
 from phasechat.backends.events import Message
-from phasechat.backends.local.teacher import Stopped
 from phasechat.backends.remote.servers.forcing import (
     TOP_K,
     Forcing,
