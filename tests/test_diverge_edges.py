@@ -1,8 +1,8 @@
 """Issue 49: the divergence's small slips, each with inputs that tell it apart from its
 neighbour: asymmetric distributions (KL(A||B) is not KL(B||A)), two sides whose labels
 differ, numbers at each bound and one past it (chat/trips/diverge.py,
-chat/trips/forced_sides.py, backends/teacher.py, telemetry/divergence.py `combine`,
-backends/servers/forcing.py's checks)."""
+chat/trips/forced_sides.py, backends/local/teacher.py, telemetry/divergence.py `combine`,
+backends/remote/servers/forcing.py's checks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NVIDIA Dynamo (backends/servers/dynamo/) against a real one: its frontend with the KV
+"""NVIDIA Dynamo (backends/remote/servers/dynamo/) against a real one: its frontend with the KV
 router and one mocker worker (the `dynamo` fixture, tests/dynamo_server.py), a 2-turn chat
 through the real RemoteBackend and TurnController. What the server sent for each request
 is tapped from the same stream phasechat read (`Tap`), and every figure phasechat shows is

@@ -1,6 +1,6 @@
-"""One package per server family (issue 46): `backends/servers/<family>/` holds all that
+"""One package per server family (issue 46): `backends/remote/servers/<family>/` holds all that
 is one server's, `FAMILIES` lists exactly those packages, and code outside
-backends/servers/ reaches a family only through its `ServerFamily` hooks, never by
+backends/remote/servers/ reaches a family only through its `ServerFamily` hooks, never by
 importing its package."""
 
 from __future__ import annotations

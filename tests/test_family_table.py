@@ -1,4 +1,4 @@
-"""The server families as data (backends/servers/): the table itself, what reads it, and
+"""The server families as data (backends/remote/servers/): the table itself, what reads it, and
 docs/backends.md's table of them, which names every family (adding one without its row
 fails here)."""
 

@@ -1,4 +1,4 @@
-"""TGI (backends/servers/tgi.py) against a stand-in written from its router's source
+"""TGI (backends/remote/servers/tgi.py) against a stand-in written from its router's source
 (tests/standins/tgi.py, huggingface/text-generation-inference@db931fcf): a two-turn chat
 through the real backend and session. A streamed chat completion carries none of TGI's
 timing headers, so its queue comes from the router's /metrics, read around each request;

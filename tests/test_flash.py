@@ -1,4 +1,4 @@
-"""Flash attention chosen by measurement on the real model, and cached (backends/flash.py)."""
+"""Flash attention chosen by measurement on the real model, and cached (backends/local/flash.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The flash-attention choice on disk is a claim, checked before it is believed
-(backends/flash.py, backends/flash_cache.py): a busy measurement is not kept, a tampered
+(backends/local/flash.py, backends/local/flash_cache.py): a busy measurement is not kept, a tampered
 entry is ignored with a notice naming the file, and a choice the answers disagree with
 is measured again. Fake measurements with set figures and load readings: no timing."""
 

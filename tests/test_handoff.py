@@ -1,4 +1,4 @@
-"""The llama thread's events reach the event loop in batches (backends/handoff.py): the
+"""The llama thread's events reach the event loop in batches (backends/local/handoff.py): the
 loop is woken at most every `wake_s` for ordinary events, at once for urgent ones and for
 the first ordinary one."""
 

@@ -1,4 +1,4 @@
-"""What both kept measurements share (backends/measured.py): the other processes' share
+"""What both kept measurements share (backends/local/measured.py): the other processes' share
 of the CPUs during a measurement (busy, not idle), when it is too busy to keep, the
 bounds a number read back must lie in, and a cache file read with suspicion."""
 

@@ -221,7 +221,7 @@ async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
     assert attributes(children["decode"].attributes) == {}
 
     # The chat request carried the span's W3C context (the model listing did not, nor
-    # the questions of which server it is: backends/servers identify).
+    # the questions of which server it is: backends/remote/servers identify).
     chat = [h for h in server.headers if "traceparent" in h]
     assert len(chat) == 1 and len(server.headers) == 2 + ASKED
     version, trace_id, parent_id, flags = chat[0]["traceparent"].split("-")

@@ -1,4 +1,4 @@
-"""Issue 39, remote divergence sources (backends/servers/forcing.py and each family's
+"""Issue 39, remote divergence sources (backends/remote/servers/forcing.py and each family's
 teacher.py): each answer position's top-k log-probabilities from vLLM's
 `prompt_logprobs` and from llama-server's `n_probs`, compared over the tokens both sides
 list plus a rest bucket (telemetry/divergence.py `compare_top`); what a server sends is

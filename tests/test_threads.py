@@ -1,4 +1,4 @@
-"""The decode thread policy (backends/threads.py), fed synthetic gap series.
+"""The decode thread policy (backends/local/threads.py), fed synthetic gap series.
 
 Each series is what the llama thread would see: the gap between two tokens depends on
 the thread count and on whether a busy neighbour shares the cores. Two cores, numbers

@@ -1,5 +1,5 @@
 """Token-exact history on the bundled model: an answer goes back to the engine that
-wrote it as its own token ids (backends/prompts.py), so a sampled answer that the
+wrote it as its own token ids (backends/local/prompts.py), so a sampled answer that the
 tokenizer would split otherwise is not read again; and a cache break whose text is the
 same on both sides is named a re-tokenization (telemetry/anatomy.py)."""
 

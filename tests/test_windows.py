@@ -1,4 +1,4 @@
-"""A remote server's context window (backends/windows.py), asked of servers shaped like
+"""A remote server's context window (backends/remote/windows.py), asked of servers shaped like
 llama-server, vLLM and Ollama (tests/shaped.py), each serving more than one model or
 saying more than one number, so that reading the wrong one shows."""
 

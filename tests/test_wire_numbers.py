@@ -1,4 +1,4 @@
-"""The checks every number from a server passes (backends/wire_numbers.py), at their
+"""The checks every number from a server passes (backends/remote/wire_numbers.py), at their
 bounds: the largest believed and one past it, the kinds of value that are no number."""
 
 from __future__ import annotations
