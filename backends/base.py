@@ -34,6 +34,11 @@ class PromptRefused(ValueError):
     "roles must alternate", "System role not supported"). One line, for the user."""
 
 
+class Stopped(Exception):
+    """A teacher-forced reading was asked to stop (its `stop` event set: a view's Esc),
+    by the model here (backends/local/teacher.py) or a server (backends/remote/servers/)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
     """A prompt as the engine reads it: the chat-templated text, and the bytes of each of

@@ -163,7 +163,7 @@ class ReasoningDelta:
 class Usage:
     """Token counts reported by the server (OpenAI `usage`). `completion_tokens`
     includes `reasoning_tokens` (`completion_tokens_details`), where a server says.
-    None: not said, or not believed (backends/wire_numbers.py)."""
+    None: not said, or not believed (backends/remote/wire_numbers.py)."""
 
     prompt_tokens: int | None
     completion_tokens: int | None
@@ -174,7 +174,7 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class ServerTimings:
     """llama.cpp's own `timings` object, as the server reported it (None: a value that
-    was missing or not believed, backends/wire_numbers.py)."""
+    was missing or not believed, backends/remote/wire_numbers.py)."""
 
     prompt_n: int | None
     prompt_ms: float | None
@@ -200,8 +200,8 @@ class PartMeaning:
 @dataclass(frozen=True, slots=True)
 class ServerAccount:
     """A server's own account of the request, from its `/metrics` read before and after
-    it (backends/server_metrics.py) or from its own per-request fields (its family's
-    `chunk_timing` / `header_timing`, backends/servers/): what it measured (ms) and
+    it (backends/remote/server_metrics.py) or from its own per-request fields (its family's
+    `chunk_timing` / `header_timing`, backends/remote/servers/): what it measured (ms) and
     counted, and the KV pool
     it shares among all requests. `unknown` says why the per-request figures are None
     (another request ran at the same time); the pool is the server's either way.
@@ -249,7 +249,7 @@ class KVStats:
     model_bytes: int = 0
     #: with layers on a GPU, the bytes a decode step reads from the GPU's memory and from
     #: the host's (the weights of the layers on each and their KV cache so far: see
-    #: backends/offload.py); None: every layer on the CPU
+    #: backends/local/offload.py); None: every layer on the CPU
     gpu_bytes: int | None = None
     cpu_bytes: int | None = None
 
@@ -257,7 +257,7 @@ class KVStats:
 @dataclass(frozen=True, slots=True)
 class EngineThreads:
     """The local engine's decode thread count: once as a request starts, and again
-    whenever it changes mid-answer (backends/threads.py). `at_token`: the answer's
+    whenever it changes mid-answer (backends/local/threads.py). `at_token`: the answer's
     token count at that moment; `reason`: why, in a few words."""
 
     threads: int
@@ -269,7 +269,7 @@ class EngineThreads:
 @dataclass(frozen=True, slots=True)
 class CpuBusy:
     """How busy other processes kept this machine's CPUs while the local engine decoded
-    an answer (backends/threads.py `CpuShare`, from /proc/stat less the engine's own CPU
+    an answer (backends/local/threads.py `CpuShare`, from /proc/stat less the engine's own CPU
     time): `others` CPUs' worth of work on average, of the `cpus` it may run on. Sent
     once, after the answer's last token; not sent when the span was too short to tell."""
 
@@ -281,7 +281,7 @@ class CpuBusy:
 class Notice:
     """Something the user should know that does not end the stream
     (e.g. the server ignored `stream: true` and sent its answer whole). `doubt`: it
-    names figures of the server's that were not believed (backends/wire_numbers.py),
+    names figures of the server's that were not believed (backends/remote/wire_numbers.py),
     which the answer's figures then carry as a warning."""
 
     text: str

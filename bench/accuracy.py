@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from phasechat.backends.base import Backend
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.models import default_model_path
 
 SYSTEM = "You are a storyteller."
 PROMPT = "Write a long, detailed story about a lighthouse keeper and the sea."

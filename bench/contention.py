@@ -7,7 +7,7 @@ local decode should keep >= 0.75 of its quiet rate, with no flag. In one run, in
 interleaved rounds (each round: quiet, then with the neighbour), it measures:
 
 - phasechat's `LocalBackend` with `--threads` fixed at all physical cores, fixed at one
-  fewer, and the default (adaptive: backends/threads.py), each answer's decode rate as
+  fewer, and the default (adaptive: backends/local/threads.py), each answer's decode rate as
   its telemetry computes it ((tokens - 1) / first-to-last token), temperature 0;
 - llama-bench tg at all cores and one fewer, flash attention as phasechat loads it;
 
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from bench.engine import find_llama_bench, measure, restore_symlinks
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.llama_glue import physical_cores
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.llama_glue import physical_cores
+from phasechat.backends.local.models import default_model_path
 
 PROMPT = "Write a long story about a dragon who learns to fly."
 BUSY = "while True: pass"

@@ -20,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.costs import expect
 from phasechat.chat.engine_held import name_of

@@ -49,8 +49,8 @@ from typing import Any
 
 from bench import fast_model
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.llama_glue import physical_cores
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.llama_glue import physical_cores
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 

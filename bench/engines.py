@@ -19,9 +19,9 @@ from pathlib import Path
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 from tests.llama_server import LlamaServer

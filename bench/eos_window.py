@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 from tests.vllm_server import MODEL, VllmServer

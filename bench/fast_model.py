@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.models import default_model_path
 
 N_LAYERS = 2
 N_EMBD = 64

@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without PYTHONPATH
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 

@@ -32,8 +32,8 @@ import tempfile
 from typing import Any
 
 from bench.edit_forecast import QUESTIONS, SYSTEM
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow

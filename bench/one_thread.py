@@ -21,8 +21,8 @@ import threading
 import time
 
 from phasechat.backends.events import Message
-from phasechat.backends.llama_glue import llama_thread, physical_cores, token_loop
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.llama_glue import llama_thread, physical_cores, token_loop
 
 PROMPT = "Write a long story about a dragon who learns to fly."
 

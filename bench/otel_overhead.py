@@ -21,7 +21,7 @@ import sys
 import time
 
 from phasechat.backends.events import Finished, GenerationRequest, Message, TextDelta, Usage
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry import otel
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace

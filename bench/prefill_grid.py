@@ -19,8 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from phasechat.backends.llama_logs import quiet_llama
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.llama_logs import quiet_llama
+from phasechat.backends.local.models import default_model_path
 
 SIZES = (4, 12, 24, 32, 64, 128, 256, 512, 615)
 DEPTHS = (0, 128, 512)

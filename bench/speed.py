@@ -8,7 +8,7 @@ attention on or off, whichever is faster here) on the same model and threads. In
 interleaved rounds (each: llama-bench tg128 with `-fa 0,1`, then `phasechat ask --json`
 as a user runs it, a fresh process each time, default flags and `--threads N`), it
 prints best and median tok/s of each, the ratios to llama-bench's faster flash-attention
-setting, llama-bench off vs on, the flash attention phasechat chose (backends/flash.py)
+setting, llama-bench off vs on, the flash attention phasechat chose (backends/local/flash.py)
 and the load average beside each round. `ask`'s rate is its telemetry's
 `decode_tok_s`: (tokens - 1) / first-to-last token, 128 tokens after the first.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 from bench import fast_model
 from bench.engine import find_llama_bench, restore_symlinks
-from phasechat.backends.flash import cached
-from phasechat.backends.llama_glue import physical_cores
+from phasechat.backends.local.flash import cached
+from phasechat.backends.local.llama_glue import physical_cores
 
 PROMPT = "Write a long story about a dragon who learns to fly."
 TOKENS = 128

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator
 
 from phasechat.backends.events import Event, GenerationRequest, Message, TextDelta
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from phasechat.backends.local import LocalBackend, LocalConfig  # noqa: E402
-from phasechat.backends.models import default_model_path  # noqa: E402
+from phasechat.backends.local.backend import LocalBackend, LocalConfig  # noqa: E402
+from phasechat.backends.local.models import default_model_path  # noqa: E402
 from phasechat.chat.config.settings import Settings  # noqa: E402
 from phasechat.chat.trips.replay import BenchResult, TurnRow, load_script, replay  # noqa: E402
 

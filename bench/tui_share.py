@@ -17,7 +17,7 @@ layers, ~1 ms a token on this CPU, as the bundled model is on a GPU. `--pace` fo
 the UI draws while the answer streams: `full` every frame (REFRESH_HZ, tokens handed
 over as they come), `shared` as for an engine that shares this process (SHARED_HZ),
 `auto` what the app chooses for this backend. `--engine`: the TUI's engine in a process
-of its own (the default, as `phasechat` runs it: backends/engine_process.py) or in the
+of its own (the default, as `phasechat` runs it: backends/local/engine_process.py) or in the
 app's process (as before issue 35); headless is always in-process, as `ask` runs it.
 """
 
@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import ClassVar
 
 from bench import fast_model
-from phasechat.backends import handoff, local
 from phasechat.backends.base import Backend
-from phasechat.backends.engine_process import EngineProcess
 from phasechat.backends.events import Event, TextDelta
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local import backend as local
+from phasechat.backends.local import handoff
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.engine_process import EngineProcess
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics
@@ -146,7 +147,7 @@ async def main(args: argparse.Namespace) -> None:
     await backend.start()
     print(f"# {backend.state_detail}")
     # The TUI's engine: this one (in the app's process), or the same model in a process
-    # of its own (backends/engine_process.py, as `phasechat` runs it).
+    # of its own (backends/local/engine_process.py, as `phasechat` runs it).
     shown: Backend = backend
     if args.engine == "process":
         shown = EngineProcess(config)

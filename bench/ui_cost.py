@@ -18,7 +18,7 @@ import os
 import time
 
 from bench.tui_share import delta, thread_cpu
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.settings import Settings, TrimConfig
 from phasechat.chat.conversation import ChatMessage, Conversation

@@ -21,7 +21,7 @@ import time
 
 from textual import events
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput

@@ -45,7 +45,7 @@ class ChatMessage:
     #: the message before this one on its branch (None: a root, the system prompt)
     parent: int | None = None
     #: an answer's own token ids, where its engine said (the local model): sent back to
-    #: that engine as they are (backends/prompts.py). Not saved: a chat read back from
+    #: that engine as they are (backends/local/prompts.py). Not saved: a chat read back from
     #: the database sends its answers as text.
     tokens: AnswerTokens | None = None
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from phasechat.backends.base import Backend, RenderedPrompt
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.servers.family import ServerFamily
+from phasechat.backends.remote.capability import RemoteServer
 from phasechat.backends.tokens import estimate_once
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.trim.types import SUMMARY_HEADER
@@ -208,9 +208,8 @@ def cache_grain_of(backend: Backend, metrics: Metrics) -> int:
     default), else 1 (any prefix: the local model, llama-server, or not known)."""
     if metrics.server_kv_block_tokens:
         return metrics.server_kv_block_tokens
-    family = getattr(backend, "family", None)  # a remote backend's server family
-    if isinstance(family, ServerFamily) and family.cache_grain:
-        return family.cache_grain
+    if isinstance(backend, RemoteServer) and backend.family.cache_grain:
+        return backend.family.cache_grain
     return 1
 
 

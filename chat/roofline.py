@@ -1,5 +1,5 @@
 """The machine's side of the roofline: its memory bandwidth (probed, cached on disk by
-machine), the GPU's (backends/cuda.py, measured once a run) where an answer read from
+machine), the GPU's (backends/local/cuda.py, measured once a run) where an answer read from
 one, and how much memory is free for a model's KV cache.
 
 The probe itself is telemetry/membw.py (every core copying at once); this module keeps
@@ -26,17 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasechat.backends.cuda import Gpus, gpus
-from phasechat.backends.gguf import Geometry
-from phasechat.backends.measured import (
+from phasechat.backends.local.cuda import Gpus, gpus
+from phasechat.backends.local.gguf import Geometry
+from phasechat.backends.local.measured import (
     busy,
     ignored,
-    number_in,
     read_entries,
-    shown,
     write_entries,
 )
-from phasechat.backends.offload import Split
+from phasechat.backends.local.offload import Split
+from phasechat.backends.untrusted import number_in, shown
 from phasechat.chat.config.paths import cache_dir
 from phasechat.telemetry.membw import Probed, probe_bandwidth
 from phasechat.telemetry.metrics import Metrics

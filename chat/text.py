@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from phasechat.backends.measured import text_in
+from phasechat.backends.untrusted import text_in
 
 # C0 controls except TAB and LF, DEL, the C1 block (which some terminals honour), and the
 # bidi embeddings, overrides and isolates (U+202A-202E, U+2066-2069: "Trojan Source").

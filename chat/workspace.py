@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from phasechat.backends.base import Backend
-from phasechat.backends.urls import server_key
+from phasechat.backends.remote.urls import server_key
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import Config, EndpointProfile
 from phasechat.chat.config.profiles import BackendSpec, make_backend
@@ -97,9 +97,9 @@ class Workspace:
     # -- profiles in the config file -------------------------------------------------
     def profile_at(self, base_url: str) -> str | None:
         """The name of the remote profile that reaches the same server as `base_url`
-        (backends/urls.py `server_key`), if any: adding it again would make a second."""
+        (backends/remote/urls.py `server_key`), if any: adding it again would make a second."""
         key = server_key(base_url)
-        remote = ((n, s) for n, s in self.profiles.items() if s.kind != "local")
+        remote = ((n, s) for n, s in self.profiles.items() if not s.is_local)
         return next((n for n, s in remote if server_key(s.remote.base_url) == key), None)
 
     def add_endpoint(self, endpoint: EndpointProfile) -> str | None:
@@ -111,7 +111,7 @@ class Workspace:
             return str(exc)
         error = self.save(config)
         if error is None:
-            self.profiles[endpoint.name] = BackendSpec("openai", remote=endpoint.remote_config())
+            self.profiles[endpoint.name] = BackendSpec("remote", remote=endpoint.remote_config())
         return error
 
     async def _edit_profile(self, name: str, change: Callable[[Config], Config]) -> str | None:
@@ -148,11 +148,7 @@ class Workspace:
             return ACTIVE.format(name=old)
         error = await self._edit_profile(old, lambda c: edit.rename_profile(c, old, new))
         if error is None:
-            spec = self.profiles[old]
-            if spec.kind == "local":
-                spec = replace(spec, local_name=new)
-            else:
-                spec = replace(spec, remote=replace(spec.remote, name=new))
+            spec = self.profiles[old].named(new)
             self.profiles = {
                 new if k == old else k: spec if k == old else v for k, v in self.profiles.items()
             }

@@ -10,7 +10,7 @@ for a module added or changed (issue 49).
 
     .venv/bin/python scripts/mutants.py                      # modules changed since main
     .venv/bin/python scripts/mutants.py --base HEAD~3
-    .venv/bin/python scripts/mutants.py chat/trips/diverge.py backends/teacher.py
+    .venv/bin/python scripts/mutants.py chat/trips/diverge.py backends/local/teacher.py
     .venv/bin/python scripts/mutants.py telemetry/otel.py --tests tests/test_otel.py
 
 It works in a copy (`.mutants/`, the package's links made real folders, since mutmut

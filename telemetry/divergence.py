@@ -17,7 +17,7 @@ Identical logits give KL exactly 0 (the same float64 operations on the same numb
 agreement 1.
 
 A server gives only each position's top k log-probabilities (vLLM's `prompt_logprobs`,
-llama-server's `n_probs`: backends/servers/forcing.py). `compare_top` compares those: the
+llama-server's `n_probs`: backends/remote/servers/forcing.py). `compare_top` compares those: the
 KL over the tokens both sides list, each side's remaining mass in one "rest" bucket.
 Merging tokens into one bucket never raises a KL, so this is a lower bound of the full
 one; the top-1 agreement is exact (a top k holds its top 1).

@@ -18,12 +18,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from phasechat.backends.measured import others_during
+from phasechat.backends.local.measured import others_during
 
 #: 128 MiB: larger than the last-level cache of any current CPU, small enough to spare.
 PROBE_BYTES = 128 * 2**20
 PROBE_ROUNDS = 6
-#: seconds of copying at least: /proc/stat counts 10 ms ticks (backends/threads.py CpuShare)
+#: seconds of copying at least: /proc/stat counts 10 ms ticks (backends/local/threads.py CpuShare)
 MIN_S = 0.4
 #: rounds at most, whatever MIN_S asks
 MAX_ROUNDS = 400

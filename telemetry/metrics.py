@@ -54,8 +54,8 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from phasechat.backends.server_metrics import beyond
-from phasechat.backends.servers import timings_source
+from phasechat.backends.remote.server_metrics import beyond
+from phasechat.backends.remote.servers import timings_source
 from phasechat.backends.tokens import estimate_text
 from phasechat.telemetry import figures
 from phasechat.telemetry.bounds import Bytes, Count, Cpus, GbS, Ms, PerToken, Rate, Share

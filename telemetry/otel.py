@@ -36,8 +36,8 @@ import httpx
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest
-from phasechat.backends.httplog import redact_url
-from phasechat.backends.openai import RemoteBackend
+from phasechat.backends.remote.capability import RemoteServer
+from phasechat.backends.remote.httplog import redact_url
 from phasechat.telemetry.metrics import Metrics, compute, itl_ms
 from phasechat.telemetry.recorder import Trace
 from phasechat.telemetry.waterfall import waterfall_of
@@ -195,7 +195,7 @@ def peer_of(backend: Backend) -> Peer:
     """The provider and, for a server, its host and port (never the URL's credentials,
     path or query). A remote backend speaks the OpenAI API, the provider name the
     conventions give that format; the local engine is llama.cpp (a name of our own)."""
-    if isinstance(backend, RemoteBackend):
+    if isinstance(backend, RemoteServer):
         url = httpx.URL(backend.base_url)
         port = url.port or (443 if url.scheme == "https" else 80)
         return Peer("openai", url.host or None, port)

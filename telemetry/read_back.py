@@ -5,7 +5,7 @@ What was written is a claim by the time it is read: another program, a damaged d
 an older phasechat may have left anything in the cell. A record that is not an object,
 or whose required counts are not counts, is unreadable as a whole (`Unreadable`, one
 line saying why). Within a readable metric set each figure is checked as the wire's
-figures are (backends/wire_numbers.py), by the bound its field declares beside it
+figures are (backends/remote/wire_numbers.py), by the bound its field declares beside it
 (telemetry/bounds.py): a count is a count, a time a week at most, a rate below
 belief's limit, a share in 0-1; a figure that fails is unknown (None) and
 named in `Metrics.ignored`, so a view shows "unknown" and a JSON export `null`, never
@@ -21,8 +21,8 @@ from dataclasses import fields
 from types import UnionType
 from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
-from phasechat.backends.measured import shown, text_in
-from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms
+from phasechat.backends.remote.wire_numbers import MAX_TOKENS, as_count, as_ms
+from phasechat.backends.untrusted import shown, text_in
 from phasechat.telemetry.anatomy import (
     Anatomy,
     BreakKind,

@@ -23,7 +23,7 @@ Repeats: one run of a level is one draw of a noisy quantity (on a real vLLM the
 aggregate at 2 streams read 40.7 to 49.0 tok/s across three runs, and one draw made
 2 -> 4 streams "grow 110% per doubling"). So a level is run several times and read as
 the median of its repeats with their spread (`RepeatSpread`); a step between two levels
-(`Step`) is believed only when it is wider than that spread, and a growth above
+(`LevelStep`) is believed only when it is wider than that spread, and a growth above
 MAX_GROWTH per doubling is flagged as impossible, never reported as a finding.
 """
 
@@ -232,7 +232,7 @@ class RepeatSpread:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class LevelStep:
     """From one level to the next (`low` < `high` concurrency), read from the medians of
     their repeats, with their spreads."""
 
@@ -274,17 +274,17 @@ class Step:
         return self.noise > abs(self.change)
 
 
-def needs_repeat(step: Step) -> bool:
+def needs_repeat(step: LevelStep) -> bool:
     """Should the high level of `step` (the one just measured) be run once more? When its
     spread is wider than the step up to it, or the step grew impossibly."""
     return step.high_noisy or step.impossible
 
 
-def steps(points: Sequence[tuple[int, RepeatSpread]]) -> list[Step]:
+def steps(points: Sequence[tuple[int, RepeatSpread]]) -> list[LevelStep]:
     """Every step between consecutive levels of `points` ((concurrency, spread) pairs),
     in increasing concurrency."""
     ordered = sorted(points, key=lambda p: p[0])
-    return [Step(lo, hi, s_lo, s_hi) for (lo, s_lo), (hi, s_hi) in itertools.pairwise(ordered)]
+    return [LevelStep(lo, hi, s_lo, s_hi) for (lo, s_lo), (hi, s_hi) in itertools.pairwise(ordered)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,10 +295,10 @@ class KneeReading:
     concurrency: int | None
     #: the first step whose median growth is below the threshold but that sits inside
     #: the noise: the knee may be there, and no knee is claimed
-    unclear: Step | None = None
+    unclear: LevelStep | None = None
 
 
-def read_knee(sweep_steps: Sequence[Step], threshold: float = KNEE_GROWTH) -> KneeReading:
+def read_knee(sweep_steps: Sequence[LevelStep], threshold: float = KNEE_GROWTH) -> KneeReading:
     """The knee from the medians with their spreads: the lower level of the first step
     whose median growth per doubling is below `threshold`, claimed only when that step is
     wider than the noise of both its levels (else `unclear` names it, and no later step

@@ -15,7 +15,7 @@ the share of that limit decode reached. It needs the weights' size, which only t
 local backend knows; for a server it is "unknown".
 
 With layers on a GPU the bytes a token reads are split between the GPU's memory and
-the host's (backends/offload.py), and memory needs gpu bytes / the GPU's bandwidth + cpu
+the host's (backends/local/offload.py), and memory needs gpu bytes / the GPU's bandwidth + cpu
 bytes / the host's a token: the roofline says both shares, and never divides the GPU's
 reads by the host's bandwidth. The knob follows the regime: far below that floor (a
 token in about a millisecond on a GPU), the time goes to per-token overhead (kernel
@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from phasechat.backends.servers import said_by
+from phasechat.backends.remote.servers import said_by
 from phasechat.telemetry.metrics import Metrics
 from phasechat.telemetry.waterfall import CONNECT, QUEUED, REST, SENT, waterfall_of
 

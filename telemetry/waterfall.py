@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from phasechat.backends.events import PartMeaning
-from phasechat.backends.server_metrics import beyond
+from phasechat.backends.remote.server_metrics import beyond
 from phasechat.telemetry.metrics import Metrics
 
 CONNECT, SENT, LOAD, QUEUED, PREFILL, OTHER, REST = (

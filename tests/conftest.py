@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import httpx
 import pytest
 
-from phasechat.backends.flash import cache_file
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.flash import cache_file
+from phasechat.backends.local.models import default_model_path
 from tests.dynamo_server import BUILD_HINT as DYNAMO_HINT
 from tests.dynamo_server import ENV as DYNAMO_ENV
 from tests.dynamo_server import SKIPPED_ON_REQUEST as DYNAMO_SKIPPED_ON_REQUEST

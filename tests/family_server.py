@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from phasechat.backends.events import Event, GenerationRequest, Message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 
 
 def sse(*objs: dict[str, Any]) -> bytes:

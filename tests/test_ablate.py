@@ -15,7 +15,7 @@ import pytest
 from textual.widgets import Static
 
 from phasechat.backends.events import Event, GenerationRequest, Message
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.engine_held import parts_of
 from phasechat.chat.trim.types import SUMMARY_HEADER

@@ -16,7 +16,7 @@ import pytest
 
 from phasechat.backends.base import TokenCount
 from phasechat.backends.events import Message
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.branches import branch_comparison
 from phasechat.chat.turns import InputError

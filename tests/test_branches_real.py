@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.base import Backend
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.export import to_json

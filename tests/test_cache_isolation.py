@@ -8,8 +8,8 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from phasechat.backends import flash
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local import flash
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.roofline import bandwidth_file
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.export import to_json, to_markdown

@@ -30,7 +30,7 @@ from phasechat.chat.trips.compare import (
     can_run_together,
     cold_messages,
     compare_metrics,
-    fmt,
+    fmt_cell,
     fmt_ratio,
     fmt_spread,
     greedy,
@@ -90,7 +90,7 @@ def test_ratio_is_b_over_a_of_the_medians_and_unknown_stays_unknown() -> None:
     assert (even.ratio, even.delta) == (near(41.5 / 25.0), near(16.5))
     assert row([None], [5.0]).ratio is None  # prefill hidden by a server: n/a, never 0
     assert row([0.0], [5.0]).ratio is None
-    assert fmt(None, "tok/s") == "n/a"
+    assert fmt_cell(None, "tok/s") == "n/a"
 
 
 def test_warning_when_the_spread_is_wider_than_the_difference() -> None:
@@ -308,7 +308,7 @@ def test_the_warning_names_the_wider_sides_spread_and_the_difference() -> None:
     ],
 )
 def test_figures_under_100_keep_one_decimal(value: float, unit: str, shown: str) -> None:
-    assert fmt(value, unit) == shown
+    assert fmt_cell(value, unit) == shown
 
 
 def test_a_spread_is_shown_from_two_runs_on() -> None:

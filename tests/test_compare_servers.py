@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.events import Message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare import Comparison, Side
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.models import default_model_path
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.models import default_model_path
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.file import (
     Config,
     ConfigError,

@@ -1,6 +1,6 @@
-"""The CUDA runtime through ctypes (backends/cuda.py), on a stand-in library that answers
+"""The CUDA runtime through ctypes (backends/local/cuda.py), on a stand-in library that answers
 the calls as the runtime documents them (no GPU here), its "no CUDA" path in this very
-process, and llama.cpp's log lines kept off stderr (backends/llama_logs.py)."""
+process, and llama.cpp's log lines kept off stderr (backends/local/llama_logs.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends import cuda
-from phasechat.backends.cuda import (
+from phasechat.backends.local import cuda
+from phasechat.backends.local.cuda import (
     COPIES,
     COPY_BYTES,
     Device,
@@ -30,7 +30,7 @@ GB = 1e9
 
 
 class FakeCuda:
-    """The calls backends/cuda.py makes, answered as cuda_runtime_api.h documents them:
+    """The calls backends/local/cuda.py makes, answered as cuda_runtime_api.h documents them:
     out-parameters through pointers, 0 for success, else an error number. Each device
     copies at `rate` (GB/s) on `clock`: a device-to-device copy is queued, and the time
     it takes passes at the next synchronisation."""
@@ -242,8 +242,8 @@ def test_this_cpu_build_has_no_gpu_once_llama_cpp_is_loaded() -> None:
 
 
 LOAD = (
-    "import sys; from phasechat.backends import llama_logs; "
-    "from phasechat.backends.models import default_model_path; "
+    "import sys; from phasechat.backends.local import llama_logs; "
+    "from phasechat.backends.local.models import default_model_path; "
     "{setup}; import llama_cpp; "
     "llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=64, verbose=True)"
 )

@@ -1,8 +1,8 @@
 """Issue 49: the divergence's small slips, each with inputs that tell it apart from its
 neighbour: asymmetric distributions (KL(A||B) is not KL(B||A)), two sides whose labels
 differ, numbers at each bound and one past it (chat/trips/diverge.py,
-chat/trips/forced_sides.py, backends/teacher.py, telemetry/divergence.py `combine`,
-backends/servers/forcing.py's checks)."""
+chat/trips/forced_sides.py, backends/local/teacher.py, telemetry/divergence.py `combine`,
+backends/remote/servers/forcing.py's checks)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from phasechat.backends.events import (
     Message,
     StreamError,
 )
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.servers.forcing import Forcing, Listed, Server, TeacherError
-from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
-from phasechat.backends.servers.vllm.teacher import vllm_top
-from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.teacher import EngineSetting, forced_logits
+from phasechat.backends.remote.servers.forcing import Forcing, Listed, Server, TeacherError
+from phasechat.backends.remote.servers.llama_server.teacher import LLAMA_SERVER_FORCING
+from phasechat.backends.remote.servers.vllm.teacher import vllm_top
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trips.compare import Side

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, geometry
-from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, geometry
+from phasechat.backends.local.teacher import EngineSetting, forced_logits
 from phasechat.telemetry.divergence import combine, compare_logits, log_softmax
 from tests.near import near
 
@@ -176,7 +176,7 @@ def test_teacher_forcing_reads_each_side_with_its_gpu_layers(model_path: Path) -
     CPU build llama.cpp ignores the number; on a GPU it sums in another order)."""
     import asyncio
 
-    from phasechat.backends.local import LocalBackend, LocalConfig
+    from phasechat.backends.local.backend import LocalBackend, LocalConfig
     from phasechat.chat.trips.forced_sides import forced_of
 
     sides = [

@@ -14,10 +14,10 @@ import pytest
 from textual.widgets import Static
 
 from phasechat.backends.events import Message
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.forcing import TOP_K, Server
-from phasechat.backends.servers.llama_server.teacher import LLAMA_SERVER_FORCING
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers.forcing import TOP_K, Server
+from phasechat.backends.remote.servers.llama_server.teacher import LLAMA_SERVER_FORCING
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare import Comparison, Side
 from phasechat.chat.trips.diverge import Turn, diverge, overall

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends import probe as probe_module
-from phasechat.backends.probe import (
+from phasechat.backends.remote import probe as probe_module
+from phasechat.backends.remote.probe import (
     USUAL_PORTS,
     base_url_of,
     find_local,
@@ -20,7 +20,7 @@ from phasechat.backends.probe import (
     probe,
     shown_model,
 )
-from phasechat.backends.urls import server_key
+from phasechat.backends.remote.urls import server_key
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import EndpointProfile, load_config
 from phasechat.chat.config.write import save_config

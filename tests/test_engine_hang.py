@@ -19,7 +19,6 @@ from typing import cast
 
 import pytest
 
-from phasechat.backends.engine_process import CALL_TIMEOUT_S, HANG_S, EngineProcess
 from phasechat.backends.events import (
     Event,
     Finished,
@@ -28,8 +27,9 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.stderr_tail import STDERR_TAIL, StderrTail
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.engine_process import CALL_TIMEOUT_S, HANG_S, EngineProcess
+from phasechat.backends.local.stderr_tail import STDERR_TAIL, StderrTail
 
 pytestmark = pytest.mark.model
 

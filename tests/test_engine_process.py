@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.engine_process import EngineProcess
 from phasechat.backends.events import (
     Finished,
     GenerationRequest,
@@ -24,7 +23,8 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.engine_process import EngineProcess
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
@@ -248,7 +248,7 @@ async def test_it_gives_what_teacher_forcing_reads(
 ) -> None:
     """The divergence view reads A's prompt ids, KV type, flash attention and threads
     from the engine in its own process as from the one in the app's."""
-    from phasechat.backends.teacher import EngineSetting
+    from phasechat.backends.local.teacher import EngineSetting
     from phasechat.chat.trips.forced_sides import Forced, forced_of
 
     ids = await engine.prompt_ids(MSGS)

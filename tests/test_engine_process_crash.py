@@ -1,6 +1,6 @@
 """Issue 49: how the engine process's end is told, without the model: a child that
 writes three lines to its stderr and exits before it loads anything (a `sitecustomize`
-put on its path: the real `python -m phasechat.backends.engine_process` starts, and
+put on its path: the real `python -m phasechat.backends.local.engine_process` starts, and
 ends as a crash in llama.cpp's loader would, with its own words last)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.engine_process import EngineProcess
 from phasechat.backends.events import GenerationRequest, Message, ModelLoading, StreamError
-from phasechat.backends.local import LocalConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.engine_process import EngineProcess
 
 #: waits for the parent's first message on the socket it was given (its last argument),
 #: so that the end is read as a crash and not as a process that never started

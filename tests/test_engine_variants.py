@@ -21,9 +21,9 @@ from phasechat.backends.events import (
     Notice,
     ServerTimings,
 )
-from phasechat.backends.gguf import VOCAB_KEY, vocabulary
-from phasechat.backends.local import DRAFT_GREEDY_ONLY, LocalBackend, LocalConfig
-from phasechat.backends.models import gemma3_model_path
+from phasechat.backends.local.backend import DRAFT_GREEDY_ONLY, LocalBackend, LocalConfig
+from phasechat.backends.local.gguf import VOCAB_KEY, vocabulary
+from phasechat.backends.local.models import gemma3_model_path
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare_targets import derive

@@ -1,4 +1,4 @@
-"""NVIDIA Dynamo (backends/servers/dynamo/) against a real one: its frontend with the KV
+"""NVIDIA Dynamo (backends/remote/servers/dynamo/) against a real one: its frontend with the KV
 router and one mocker worker (the `dynamo` fixture, tests/dynamo_server.py), a 2-turn chat
 through the real RemoteBackend and TurnController. What the server sent for each request
 is tapped from the same stream phasechat read (`Tap`), and every figure phasechat shows is
@@ -23,16 +23,16 @@ import httpx
 import pytest
 
 from phasechat.backends.events import ServerAccount
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.dynamo import (
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers.dynamo import (
     ROUTING,
     WORKER,
     chunk_timing,
     listed_window,
     unknown_window,
 )
-from phasechat.backends.windows import Window
-from phasechat.backends.wire_numbers import Fields
+from phasechat.backends.remote.windows import Window
+from phasechat.backends.remote.wire_numbers import Fields
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings

@@ -1,4 +1,4 @@
-"""Ollama (backends/servers/ollama.py) against a stand-in written from its source
+"""Ollama (backends/remote/servers/ollama.py) against a stand-in written from its source
 (tests/standins/ollama.py, ollama/ollama@fb307609): recognised by `GET /api/version`
 whatever its listing's `owned_by` (the model's namespace), talked to on its own
 `/api/chat`, whose final message carries what `ollama run --verbose` prints: the model's
@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.waterfall import LOAD, PREFILL, QUEUED, REST

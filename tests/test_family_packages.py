@@ -1,6 +1,6 @@
-"""One package per server family (issue 46): `backends/servers/<family>/` holds all that
+"""One package per server family (issue 46): `backends/remote/servers/<family>/` holds all that
 is one server's, `FAMILIES` lists exactly those packages, and code outside
-backends/servers/ reaches a family only through its `ServerFamily` hooks, never by
+backends/remote/servers/ reaches a family only through its `ServerFamily` hooks, never by
 importing its package."""
 
 from __future__ import annotations
@@ -9,17 +9,19 @@ import ast
 import importlib
 from pathlib import Path
 
-from phasechat.backends.servers import FAMILIES
+from phasechat.backends.remote.servers import FAMILIES
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVERS = ROOT / "backends" / "servers"
+SERVERS = ROOT / "backends" / "remote" / "servers"
 PACKAGES = sorted(p.name for p in SERVERS.iterdir() if (p / "__init__.py").is_file())
 #: where the code that is not one family's lives (the layers and the commands)
 GENERIC = ("backends", "telemetry", "chat", "tui", "phasechat/cli")
 
 
 def test_families_lists_each_familys_package_once() -> None:
-    owned = [importlib.import_module(f"phasechat.backends.servers.{p}").FAMILY for p in PACKAGES]
+    owned = [
+        importlib.import_module(f"phasechat.backends.remote.servers.{p}").FAMILY for p in PACKAGES
+    ]
     assert len(PACKAGES) == 8 and "llama_server" in PACKAGES and "vllm" in PACKAGES
     assert sorted(f.name for f in owned) == sorted(f.name for f in FAMILIES)
     assert all(any(f is g for g in FAMILIES) for f in owned)
@@ -38,7 +40,7 @@ def family_imports(path: Path) -> list[str]:
             continue
         for name in names:
             parts = name.split(".")
-            if parts[:3] == ["phasechat", "backends", "servers"] and parts[3:4] in (
+            if parts[:4] == ["phasechat", "backends", "remote", "servers"] and parts[4:5] in (
                 [p] for p in PACKAGES
             ):
                 hits.append(f"{node.lineno}: {name}")
@@ -53,7 +55,7 @@ def test_nothing_outside_the_servers_folder_imports_a_family() -> None:
         for path in (ROOT / top).rglob("*.py")
         if SERVERS not in path.parents and "__pycache__" not in path.parts
     ]
-    assert ROOT / "backends" / "openai_wire.py" in sources
+    assert ROOT / "backends" / "remote" / "openai_wire.py" in sources
     assert ROOT / "telemetry" / "metrics.py" in sources
     found = {str(p.relative_to(ROOT)): hits for p in sources if (hits := family_imports(p))}
     assert found == {}
@@ -62,14 +64,14 @@ def test_nothing_outside_the_servers_folder_imports_a_family() -> None:
 def test_the_import_check_sees_each_spelling(tmp_path: Path) -> None:
     source = tmp_path / "bad.py"
     source.write_text(
-        "import phasechat.backends.servers.vllm.teacher\n"
-        "from phasechat.backends.servers import llama_server, detect\n"
-        "from phasechat.backends.servers.dynamo import FAMILY\n"
-        "from phasechat.backends.servers import detect\n"
-        "from phasechat.backends.servers.forcing import Server\n"
+        "import phasechat.backends.remote.servers.vllm.teacher\n"
+        "from phasechat.backends.remote.servers import llama_server, detect\n"
+        "from phasechat.backends.remote.servers.dynamo import FAMILY\n"
+        "from phasechat.backends.remote.servers import detect\n"
+        "from phasechat.backends.remote.servers.forcing import Server\n"
     )
     assert family_imports(source) == [
-        "1: phasechat.backends.servers.vllm.teacher",
-        "2: phasechat.backends.servers.llama_server",
-        "3: phasechat.backends.servers.dynamo",
+        "1: phasechat.backends.remote.servers.vllm.teacher",
+        "2: phasechat.backends.remote.servers.llama_server",
+        "3: phasechat.backends.remote.servers.dynamo",
     ]

@@ -1,4 +1,4 @@
-"""SGLang (backends/servers/sglang.py) against a stand-in written from its source
+"""SGLang (backends/remote/servers/sglang.py) against a stand-in written from its source
 (tests/standins/sglang.py, sgl-project/sglang at the commits it names): a two-turn chat
 through the real backend and session. Its stream carries no `meta_info` (it refuses
 `return_meta_info` with `stream: true`); the cache comes from the `sglext` chunk phasechat

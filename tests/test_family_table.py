@@ -1,4 +1,4 @@
-"""The server families as data (backends/servers/): the table itself, what reads it, and
+"""The server families as data (backends/remote/servers/): the table itself, what reads it, and
 docs/backends.md's table of them, which names every family (adding one without its row
 fails here)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.server_metrics import parse
-from phasechat.backends.servers import FAMILIES, GENERIC, by_name, detect
-from phasechat.backends.servers.family import ServerFamily
+from phasechat.backends.remote.server_metrics import parse
+from phasechat.backends.remote.servers import FAMILIES, GENERIC, by_name, detect
+from phasechat.backends.remote.servers.family import ServerFamily
 from tests.standins import sglang, tensorrt_llm, tgi
 from tests.standins.prom import Page
 

@@ -1,4 +1,4 @@
-"""TensorRT-LLM (backends/servers/tensorrt_llm.py) against a stand-in written from its
+"""TensorRT-LLM (backends/remote/servers/tensorrt_llm.py) against a stand-in written from its
 source (tests/standins/tensorrt_llm.py, NVIDIA/TensorRT-LLM@e7f7345e): a two-turn chat
 through the real backend and session. With `return_perf_metrics` each request's own
 record at `/perf_metrics` gives its queue, prefill, decode and time to first token, and

@@ -1,4 +1,4 @@
-"""TGI (backends/servers/tgi.py) against a stand-in written from its router's source
+"""TGI (backends/remote/servers/tgi.py) against a stand-in written from its router's source
 (tests/standins/tgi.py, huggingface/text-generation-inference@db931fcf): a two-turn chat
 through the real backend and session. A streamed chat completion carries none of TGI's
 timing headers, so its queue comes from the router's /metrics, read around each request;
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.servers.tgi import header_timing
-from phasechat.backends.wire_numbers import Fields
+from phasechat.backends.remote.servers.tgi import header_timing
+from phasechat.backends.remote.wire_numbers import Fields
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
 from tests.standins import serve
 from tests.standins.chat import chat

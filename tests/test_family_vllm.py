@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.events import GenerationRequest, Message, ServerAccount
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 from phasechat.telemetry.waterfall import PREFILL, QUEUED, REST, waterfall_of

@@ -17,8 +17,8 @@ from phasechat.backends.events import (
     PromptEvaluated,
     TextDelta,
 )
-from phasechat.backends.gguf import geometry, read_metadata
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.gguf import geometry, read_metadata
 
 pytestmark = pytest.mark.model
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-import phasechat.backends.openai
+import phasechat.backends.remote.backend
 from phasechat.backends.events import GenerationRequest, Message, ResponseStarted, TextDelta
-from phasechat.backends.httplog import redact_headers, redact_secret, redact_url
-from phasechat.backends.openai import TLS_OFF, RemoteBackend, RemoteConfig
-from phasechat.backends.sse import SSEEvent, SSEParser
+from phasechat.backends.remote.backend import TLS_OFF, RemoteBackend, RemoteConfig
+from phasechat.backends.remote.httplog import redact_headers, redact_secret, redact_url
+from phasechat.backends.remote.sse import SSEEvent, SSEParser
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
 from tests.fault_server import FaultServer
@@ -157,7 +157,7 @@ async def test_events_split_at_any_byte(
             reads.append(chunk)
             return super().feed(chunk)
 
-    monkeypatch.setattr(phasechat.backends.openai, "SSEParser", Recording)
+    monkeypatch.setattr(phasechat.backends.remote.backend, "SSEParser", Recording)
     ex, _ = await ask(server.base_url, f"split-{step}")
     assert ex.answer.status == "complete" and ex.answer.content == "αβγ δ😀"
     # The reads really did cut through characters: some read ends inside one.

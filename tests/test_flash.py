@@ -1,4 +1,4 @@
-"""Flash attention chosen by measurement on the real model, and cached (backends/flash.py)."""
+"""Flash attention chosen by measurement on the real model, and cached (backends/local/flash.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends import flash, flash_cache
+from phasechat.backends.local import flash, flash_cache
 
 
 @pytest.mark.model

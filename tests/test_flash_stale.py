@@ -1,5 +1,5 @@
 """The flash-attention choice on disk is a claim, checked before it is believed
-(backends/flash.py, backends/flash_cache.py): a busy measurement is not kept, a tampered
+(backends/local/flash.py, backends/local/flash_cache.py): a busy measurement is not kept, a tampered
 entry is ignored with a notice naming the file, and a choice the answers disagree with
 is measured again. Fake measurements with set figures and load readings: no timing."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends import flash, flash_cache
 from phasechat.backends.events import GenerationRequest, Message, Notice
-from phasechat.backends.flash import FlashChoice, Measured
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.measured import write_entries
+from phasechat.backends.local import flash, flash_cache
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.flash import FlashChoice, Measured
+from phasechat.backends.local.measured import write_entries
 
 STAMP = "2026-01-02T03:04:05Z"
 

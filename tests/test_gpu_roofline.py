@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.cuda import Device, Gpus
 from phasechat.backends.events import Finished, KVStats, TextDelta
-from phasechat.backends.gguf import Geometry, LayerBytes, geometry, layer_bytes
-from phasechat.backends.offload import on_gpu, split
+from phasechat.backends.local.cuda import Device, Gpus
+from phasechat.backends.local.gguf import Geometry, LayerBytes, geometry, layer_bytes
+from phasechat.backends.local.offload import on_gpu, split
 from phasechat.chat.roofline import Bandwidth, ceilings, largest_context, largest_context_offloaded
 from phasechat.cli.commands import doctor
 from phasechat.telemetry.metrics import compute, metrics_from_dict
@@ -324,7 +324,7 @@ def test_the_engine_reports_the_split_for_its_gpu_layers(
 ) -> None:
     import llama_cpp
 
-    from phasechat.backends.llama_glue import kv_stats
+    from phasechat.backends.local.llama_glue import kv_stats
 
     g = geometry(model_path)
     assert g.weights is not None

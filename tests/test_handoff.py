@@ -1,4 +1,4 @@
-"""The llama thread's events reach the event loop in batches (backends/handoff.py): the
+"""The llama thread's events reach the event loop in batches (backends/local/handoff.py): the
 loop is woken at most every `wake_s` for ordinary events, at once for urgent ones and for
 the first ordinary one."""
 
@@ -9,7 +9,7 @@ import threading
 import time
 
 from phasechat.backends.events import Event, Finished, PromptEvaluated, TextDelta
-from phasechat.backends.handoff import Handoff
+from phasechat.backends.local.handoff import Handoff
 
 
 async def test_ordinary_events_wake_the_loop_at_most_every_wake_s() -> None:

@@ -25,11 +25,11 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.backends.http_errors import parse_retry_after
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.openai_wire import parse_chunk
-from phasechat.backends.servers.llama_server.render import render_on_llama_server
-from phasechat.backends.wire_numbers import MAX_RETRY_AFTER_S, as_count, as_ms, load_json
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.http_errors import parse_retry_after
+from phasechat.backends.remote.openai_wire import parse_chunk
+from phasechat.backends.remote.servers.llama_server.render import render_on_llama_server
+from phasechat.backends.remote.wire_numbers import MAX_RETRY_AFTER_S, as_count, as_ms, load_json
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from phasechat.backends.http_errors import connect_message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.http_errors import connect_message
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow

@@ -13,7 +13,8 @@ import sys
 
 def test_core_packages_do_not_load_textual() -> None:
     code = (
-        "import sys, phasechat.backends.local, phasechat.backends.openai, phasechat.backends.sse, "
+        "import sys, phasechat.backends.local.backend, phasechat.backends.remote.backend, "
+        "phasechat.backends.remote.sse, "
         "phasechat.telemetry.metrics, phasechat.telemetry.live, phasechat.chat.turns, "
         "phasechat.chat.config.profiles, phasechat.cli.main, phasechat.cli.commands.doctor; "
         "bad = [m for m in sys.modules if m.split('.')[0] == 'textual']; "

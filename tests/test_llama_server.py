@@ -18,7 +18,7 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 
 pytestmark = [pytest.mark.server]
 

@@ -19,8 +19,8 @@ from phasechat.backends.events import (
     PromptEvaluated,
     TextDelta,
 )
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import SMOLLM2_FILE
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import SMOLLM2_FILE
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.live import snapshot

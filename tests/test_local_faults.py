@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.events import GenerationRequest, Message, StreamError
-from phasechat.backends.gguf import geometry
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.gguf import geometry
 from phasechat.chat.store.database import default_path
 from tests.conftest import ROOT
 from tests.helpers import stored_messages

@@ -20,8 +20,8 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.backends.handoff import Handoff
-from phasechat.backends.local import LocalBackend, LocalConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.handoff import Handoff
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 
@@ -158,7 +158,7 @@ async def test_truncated_real_model_fails_cleanly(tmp_path: Path, model_path: Pa
 async def test_tokens_are_handed_over_in_batches_as_often_as_the_consumer_reads(
     local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phasechat.backends import local
+    from phasechat.backends.local import backend as local
 
     class Loop:  # the event loop, counting the wake-ups the hand-over asks of it
         def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

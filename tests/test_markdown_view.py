@@ -9,7 +9,7 @@ from rich.markdown import Markdown
 from rich.segment import Segment
 from rich.style import Style
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets.chat_log import FRAME_CHARS

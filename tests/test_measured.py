@@ -1,4 +1,4 @@
-"""What both kept measurements share (backends/measured.py): the other processes' share
+"""What both kept measurements share (backends/local/measured.py): the other processes' share
 of the CPUs during a measurement (busy, not idle), when it is too busy to keep, the
 bounds a number read back must lie in, and a cache file read with suspicion."""
 
@@ -8,18 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.measured import (
+from phasechat.backends.local.measured import (
     BUSY,
     busy,
     ignored,
-    number_in,
     others_during,
     read_entries,
     share_text,
-    shown,
     write_entries,
 )
-from phasechat.backends.threads import CpuShare
+from phasechat.backends.local.threads import CpuShare
+from phasechat.backends.untrusted import number_in, shown
 
 
 class IdleShare(CpuShare):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.gguf import GGUFError, check_model
+from phasechat.backends.local.gguf import GGUFError, check_model
 from tests.test_cli import phasechat
 
 #: what a FIFO used to do: block for ever (a generous bound proves it does not)

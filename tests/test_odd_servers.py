@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from phasechat.backends.events import Message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.forcing import Server
-from phasechat.backends.urls import endpoint, root_of
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers.forcing import Server
+from phasechat.backends.remote.urls import endpoint, root_of
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
 from phasechat.telemetry.live import snapshot

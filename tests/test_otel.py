@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, StreamError, TextDelta
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers import FAMILIES
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers import FAMILIES
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, TrimConfig
@@ -222,7 +222,7 @@ async def test_a_remote_turn_sends_its_traceparent_and_names_the_server(
     assert attributes(children["decode"].attributes) == {}
 
     # The chat request carried the span's W3C context (the model listing did not, nor
-    # the questions of which server it is: backends/servers identify).
+    # the questions of which server it is: backends/remote/servers identify).
     chat = [h for h in server.headers if "traceparent" in h]
     assert len(chat) == 1 and len(server.headers) == 2 + ASKED
     version, trace_id, parent_id, flags = chat[0]["traceparent"].split("-")
@@ -324,7 +324,7 @@ def test_without_the_endpoint_the_sdk_is_not_even_imported() -> None:
         "import sys\n"
         "from phasechat.chat.config.file import Config\n"
         "from phasechat.chat.config.profiles import BackendSpec\n"
-        "from phasechat.backends.openai import RemoteConfig\n"
+        "from phasechat.backends.remote.backend import RemoteConfig\n"
         "from phasechat.chat.workspace import Workspace\n"
         "ws = Workspace(Config(), BackendSpec('openai', remote=RemoteConfig()))\n"
         "assert ws.tracing is None\n"

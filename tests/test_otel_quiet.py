@@ -105,7 +105,7 @@ def test_any_other_sdk_warning_is_said_without_its_words() -> None:
 async def test_the_app_shows_the_sdks_warnings_as_toasts_in_our_words(
     otlp: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phasechat.backends.openai import RemoteBackend, RemoteConfig
+    from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
     from phasechat.chat.config.settings import Settings
     from phasechat.tui.app import TRACING_CHECK_S, PhasechatApp
     from tests.helpers import wait_for

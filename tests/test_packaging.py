@@ -39,4 +39,4 @@ def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     }
     for layer in LAYERS:  # real files, not links, under phasechat/
         assert f"phasechat/{layer}/__init__.py" in names, layer
-    assert "phasechat/tui/app.tcss" in names and "phasechat/backends/local.py" in names
+    assert "phasechat/tui/app.tcss" in names and "phasechat/backends/local/backend.py" in names

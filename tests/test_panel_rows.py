@@ -10,7 +10,7 @@ import html
 from textual.content import Content
 from textual.pilot import Pilot
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets.chat_widgets import LivePanel, MessageView, PromptInput

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.wire_numbers import MAX_MS, MAX_RATE
+from phasechat.backends.remote.wire_numbers import MAX_MS, MAX_RATE
 from phasechat.telemetry import read_back
 from phasechat.telemetry.anatomy import Anatomy, CacheBreak, Section
 from phasechat.telemetry.read_back import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.events import ReasoningDelta, TextDelta
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.think import ThinkSplitter, opens_think
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.think import ThinkSplitter, opens_think
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.turns import TurnController

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from phasechat.backends.events import ReasoningDelta, TextDelta, Usage
-from phasechat.backends.openai_wire import parse_chunk
+from phasechat.backends.remote.openai_wire import parse_chunk
 from tests.fault_server import fault_server_thread
 from tests.test_faults import ask
 

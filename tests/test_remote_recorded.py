@@ -21,7 +21,7 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 

@@ -22,7 +22,7 @@ from phasechat.backends.events import (
     StreamError,
     TextDelta,
 )
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import visible_controls
 from phasechat.chat.turns import TurnController

@@ -24,8 +24,8 @@ from phasechat.backends.events import (
     TextDelta,
     Usage,
 )
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.server_metrics import CROWDED, Span, account, joined, parse, span_of
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.server_metrics import CROWDED, Span, account, joined, parse, span_of
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 from phasechat.telemetry.verdict import engine_says

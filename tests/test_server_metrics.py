@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from phasechat.backends.events import ServerAccount, Usage
-from phasechat.backends.server_metrics import (
+from phasechat.backends.remote.server_metrics import (
     CROWDED,
     MetricsWatch,
     Scrape,
@@ -16,7 +16,7 @@ from phasechat.backends.server_metrics import (
     account,
     parse,
 )
-from phasechat.backends.server_metrics import scrape as scrape_page
+from phasechat.backends.remote.server_metrics import scrape as scrape_page
 from tests.near import near
 
 INFO = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'

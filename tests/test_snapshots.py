@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from phasechat.backends import probe
 from phasechat.backends.events import Message
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote import probe
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
@@ -267,7 +267,7 @@ def test_the_divergence_view_shades_each_token_by_its_kl(snap_compare: Any) -> N
     tenfold shade more for each tenfold KL, the first swapped top choice marked."""
     import numpy as np
 
-    from phasechat.backends.teacher import EngineSetting
+    from phasechat.backends.local.teacher import EngineSetting
     from phasechat.chat.trips.forced_sides import Forced, Reader, Teaching
     from phasechat.telemetry.divergence import compare_logits
     from phasechat.tui.screens.divergence_view import DivergenceView

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.sse import SSEEvent, SSEParser
+from phasechat.backends.remote.sse import SSEEvent, SSEParser
 
 
 def parse_in_pieces(data: bytes, size: int) -> list[SSEEvent]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phasechat.backends.stops import StopMatcher
+from phasechat.backends.local.stops import StopMatcher
 
 
 def run(pieces: list[str], stops: list[str]) -> tuple[str, bool]:

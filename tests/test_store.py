@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import (

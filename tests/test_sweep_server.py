@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.sweep import sweep
 from phasechat.cli.main import main

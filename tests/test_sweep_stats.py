@@ -25,10 +25,10 @@ from phasechat.chat.trips.sweep_chart import (
 )
 from phasechat.telemetry.sweep_stats import (
     Level,
+    LevelStep,
     RepeatSpread,
     Sample,
     Slo,
-    Step,
     growth,
     growth_per_doubling,
     knee,
@@ -269,49 +269,49 @@ def test_a_spread_is_the_median_and_p10_p90_of_the_repeats() -> None:
 def test_a_step_inside_its_levels_spread_is_repeated() -> None:
     two = RepeatSpread((40.7, 45.0, 49.0))  # median 45, width 6.64
     # clean: 23 -> 45 is a step of 22 tok/s, wider than either spread (1.6, 6.64)
-    clean = Step(1, 2, RepeatSpread((22.0, 23.0, 24.0)), two)
+    clean = LevelStep(1, 2, RepeatSpread((22.0, 23.0, 24.0)), two)
     assert clean.change == pytest.approx(22.0)
     assert clean.growth == pytest.approx(45 / 23 - 1)  # +96%: possible, barely
     assert not clean.high_noisy and not clean.inside_noise and not clean.impossible
     assert not needs_repeat(clean)
     # noisy: 45 -> 47 is a step of 2; the 4-stream runs spread 6.4 (44.6 to 51)
-    noisy = Step(2, 4, two, RepeatSpread((44.0, 47.0, 52.0)))
+    noisy = LevelStep(2, 4, two, RepeatSpread((44.0, 47.0, 52.0)))
     assert noisy.change == pytest.approx(2.0)
     assert noisy.high_spread.width == pytest.approx(6.4)
     assert noisy.high_noisy and noisy.inside_noise and needs_repeat(noisy)
     # the low level's spread makes the step unreadable, but repeating the high one
     # cannot narrow it: not repeated, and not believed
-    low_wide = Step(1, 2, RepeatSpread((10.0, 30.0, 50.0)), RepeatSpread((31.0, 32.0, 33.0)))
+    low_wide = LevelStep(1, 2, RepeatSpread((10.0, 30.0, 50.0)), RepeatSpread((31.0, 32.0, 33.0)))
     assert low_wide.noise == pytest.approx(32.0) and low_wide.change == pytest.approx(2.0)
     assert low_wide.inside_noise and not low_wide.high_noisy and not needs_repeat(low_wide)
     # a level that fell: the step's size counts, not its sign
-    fell = Step(4, 8, RepeatSpread((100.0,)), RepeatSpread((80.0, 81.0, 82.0)))
+    fell = LevelStep(4, 8, RepeatSpread((100.0,)), RepeatSpread((80.0, 81.0, 82.0)))
     assert fell.change == pytest.approx(-19.0) and not fell.inside_noise
 
 
 def test_growth_above_one_doubling_is_flagged_impossible() -> None:
     # the reading: one run at 2 streams (40.7) and one at 4: "+110% per doubling"
-    one_each = Step(2, 4, RepeatSpread((40.7,)), RepeatSpread((40.7 * 2.1,)))
+    one_each = LevelStep(2, 4, RepeatSpread((40.7,)), RepeatSpread((40.7 * 2.1,)))
     assert one_each.growth == pytest.approx(1.1)
     assert one_each.impossible and needs_repeat(one_each)  # no spread, still repeated
     # the medians of three runs each read the same levels as +38%, with the 85.5 run an
     # outlier whose spread (20.4) is wider than the step (17): repeated ...
-    three = Step(2, 4, RepeatSpread((40.7, 45.0, 49.0)), RepeatSpread((85.47, 60.0, 62.0)))
+    three = LevelStep(2, 4, RepeatSpread((40.7, 45.0, 49.0)), RepeatSpread((85.47, 60.0, 62.0)))
     assert three.growth == pytest.approx(62 / 45 - 1) and not three.impossible
     assert three.high_spread.width == pytest.approx(62 + 0.8 * 23.47 - 60.4)
     assert three.high_noisy and needs_repeat(three)
     # ... and two more runs settle it: spread 16.1 (60.4 to 76.5), step still 17
-    five = Step(2, 4, three.low_spread, RepeatSpread((85.47, 60.0, 62.0, 61.0, 63.0)))
+    five = LevelStep(2, 4, three.low_spread, RepeatSpread((85.47, 60.0, 62.0, 61.0, 63.0)))
     assert five.high_spread.width == pytest.approx(63 + 0.6 * 22.47 - 60.4)
     assert not five.high_noisy and not needs_repeat(five)
     # exactly doubled per doubling is a perfect server, not an impossible one; two
     # doublings (1 -> 4) may at most quadruple
-    assert not Step(1, 2, RepeatSpread((10.0,)), RepeatSpread((20.0,))).impossible
-    assert not Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((400.0,))).impossible
-    assert Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).growth == pytest.approx(
+    assert not LevelStep(1, 2, RepeatSpread((10.0,)), RepeatSpread((20.0,))).impossible
+    assert not LevelStep(1, 4, RepeatSpread((100.0,)), RepeatSpread((400.0,))).impossible
+    assert LevelStep(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).growth == pytest.approx(
         5**0.5 - 1
     )
-    assert Step(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).impossible
+    assert LevelStep(1, 4, RepeatSpread((100.0,)), RepeatSpread((500.0,))).impossible
 
 
 def test_the_knee_is_not_claimed_from_a_step_inside_the_noise() -> None:
@@ -493,10 +493,10 @@ def test_growth_needs_a_higher_level_and_accepts_a_low_rate_under_one() -> None:
 
 def test_a_step_as_wide_as_its_noise_is_believed_and_a_fall_is_measured_by_its_size() -> None:
     # low: median 100, p10-p90 96-104 (width 8); high 108: the step (8) equals the noise
-    step = Step(1, 2, RepeatSpread((95.0, 105.0)), RepeatSpread((108.0,)))
+    step = LevelStep(1, 2, RepeatSpread((95.0, 105.0)), RepeatSpread((108.0,)))
     assert step.noise == 8.0 and step.change == 8.0 and not step.inside_noise
     # a fall of 10 with a high spread of width 8 (86-94): the high level is measured well
-    fall = Step(1, 2, RepeatSpread((100.0,)), RepeatSpread((85.0, 95.0)))
+    fall = LevelStep(1, 2, RepeatSpread((100.0,)), RepeatSpread((85.0, 95.0)))
     assert fall.change == -10.0 and not fall.high_noisy
 
 
@@ -558,12 +558,12 @@ def test_a_spread_of_repeats_in_any_order_and_a_step_of_their_medians() -> None:
     assert (low.median, low.p10, low.p90) == (25.0, near(13.0), near(37.0))
     assert low.width == pytest.approx(24.0)
     high = RepeatSpread((60.0, 40.0))  # median 50, p10 42, p90 58: width 16
-    step = Step(2, 8, low, high)  # two doublings
+    step = LevelStep(2, 8, low, high)  # two doublings
     assert step.change == 25.0
     assert step.growth == pytest.approx(2**0.5 - 1)  # 25 -> 50 over two doublings
     assert (step.noise, step.high_noisy, step.inside_noise) == (near(24.0), False, False)
     assert not step.impossible and not needs_repeat(step)
-    wide = Step(2, 8, low, RepeatSpread((20.0, 80.0)))  # median 50, width 48 > the step (25)
+    wide = LevelStep(2, 8, low, RepeatSpread((20.0, 80.0)))  # median 50, width 48 > the step (25)
     assert wide.high_noisy and wide.inside_noise and needs_repeat(wide)
 
 

@@ -1,4 +1,4 @@
-"""Issue 39, remote divergence sources (backends/servers/forcing.py and each family's
+"""Issue 39, remote divergence sources (backends/remote/servers/forcing.py and each family's
 teacher.py): each answer position's top-k log-probabilities from vLLM's
 `prompt_logprobs` and from llama-server's `n_probs`, compared over the tokens both sides
 list plus a rest bucket (telemetry/divergence.py `compare_top`); what a server sends is
@@ -16,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
-from phasechat.backends.servers.forcing import Server, TeacherError
-from phasechat.backends.servers.llama_server.teacher import llama_server_top
-from phasechat.backends.servers.vllm.teacher import vllm_top
-from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.teacher import EngineSetting, forced_logits
+from phasechat.backends.remote.servers.forcing import Server, TeacherError
+from phasechat.backends.remote.servers.llama_server.teacher import llama_server_top
+from phasechat.backends.remote.servers.vllm.teacher import vllm_top
 from phasechat.telemetry.divergence import compare_logits, compare_top, top_of_logits
 from tests.vllm_server import MODEL, VllmServer
 

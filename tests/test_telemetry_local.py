@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.gguf import geometry
-from phasechat.backends.llama_glue import perf_counters
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.models import default_model_path, gemma3_model_path
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.local.gguf import geometry
+from phasechat.backends.local.llama_glue import perf_counters
+from phasechat.backends.local.models import default_model_path, gemma3_model_path
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 

@@ -1,4 +1,4 @@
-"""The decode thread policy (backends/threads.py), fed synthetic gap series.
+"""The decode thread policy (backends/local/threads.py), fed synthetic gap series.
 
 Each series is what the llama thread would see: the gap between two tokens depends on
 the thread count and on whether a busy neighbour shares the cores. Two cores, numbers
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from phasechat.backends.threads import EARLY, Change, ThreadPolicy
+from phasechat.backends.local.threads import EARLY, Change, ThreadPolicy
 
 MS = 1_000_000
 QUIET = {2: 7.0, 1: 9.0}
@@ -133,7 +133,7 @@ def test_the_idle_share_counts_other_processes_not_this_one() -> None:
     import sys
     import time
 
-    from phasechat.backends.threads import CpuShare
+    from phasechat.backends.local.threads import CpuShare
 
     cpus = len(os.sched_getaffinity(0))
     share = CpuShare()
@@ -171,7 +171,7 @@ def test_an_answer_s_busy_cpus_are_the_others_work_from_its_begin_to_its_end() -
     process's own, over the answer alone (fixed threads too), in CPUs' worth; None for a
     span too short to tell. Samples are (wall s, busy s of our CPUs, our CPU s)."""
     from phasechat.backends.events import CpuBusy
-    from phasechat.backends.threads import CpuShare, DecodeThreads
+    from phasechat.backends.local.threads import CpuShare, DecodeThreads
 
     class Scripted(CpuShare):
         def __init__(self, samples: list[tuple[float, float, float]]) -> None:

@@ -9,8 +9,8 @@ import llama_cpp
 import pytest
 
 from phasechat.backends.events import EngineThreads, GenerationRequest, Message, TextDelta
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.threads import Change
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.threads import Change
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 

@@ -1,5 +1,5 @@
 """Token-exact history on the bundled model: an answer goes back to the engine that
-wrote it as its own token ids (backends/prompts.py), so a sampled answer that the
+wrote it as its own token ids (backends/local/prompts.py), so a sampled answer that the
 tokenizer would split otherwise is not read again; and a cache break whose text is the
 same on both sides is named a re-tokenization (telemetry/anatomy.py)."""
 
@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.prompts import answer_span
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.prompts import answer_span
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import Exchange, TurnController
 

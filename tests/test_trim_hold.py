@@ -15,8 +15,8 @@ import pytest
 
 from phasechat.backends.base import PromptRefused
 from phasechat.backends.events import Message
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.summarize import extractive, unusable
 from phasechat.chat.trips.replay import Script, replay
@@ -289,7 +289,7 @@ def test_think_time_is_an_option_of_bench(tmp_path: Path) -> None:
 async def test_a_real_strict_llama_server_with_a_smaller_window_than_assumed(
     start_llama_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from phasechat.backends.openai import RemoteBackend, RemoteConfig
+    from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 
     template = tmp_path_factory.mktemp("template") / "strict.jinja"
     template.write_text(STRICT)

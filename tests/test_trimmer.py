@@ -18,8 +18,8 @@ import pytest
 
 from phasechat.backends.base import LoadState, RenderedPrompt, TokenCount
 from phasechat.backends.events import Event, GenerationRequest, Message, StreamError
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.backends.tokens import estimate_messages
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, Trimmer

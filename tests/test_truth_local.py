@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.events import PrefillProgress, PromptEvaluated, TextDelta
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.local.models import default_model_path
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 

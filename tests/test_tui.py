@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.host import BUSY

@@ -21,7 +21,7 @@ from phasechat.backends.events import (
     PrefillProgress,
     TextDelta,
 )
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.screens.prompt_view import CACHE_MARK, PromptView

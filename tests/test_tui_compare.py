@@ -8,8 +8,8 @@ from textual.command import CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import OptionList, Static
 
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp

@@ -11,7 +11,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare_targets import variants
@@ -153,7 +153,7 @@ async def test_the_view_says_why_it_measures_nothing(tmp_path: Path, other: str)
     """Another vocabulary, or a model file gone since it loaded: a line that says so,
     the answer's text unshaded, the app still there."""
     from phasechat.backends.events import AnswerTokens
-    from phasechat.backends.teacher import EngineSetting
+    from phasechat.backends.local.teacher import EngineSetting
     from phasechat.chat.trips.forced_sides import Forced, Reader
     from tests.scripted import ScriptedBackend
     from tests.test_engine_variants import tiny_gguf

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from phasechat.backends.engine_process import EngineProcess
-from phasechat.backends.local import LocalConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.engine_process import EngineProcess
 from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings

@@ -14,9 +14,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
-from phasechat.backends import probe as probe_module
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote import probe as probe_module
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.file import Config, EndpointProfile, load_config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings

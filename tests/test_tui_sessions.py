@@ -10,7 +10,7 @@ import platformdirs
 import pytest
 from textual.widgets import Input, OptionList, TextArea
 
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.file import config_path, load_config
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.store.database import ChatStore

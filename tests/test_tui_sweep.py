@@ -10,8 +10,8 @@ import pytest
 from textual.pilot import Pilot
 
 from phasechat.backends.events import Event, GenerationRequest, Notice
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
 from phasechat.telemetry.sweep_stats import Sample, Slo, level

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import DataTable
 
-from phasechat.backends.local import LocalBackend
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalBackend
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.widgets import Static
 
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.telemetry.metrics import metrics_from_dict

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from phasechat.backends.events import Event, GenerationRequest
-from phasechat.backends.local import LocalBackend, LocalConfig
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.local.backend import LocalBackend, LocalConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.tui.app import PhasechatApp
 from phasechat.tui.widgets import chat_log

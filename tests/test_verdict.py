@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.gguf import geometry
-from phasechat.backends.models import default_model_path
+from phasechat.backends.local.gguf import geometry
+from phasechat.backends.local.models import default_model_path
 from phasechat.chat import roofline
 from phasechat.chat.roofline import (
     cached_bandwidth,

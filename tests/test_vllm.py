@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.anatomy import reusable

@@ -23,11 +23,11 @@ from phasechat.backends.events import (
     StreamError,
     Usage,
 )
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.server_metrics import CROWDED, Scrape, account, parse
-from phasechat.backends.servers import context_refusal
-from phasechat.backends.servers.vllm.render import render_on_vllm
-from phasechat.backends.token_text import byte_level, pieces_of, sentencepiece
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.server_metrics import CROWDED, Scrape, account, parse
+from phasechat.backends.remote.servers import context_refusal
+from phasechat.backends.remote.servers.vllm.render import render_on_vllm
+from phasechat.backends.remote.token_text import byte_level, pieces_of, sentencepiece
 from phasechat.chat.engine_held import parts_of
 from phasechat.telemetry.anatomy import split_exact
 from phasechat.telemetry.metrics import compute

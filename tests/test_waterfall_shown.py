@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from phasechat.backends.servers.dynamo import ROUTING, WORKER
+from phasechat.backends.remote.servers.dynamo import ROUTING, WORKER
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.waterfall import CONNECT, REST, SENT
 from phasechat.tui.widgets.telemetry_view import context_gauge, engine_line

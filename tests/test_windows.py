@@ -1,4 +1,4 @@
-"""A remote server's context window (backends/windows.py), asked of servers shaped like
+"""A remote server's context window (backends/remote/windows.py), asked of servers shaped like
 llama-server, vLLM and Ollama (tests/shaped.py), each serving more than one model or
 saying more than one number, so that reading the wrong one shows."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from phasechat.backends.servers import context_refusal, from_models
-from phasechat.backends.servers.llama_server import props_window
-from phasechat.backends.urls import root_of
-from phasechat.backends.windows import Window
+from phasechat.backends.remote.servers import context_refusal, from_models
+from phasechat.backends.remote.servers.llama_server import props_window
+from phasechat.backends.remote.urls import root_of
+from phasechat.backends.remote.windows import Window
 from tests.shaped import Shaped
 
 LLAMA_MODELS = [  # an older llama-server: meta has the trained size, not the slot's window

@@ -1,11 +1,11 @@
-"""The checks every number from a server passes (backends/wire_numbers.py), at their
+"""The checks every number from a server passes (backends/remote/wire_numbers.py), at their
 bounds: the largest believed and one past it, the kinds of value that are no number."""
 
 from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.wire_numbers import (
+from phasechat.backends.remote.wire_numbers import (
     MAX_MS,
     MAX_RATE,
     MAX_RETRY_AFTER_S,

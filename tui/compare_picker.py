@@ -3,8 +3,6 @@ re-prefill cost) or the active one with other settings, then open the compare vi
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from phasechat.backends.base import Backend
 from phasechat.chat.config.profiles import BackendSpec, make_backend
 from phasechat.chat.costs import switch_cost
@@ -43,10 +41,7 @@ def targets(ws: Workspace) -> list[tuple[Target, str]]:
 
 def _shown(target: Target) -> BackendSpec:
     """The spec as the picker lists it: under the target's own name."""
-    spec = target.spec
-    if spec.kind == "local":
-        return replace(spec, local_name=target.name)
-    return replace(spec, remote=replace(spec.remote, name=target.name))
+    return target.spec.named(target.name)
 
 
 def compare_last(chat: ChatHost) -> None:

@@ -6,7 +6,7 @@ and its profiles (chat/workspace.py); this module opens the screens and says the
 
 from __future__ import annotations
 
-from phasechat.backends.httplog import redact_url
+from phasechat.backends.remote.httplog import redact_url
 from phasechat.chat.config.edit import free_name
 from phasechat.chat.config.file import EndpointProfile
 from phasechat.chat.costs import switch_cost
@@ -26,7 +26,7 @@ def switch_backend(chat: ChatHost) -> None:
         (spec, switch_line(switch_cost(ws.turns, name, ws.built(name))))
         for name, spec in ws.profiles.items()
     ]
-    remote = {name: spec.remote for name, spec in ws.profiles.items() if spec.kind != "local"}
+    remote = {name: spec.remote for name, spec in ws.profiles.items() if not spec.is_local}
     urls = {name: r.base_url for name, r in remote.items()}
     keys = {name: r.api_key_env for name, r in remote.items()}
 
@@ -82,7 +82,7 @@ def pick_model(chat: ChatHost, name: str) -> None:
     """The models profile `name`'s server lists; the one picked is kept in the profile."""
     ws = chat.workspace
     spec = ws.profiles[name]
-    if spec.kind == "local" or ws.config.endpoint(name) is None:
+    if spec.is_local or ws.config.endpoint(name) is None:
         chat.notify(
             f"{name} is not an [[endpoints]] profile of the config: only a server added"
             " there (a) keeps a model",

@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 from typing import TypeVar
 
-from phasechat.backends.urls import server_key
+from phasechat.backends.remote.urls import server_key
 from phasechat.chat.config.file import Config, EndpointProfile, LocalProfile
 
 P = TypeVar("P", EndpointProfile, LocalProfile)

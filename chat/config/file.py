@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.paths import config_path
 from phasechat.chat.config.profiles import resolve_model_path
 from phasechat.chat.config.settings import Settings, TrimConfig, load_problems

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from phasechat.backends.wire_numbers import MAX_TOKENS
+from phasechat.backends.remote.wire_numbers import MAX_TOKENS
 
 TEMPERATURE_MAX = 5.0
 TRIM_BUDGET_MIN = 64

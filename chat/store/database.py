@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.measured import text_in
+from phasechat.backends.untrusted import text_in
 from phasechat.chat.config.paths import db_path
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store import rows as cells

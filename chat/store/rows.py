@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import TypeVar, cast, get_args
 
 from phasechat.backends.events import Role
-from phasechat.backends.measured import number_in, shown, text_in
-from phasechat.backends.wire_numbers import NOT_JSON, load_json
+from phasechat.backends.remote.wire_numbers import NOT_JSON, load_json
+from phasechat.backends.untrusted import number_in, shown, text_in
 from phasechat.chat.conversation import ChatMessage, Status
 from phasechat.chat.store.schema import ChatSummary
 from phasechat.telemetry.anatomy import Anatomy

@@ -320,7 +320,7 @@ def _num(value: float, unit: str) -> str:
     return f"{value:,.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
 
 
-def fmt(value: float | None, unit: str) -> str:
+def fmt_cell(value: float | None, unit: str) -> str:
     """A figure as the tables show it; unknown is "n/a", never 0."""
     if value is None:
         return "n/a"
@@ -366,8 +366,8 @@ def fmt_spread(s: Spread, unit: str) -> str:
     if s.median is None:
         return "n/a"
     if s.n < 2 or s.lo is None or s.hi is None:
-        return fmt(s.median, unit)
-    return f"{fmt(s.median, unit)} [{fmt(s.lo, unit)}-{fmt(s.hi, unit)}]"
+        return fmt_cell(s.median, unit)
+    return f"{fmt_cell(s.median, unit)} [{fmt_cell(s.lo, unit)}-{fmt_cell(s.hi, unit)}]"
 
 
 def word_diff(a: str, b: str) -> str:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasechat.backends.gguf import KV_TYPE_NAMES, GGUFError, check_model
-from phasechat.backends.local import DRAFT_LOOKUP
+from phasechat.backends.local.backend import DRAFT_LOOKUP
+from phasechat.backends.local.gguf import KV_TYPE_NAMES, GGUFError, check_model
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.config.settings import Settings, load_problems
 from phasechat.chat.user_file import read_user_file
@@ -97,7 +97,7 @@ def _value(key: str, text: str) -> object:
 
 def gguf_file(key: str, text: str) -> Path:
     """A `model=` or `draft=` path: a regular, readable GGUF model whose header fits the
-    file (backends/gguf.py `check_model`), checked before anything loads it. Raises
+    file (backends/local/gguf.py `check_model`), checked before anything loads it. Raises
     ValueError, one line."""
     path = Path(text).expanduser()
     try:
@@ -153,7 +153,7 @@ def derive(
         elif key in ENGINE_KEYS:
             engine[key] = _value(key, text)
         elif key in LOCAL_KEYS:
-            if spec.kind != "local":
+            if not spec.is_local:
                 raise ValueError(f"{key} applies to a local model, not to {profile!r}")
             local[key] = _value(key, text)
         else:
@@ -184,10 +184,12 @@ def variants(spec: BackendSpec, settings: Settings) -> list[dict[str, str]]:
     another temperature; on a local model other threads, flash attention, a context half
     as long and each other KV type."""
     out = [{"temperature": "0.8" if settings.temperature == 0 else "0"}]
-    if spec.kind == "local":
+    if spec.is_local:
         threads = spec.local.threads
         out.append({"threads": "2" if threads == 1 else "1"})
-        flash = spec.local.flash_attn  # None: chosen by measurement at load (backends/flash.py)
+        flash = (
+            spec.local.flash_attn
+        )  # None: chosen by measurement at load (backends/local/flash.py)
         if flash is None:
             out += [{"flash_attn": "off"}, {"flash_attn": "on"}]
         else:

@@ -2,8 +2,8 @@
 against A over A's answer, wherever each side runs.
 
 - The model here (llama.cpp): every position's logits, the whole distribution
-  (backends/teacher.py), read in a worker thread.
-- A server whose family can (vLLM, llama-server: backends/servers/forcing.py): each
+  (backends/local/teacher.py), read in a worker thread.
+- A server whose family can (vLLM, llama-server: backends/remote/servers/forcing.py): each
   position's top k log-probabilities. Where either side is a server, both are compared
   over their top k (telemetry/divergence.py `compare_top`: the KL is a lower bound; the
   figures say so). Other servers (Ollama, OpenAI, ...) give no log-probabilities of
@@ -31,12 +31,12 @@ import numpy as np
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.gguf import vocabulary
-from phasechat.backends.llama_logs import quiet_llama, verbose
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteBackend
-from phasechat.backends.servers.forcing import TOP_K, Forcing, Listed, Server, TeacherError
-from phasechat.backends.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.capability import ModelFile, PromptIds
+from phasechat.backends.local.gguf import vocabulary
+from phasechat.backends.local.llama_logs import quiet_llama, verbose
+from phasechat.backends.local.teacher import EngineSetting, forced_logits
+from phasechat.backends.remote.capability import RemoteServer
+from phasechat.backends.remote.servers.forcing import TOP_K, Forcing, Listed, Server, TeacherError
 from phasechat.telemetry.divergence import (
     Divergence,
     Logits,
@@ -80,25 +80,19 @@ def forced_of(backend: Backend) -> Forced | None:
     remote side, or a model not found. Its context size is not carried: one read of a
     sequence gives the same logits in any context that holds it (measured: KL exactly 0
     between 256, 2,048 and 4,096 cells, flash attention on and off)."""
-    path = getattr(backend, "model_path", None)
-    config = getattr(backend, "config", None)
-    if not isinstance(path, Path) or not isinstance(config, LocalConfig):
+    if not isinstance(backend, ModelFile) or not isinstance(path := backend.model_path, Path):
         return None
-    flash = getattr(backend, "flash_attn", None)
-    threads = getattr(backend, "threads", 0)
-    gpu_layers = getattr(backend, "gpu_layers", 0)
-    setting = EngineSetting(config.kv_type, flash, threads or None, gpu_layers=gpu_layers)
+    kv_type, threads = backend.config.kv_type, backend.threads or None
+    setting = EngineSetting(kv_type, backend.flash_attn, threads, gpu_layers=backend.gpu_layers)
     return Forced(path, setting)
 
 
 async def prompt_ids(backend: Backend, messages: tuple[Message, ...]) -> list[int] | None:
     """The prompt's token ids as a local side's model reads them (None: a remote side,
     a model not loaded, a template that refuses the messages)."""
-    read = getattr(backend, "prompt_ids", None)
-    if read is None:
+    if not isinstance(backend, PromptIds):
         return None
-    ids: list[int] | None = await read(messages)
-    return ids
+    return await backend.prompt_ids(messages)
 
 
 def answer_divergence(
@@ -113,7 +107,7 @@ def answer_divergence(
     """B's divergence from A over `answer` (A's answer token ids after `prompt`), each
     side reading the whole sequence once; blocking (run it in a thread).
     `progress(side, read, total)` as each side reads (`labels`: "A", then "B"); a set
-    `stop` raises `teacher.Stopped`. The caller has checked the vocabularies
+    `stop` raises `Stopped` (backends/base.py). The caller has checked the vocabularies
     (`vocabulary_differs`)."""
     sequence, start = [*prompt, *answer], len(prompt)
     logits = []
@@ -144,7 +138,7 @@ def reader_of(backend: Backend) -> Reader | None:
     forced = forced_of(backend)
     if forced is not None:
         return Reader("llama.cpp here", forced=forced)
-    if isinstance(backend, RemoteBackend) and (said := backend.teacher()) is not None:
+    if isinstance(backend, RemoteServer) and (said := backend.teacher()) is not None:
         forcing, server = said
         return Reader(backend.family.name, forcing=forcing, server=server)
     return None
@@ -158,7 +152,7 @@ def caveats(readers: Sequence[Reader | None]) -> list[str]:
 
 def why_unread(backend: Backend) -> str:
     """Why `reader_of(backend)` is None, in one line."""
-    if isinstance(backend, RemoteBackend):
+    if isinstance(backend, RemoteServer):
         if backend.family.forcing is None:
             return (
                 f"{backend.family.name} gives no log-probabilities of tokens it did not "
@@ -269,7 +263,7 @@ async def measure(
 ) -> tuple[Divergence | None, str | None]:
     """B's divergence from A over `t`'s answer, or None and why not (another
     vocabulary, a server's refusal). `progress(side, read, total)` as each side reads;
-    a set `stop` raises `teacher.Stopped`."""
+    a set `stop` raises `Stopped` (backends/base.py)."""
     try:
         why = await vocabulary_check(a, b, t)
         if why is not None:

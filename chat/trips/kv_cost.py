@@ -1,5 +1,5 @@
 """What one side's KV cache costs: the bytes a token takes in it (the model's geometry,
-backends/gguf.py, at the side's KV type) and what the cache held after an answer.
+backends/local/gguf.py, at the side's KV type) and what the cache held after an answer.
 
 Shown per side by `compare --chat` and the compare view: a q4_0 cache holds a token in
 18/64 of the bytes of an f16 one, and this is where that ratio is seen beside the speed
@@ -9,18 +9,17 @@ and the divergence it buys.
 from __future__ import annotations
 
 from phasechat.backends.base import Backend
-from phasechat.backends.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES, Geometry
-from phasechat.backends.local import LocalConfig
+from phasechat.backends.local.capability import LocalEngine
+from phasechat.backends.local.gguf import KV_TYPE_BYTES, KV_TYPE_NAMES
 from phasechat.telemetry.metrics import Metrics
 
 
 def kv_bytes_per_token(backend: Backend) -> int | None:
     """KV-cache bytes one token takes on a local backend, every layer's K and V at its
     KV type (None: a remote backend, or a model not loaded yet)."""
-    g = getattr(backend, "geometry", None)
-    config = getattr(backend, "config", None)
-    if not isinstance(g, Geometry) or not isinstance(config, LocalConfig):
+    if not isinstance(backend, LocalEngine) or (g := backend.geometry) is None:
         return None
+    config = backend.config
     type_bytes = KV_TYPE_BYTES[KV_TYPE_NAMES.get(config.kv_type, KV_TYPE_NAMES["f16"])]
     return g.kv_bytes(1, config.n_ctx, type_bytes)
 

@@ -39,10 +39,10 @@ from phasechat.telemetry.metrics import Metrics, itl_ms
 from phasechat.telemetry.sweep_stats import (
     KneeReading,
     Level,
+    LevelStep,
     RepeatSpread,
     Sample,
     Slo,
-    Step,
     level,
     needs_repeat,
     read_knee,
@@ -98,11 +98,11 @@ class LevelRun:
         """Aggregate output tok/s over the repeats: the figure the knee is read from."""
         return RepeatSpread(tuple(r.output_throughput for r in self.repeats or [self.level]))
 
-    def step_from(self, before: LevelRun | None) -> Step | None:
+    def step_from(self, before: LevelRun | None) -> LevelStep | None:
         """The step up to this level from `before` (None: this is the first level)."""
         if before is None:
             return None
-        return Step(before.concurrency, self.concurrency, before.spread, self.spread)
+        return LevelStep(before.concurrency, self.concurrency, before.spread, self.spread)
 
     @classmethod
     def pooled(cls, runs: Sequence[LevelRun], slo: Slo) -> LevelRun:
@@ -138,7 +138,7 @@ class SweepResult:
         return [r.level for r in self.runs]
 
     @property
-    def steps(self) -> list[Step]:
+    def steps(self) -> list[LevelStep]:
         """Each step between consecutive levels, read from the medians of the repeats."""
         return steps([(r.concurrency, r.spread) for r in self.runs])
 
@@ -172,7 +172,7 @@ class SweepResult:
         }
 
 
-def run_record(run: LevelRun, step: Step | None) -> dict[str, Any]:
+def run_record(run: LevelRun, step: LevelStep | None) -> dict[str, Any]:
     """One level's vLLM fields, then its repeats: their median and p10-p90 aggregate
     output tok/s, each repeat's, and the step up to it from the level before."""
     spread = run.spread
@@ -187,7 +187,7 @@ def run_record(run: LevelRun, step: Step | None) -> dict[str, Any]:
     }
 
 
-def step_record(step: Step) -> dict[str, Any]:
+def step_record(step: LevelStep) -> dict[str, Any]:
     """A step as JSON: its levels, size and growth (medians), and the noise judgement."""
     return {
         "from_concurrency": step.low,

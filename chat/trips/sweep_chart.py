@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from phasechat.chat.trips.sweep import LevelRun, SweepResult
-from phasechat.telemetry.sweep_stats import KNEE_GROWTH, MAX_GROWTH, Level, RepeatSpread, Step
+from phasechat.telemetry.sweep_stats import KNEE_GROWTH, MAX_GROWTH, Level, LevelStep, RepeatSpread
 
 AGGREGATE = "aggregate output tok/s (left)"
 PER_USER = "per-user decode tok/s (right)"
@@ -113,7 +113,7 @@ SWEEP_HEADER = (
 )
 
 
-def sweep_row(run: LevelRun, step: Step | None = None) -> str:
+def sweep_row(run: LevelRun, step: LevelStep | None = None) -> str:
     """One level as a table row (SWEEP_HEADER's columns): agg tok/s is the median of its
     repeats and p10-p90 their spread; the other columns pool every request of every
     repeat. Under it, a line per flag of `step` (the step up to it from the level before):
@@ -130,7 +130,7 @@ def sweep_row(run: LevelRun, step: Step | None = None) -> str:
     return "\n".join([row, *(f"{'':>6} ^ {flag}" for flag in flags(step))])
 
 
-def flags(step: Step | None) -> list[str]:
+def flags(step: LevelStep | None) -> list[str]:
     """What is wrong with the step up to a level, in words (nothing when it is clean)."""
     if step is None:
         return []

@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from phasechat.backends import llama_logs
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local import llama_logs
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.text import one_line
 from phasechat.cli.commands import (

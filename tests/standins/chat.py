@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phasechat.backends.events import Event
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import Metrics

@@ -32,7 +32,7 @@ from phasechat.chat.trips.compare import (
     Side,
     aligned,
     compare_metrics,
-    fmt,
+    fmt_cell,
     fmt_ratio,
 )
 from phasechat.chat.trips.forced_sides import reader_of
@@ -122,8 +122,8 @@ def table(rows: Sequence[MetricRow]) -> Content:
     for row in rows:
         unit = "" if row.unit in ("%", "chars/s") else f" {row.unit}"
         delta = row.delta
-        shown = "n/a" if delta is None else ("+" if delta > 0 else "") + fmt(delta, row.unit)
-        a, b = fmt(row.a.median, row.unit), fmt(row.b.median, row.unit)
+        shown = "n/a" if delta is None else ("+" if delta > 0 else "") + fmt_cell(delta, row.unit)
+        a, b = fmt_cell(row.a.median, row.unit), fmt_cell(row.b.median, row.unit)
         cells.append([row.title + unit, a, b, shown, fmt_ratio(row.ratio)])
     head, *lines = aligned(cells, (16, 10, 10, 10, 7))
     return Content.assemble((head, "bold"), *(f"\n{line}" for line in lines), "\n")

@@ -26,9 +26,8 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.widgets import Static
 
-from phasechat.backends.base import Backend
+from phasechat.backends.base import Backend, Stopped
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.teacher import Stopped
 from phasechat.chat.text import visible_controls
 from phasechat.chat.trips import forced_sides
 from phasechat.chat.trips.forced_sides import (

@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from phasechat.backends.probe import Probe, base_url_of, probe
+from phasechat.backends.remote.probe import Probe, base_url_of, probe
 from phasechat.chat.text import one_line
 
 #: What an environment variable's name may be (a pasted key is refused, never kept).

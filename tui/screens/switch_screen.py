@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from phasechat.backends.probe import Probe, find_local
-from phasechat.backends.urls import server_key
+from phasechat.backends.remote.probe import Probe, find_local
+from phasechat.backends.remote.urls import server_key
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.text import one_line
 

@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from phasechat.backends.base import Backend
+from phasechat.backends.local.capability import LocalEngine
 from phasechat.chat.text import one_line
 
 #: a llama.cpp quantization in a GGUF file's name: Q4_1, Q4_K_M, IQ3_XXS, F16, BF16
@@ -40,18 +41,18 @@ def model_line(backend: Backend) -> str:
     """The backend and its model: file, size, quantization, context, GPU layers."""
     model = one_line(backend.model)
     parts = [f"{one_line(backend.name)} · {model}"]
-    geometry = getattr(backend, "geometry", None)
-    if geometry is not None:
+    local = backend if isinstance(backend, LocalEngine) else None
+    if local is not None and (geometry := local.geometry) is not None:
         size = geometry.file_bytes / 1e6
         parts.append(f"{geometry.architecture}, {geometry.n_layers} layers, {size:,.0f} MB")
-    elif (size_bytes := file_size(getattr(backend, "model_path", None))) is not None:
+    elif local is not None and (size_bytes := file_size(local.model_path)) is not None:
         parts.append(f"{size_bytes / 1e6:,.0f} MB")  # before the load reads its header
     if quant := QUANT.search(model.upper()):
         parts.append(quant.group(1))
     if backend.context_window:
         parts.append(f"context {backend.context_window:,} tokens")
-    layers = getattr(backend, "gpu_layers", None)
-    if isinstance(layers, int):
+    if local is not None:
+        layers = local.gpu_layers
         parts.append(
             "CPU only"
             if layers == 0

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import history_metrics
 from phasechat.chat.store.database import ChatNotFound, StoreError

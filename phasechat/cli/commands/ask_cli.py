@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from phasechat.backends.events import TextDelta
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.costs import expect, held_prefix
 from phasechat.chat.roofline import ceilings

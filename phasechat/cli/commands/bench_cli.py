@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.text import one_line

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phasechat import __version__
-from phasechat.backends.llama_logs import quiet_llama
+from phasechat.backends.local.llama_logs import quiet_llama
 
 
 @dataclass(frozen=True)

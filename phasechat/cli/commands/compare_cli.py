@@ -16,7 +16,7 @@ from typing import Any
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
-from phasechat.backends.models import ModelNotFound
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.chat.config.file import ConfigError
 from phasechat.chat.config.profiles import make_backend
 from phasechat.chat.text import is_text, one_line, visible_controls
@@ -28,7 +28,7 @@ from phasechat.chat.trips.compare import (
     MetricRow,
     Side,
     aligned,
-    fmt,
+    fmt_cell,
     fmt_ratio,
     fmt_spread,
     greedy,
@@ -224,7 +224,8 @@ def _round_line(a: Answer, b: Answer) -> None:
             continue
         burst = " (a burst: no rate)" if m.decode_unknown else ""
         parts.append(
-            f"{label}: TTFT {fmt(m.ttft_ms, 'ms')} ms, decode {fmt(m.decode_tok_s, '')} tok/s"
+            f"{label}: TTFT {fmt_cell(m.ttft_ms, 'ms')} ms, "
+            f"decode {fmt_cell(m.decode_tok_s, '')} tok/s"
             f"{burst}, {m.output_tokens} tokens"
         )
     print(f"run {a.round + 1}: " + " | ".join(parts), flush=True)

@@ -18,7 +18,14 @@ from typing import Any
 from phasechat.chat.config.profiles import make_backend
 from phasechat.chat.store.database import ChatNotFound, ChatStore, StoreError
 from phasechat.chat.text import one_line
-from phasechat.chat.trips.compare import Side, aligned, fmt, fmt_spread, metric_value, spread_of
+from phasechat.chat.trips.compare import (
+    Side,
+    aligned,
+    fmt_cell,
+    fmt_spread,
+    metric_value,
+    spread_of,
+)
 from phasechat.chat.trips.compare_targets import Target
 from phasechat.chat.trips.diverge import Turn, chat_turns, diverge, overall, overall_floor
 from phasechat.chat.trips.forced_sides import caveats, forced_of, reader_of
@@ -90,8 +97,8 @@ def _turn_line(t: Turn) -> None:
         m = x.metrics
         burst = " (a burst: no rate)" if m and m.decode_unknown else ""
         parts.append(
-            f"{label} TTFT {fmt(m.ttft_ms if m else None, 'ms')} ms, decode "
-            f"{fmt(m.decode_tok_s if m else None, '')} tok/s{burst}"
+            f"{label} TTFT {fmt_cell(m.ttft_ms if m else None, 'ms')} ms, decode "
+            f"{fmt_cell(m.decode_tok_s if m else None, '')} tok/s{burst}"
         )
     print(f"turn {t.number}: " + " | ".join(parts) + f" | {_divergence_text(t)}", flush=True)
 
@@ -167,7 +174,7 @@ def _summary(
         cells.append([f"{title} ({unit})", fmt_spread(a, unit), fmt_spread(b, unit)])
     kv = [_kv_mib(turns, 0), _kv_mib(turns, 1)]
     cells.append(["KV bytes/token", *(_count(n) for n in per_token)])
-    cells.append(["KV cache (MiB)", *(fmt(v, "MiB") for v in kv)])
+    cells.append(["KV cache (MiB)", *(fmt_cell(v, "MiB") for v in kv)])
     counts = [drafted(turns, 0), drafted(turns, 1)]
     if any(counts):
         cells.append(["draft accepted", *(_drafted_text(c) for c in counts)])

@@ -3,7 +3,7 @@ machine's memory bandwidth (the roofline's ceiling) and the context that fits in
 
 The bandwidth is probed every time (all cores copying at once) and shown beside the best
 kept figure with the load it was measured under; a busy or lower probe is not kept.
-On a build that offloads, the GPU (backends/cuda.py) is named with its free memory and
+On a build that offloads, the GPU (backends/local/cuda.py) is named with its free memory and
 its bandwidth (a device-to-device copy, measured now), the model's layers on it, and the
 largest context sized from the GPU's free memory where the KV cache lives there."""
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from phasechat.backends.cuda import COPIES, COPY_BYTES, ROUNDS, Device, Gpus, gpus
-from phasechat.backends.gguf import Geometry, GGUFError, geometry
-from phasechat.backends.llama_glue import physical_cores
-from phasechat.backends.measured import busy, share_text
-from phasechat.backends.models import ModelNotFound, default_model_path
-from phasechat.backends.offload import Split, split
+from phasechat.backends.local.cuda import COPIES, COPY_BYTES, ROUNDS, Device, Gpus, gpus
+from phasechat.backends.local.gguf import Geometry, GGUFError, geometry
+from phasechat.backends.local.llama_glue import physical_cores
+from phasechat.backends.local.measured import busy, share_text
+from phasechat.backends.local.models import ModelNotFound, default_model_path
+from phasechat.backends.local.offload import Split, split
 from phasechat.chat.roofline import (
     bandwidth_file,
     largest_context,
@@ -150,7 +150,7 @@ def gpu_bandwidth_text(d: Device) -> str:
 
 
 def placement(where: Split, layers: int) -> str:
-    """Where llama.cpp puts the layers for `layers` (backends/offload.py)."""
+    """Where llama.cpp puts the layers for `layers` (backends/local/offload.py)."""
     out = "and the output layer" if where.output_on_gpu else "(the output layer on the CPU)"
     return (
         f"{where.gpu_layers} of {where.n_layers} layers {out} (--gpu-layers {layers}): "
@@ -207,7 +207,7 @@ def _flash(path: Path, threads: int, on_gpu: bool = False) -> str:
             "not measured on the GPU)"
         )
     try:
-        from phasechat.backends.flash import choose
+        from phasechat.backends.local.flash import choose
 
         choice, notice = choose(path, threads)
         line = f"{'attention':<16}{choice.summary} at {threads} threads"

@@ -13,8 +13,8 @@ import os
 import sys
 from dataclasses import replace
 
-from phasechat.backends.httplog import redact_url
-from phasechat.backends.probe import Probe, base_url_of, probe
+from phasechat.backends.remote.httplog import redact_url
+from phasechat.backends.remote.probe import Probe, base_url_of, probe
 from phasechat.chat.config import edit
 from phasechat.chat.config.file import Config, ConfigError, EndpointProfile
 from phasechat.chat.config.write import save_config

@@ -14,9 +14,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from phasechat.backends.gguf import check_model
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteConfig
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.gguf import check_model
+from phasechat.backends.remote.backend import RemoteConfig
 from phasechat.chat.config.file import Config, load_config
 from phasechat.chat.config.profiles import BackendSpec, resolve_model_path
 from phasechat.chat.config.settings import Settings, load_problems
@@ -120,7 +120,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
     if endpoint is not None:
         endpoint.install_key()
         remote = endpoint.remote_config()
-        return BackendSpec("openai", remote=_with_flags(remote, args))
+        return BackendSpec("remote", remote=_with_flags(remote, args))
     profile = config.local_profile(name)
     if profile is not None:
         return BackendSpec("local", local=_checked(profile.local_config()), local_name=name)
@@ -140,7 +140,7 @@ def backend_spec(args: argparse.Namespace, config: Config | None = None) -> Back
             api_key_env=args.api_key_env,
             context_window=args.context,
         )
-        return BackendSpec("openai", remote=_with_flags(remote, args))
+        return BackendSpec("remote", remote=_with_flags(remote, args))
     known = [
         "local",
         "openai",
@@ -176,12 +176,12 @@ def all_profiles(
     out = [active]
     for endpoint in config.endpoints:
         endpoint.install_key()
-        out.append(BackendSpec("openai", remote=_with_flags(endpoint.remote_config(), args)))
+        out.append(BackendSpec("remote", remote=_with_flags(endpoint.remote_config(), args)))
     for profile in config.local:
         out.append(BackendSpec("local", local=profile.local_config(), local_name=profile.name))
     if active.kind == "local":
         remote = RemoteConfig(base_url=args.base_url, api_key_env=args.api_key_env)
-        out.append(BackendSpec("openai", remote=_with_flags(remote, args)))
+        out.append(BackendSpec("remote", remote=_with_flags(remote, args)))
     else:
         out.append(BackendSpec("local", local=LocalConfig(n_ctx=args.n_ctx)))
     seen: set[str] = set()
@@ -231,7 +231,7 @@ def build_workspace(
     """The workspace the options and the config describe: what `ask`, `bench` and the
     UI all run on. `all_backends=False` leaves out the profiles one could switch to;
     `own_process` runs each local model in a process of its own (the UI's choice:
-    backends/engine_process.py).
+    backends/local/engine_process.py).
 
     Raises ConfigError, ModelNotFound, OSError or ValueError with a one-line message."""
     check_flags(args)
