@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import fast_model
-from phasechat.backends import handoff, local, sampling
+from phasechat.backends.local import backend as local
+from phasechat.backends.local import handoff, sampling
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.backends.llama_glue import llama_thread, physical_cores, reuse_prefix
 from phasechat.backends.local import LocalBackend, LocalConfig

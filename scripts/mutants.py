@@ -86,7 +86,7 @@ def changed_modules(base: str) -> list[str]:
 
 
 def dotted_name(module: str) -> str:
-    """`phasechat/backends/servers/sglang/__init__.py` -> `phasechat.backends.servers.sglang`
+    """`phasechat/backends/remote/servers/sglang/__init__.py` -> `phasechat.backends.remote.servers.sglang`
     (a package's own module is named by its package, in imports and in mutmut's names)."""
     return module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from phasechat.backends.events import ServerAccount, StreamError
-from phasechat.backends.servers.sglang import chunk_timing, listed_window
+from phasechat.backends.remote.servers.sglang import chunk_timing, listed_window
 from phasechat.backends.windows import Window
 from phasechat.backends.wire_numbers import Fields
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST

@@ -1,4 +1,4 @@
-"""The token sampler (backends/sampling.py) on the real bundled model: greedy gives what
+"""The token sampler (backends/local/sampling.py) on the real bundled model: greedy gives what
 llama.cpp's own greedy sampler gives over the whole vocabulary, and a seed gives one
 answer, the same each time."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends import sampling
+from phasechat.backends.local import sampling
 from phasechat.backends.events import AnswerTokens, GenerationRequest, Message, TextDelta
 from phasechat.backends.local import LocalBackend
 

@@ -10,11 +10,11 @@ import asyncio
 import httpx
 import pytest
 
-from phasechat.backends import server_metrics
+from phasechat.backends.remote import server_metrics
 from phasechat.backends.events import ServerAccount, Usage
 from phasechat.backends.server_metrics import MetricsWatch, Span, joined, parse
-from phasechat.backends.servers.llama_server import FAMILY as LLAMA
-from phasechat.backends.servers.sglang import FAMILY as SGLANG
+from phasechat.backends.remote.servers.llama_server import FAMILY as LLAMA
+from phasechat.backends.remote.servers.sglang import FAMILY as SGLANG
 
 SPAN = Span(1000.0, 4000, 100)
 

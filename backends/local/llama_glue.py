@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends import sampling
+from phasechat.backends.local import sampling
 from phasechat.backends.events import KVStats, ServerTimings, StreamError
 from phasechat.backends.local.gguf import KV_TYPE_BYTES, Geometry
 from phasechat.backends.local.offload import split
@@ -113,7 +113,7 @@ def token_loop(
     on_batch: Callable[[int], None],
 ) -> Generator[int, None, None]:
     """`Llama.generate` without its per-token Python: one C decode per token, and the
-    token chosen by backends/sampling.py (greedy by numpy argmax over the logits buffer;
+    token chosen by backends/local/sampling.py (greedy by numpy argmax over the logits buffer;
     other temperatures by the chain `Llama.generate` builds).
 
     The prompt still goes through `llm.eval`, so `n_tokens` / `input_ids` stay Llama's
