@@ -47,6 +47,8 @@ MARKS = ROOT / "scripts" / "mutants_equivalent.txt"
 PRODUCT = ("backends/", "chat/", "telemetry/", "tui/", "themes/", "phasechat/")
 #: test files that draw the UI: slow, and they reach the module through the screens
 UI_TESTS = re.compile(r"tui|snapshot|pty|markdown|ui_pace|odd_input|compare_tables")
+#: what `mutmut run` says (and exits 1) when no selected test reaches a mutated function
+UNREACHED = "could not find any test case for any mutant"
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
 
 
@@ -137,7 +139,9 @@ def mutmut(where: pathlib.Path, *args: str, check: bool = True) -> str:
 
 
 def run_shown(where: pathlib.Path, jobs: int) -> str:
-    """`mutmut run`, its progress shown as it goes; the last of what it said."""
+    """`mutmut run`, its progress shown as it goes; the last of what it said. A run that
+    fails (its clean tests fail, mutmut is not installed) ends this script with its tail:
+    it would leave no results, and a module without results is no score."""
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
     proc = subprocess.Popen(
         cmd, cwd=where, env=copy_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -148,8 +152,10 @@ def run_shown(where: pathlib.Path, jobs: int) -> str:
         sys.stdout.buffer.write(chunk)
         sys.stdout.flush()
         tail = (tail + chunk)[-65536:]
-    proc.wait()
-    return tail.decode("utf-8", "replace")
+    said = tail.decode("utf-8", "replace")
+    if proc.wait() != 0 and UNREACHED not in said:  # that one: every mutant unreached
+        sys.exit(f"mutmut run failed ({proc.returncode}):\n{said[-4000:]}")
+    return said
 
 
 def known_bugs(where: pathlib.Path, modules: list[str]) -> int:
@@ -238,7 +244,7 @@ def main() -> int:
     stage(where)
     configure(where, modules, tests, args.marks)
     said = run_shown(where, args.jobs)
-    if "could not find any test case for any mutant" in said:
+    if UNREACHED in said:
         print("no selected test reaches a mutated function: all mutants are reached by no test")
     status = {}
     for line in mutmut(where, "results", "--all", "true").splitlines():
@@ -265,6 +271,10 @@ def main() -> int:
                 used.add(name)
             else:
                 open_.append(f"  {name} ({mine[name]}): {lines}")
+        if not mine:  # mutmut made none, or said nothing of them: not a score of 100%
+            print(f"\n{module}: no mutant results (nothing to mutate, or mutmut failed)")
+            worst = 0.0
+            continue
         judged = len(mine) - len(equivalent)
         unreached = counts.get("no tests", 0) + counts.get("not checked", 0)
         score = 100.0 * caught / judged if judged else 100.0
