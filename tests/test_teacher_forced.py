@@ -432,3 +432,34 @@ def test_a_server_as_a_gives_its_text_split_by_its_tokenizer() -> None:
     d = overall(turns)
     read = [len(t.taught.ids) for t in turns if t.taught is not None]
     assert isinstance(d, Divergence) and d.positions == sum(read) and len(read) == 2
+
+
+def test_each_pair_of_sides_reports_by_label_and_stops_when_asked() -> None:
+    """Wherever each side runs, its reading is reported under its own label, a set
+    stop ends the measurement, and a server that spells A's ids otherwise is another
+    vocabulary (asked with A's sequence, not without it)."""
+    t = taught()
+    read = len(t.prompt) + ANSWER - 1
+    served = served_here()
+    pairs = (
+        (here_reader(), here_reader()),
+        (here_reader(), server_reader(served)),
+        (server_reader(served), here_reader()),
+    )
+    seen: list[tuple[str, int, int]] = []
+    for a, b in pairs:
+        seen.clear()
+        d, why = asyncio.run(measure(a, b, t, lambda *p: seen.append(p)))
+        assert why is None and d is not None and d.positions == ANSWER
+        assert seen == [("A", read, read), ("B", read, read)]
+        stop = threading.Event()
+        stop.set()
+        with pytest.raises(Stopped):
+            asyncio.run(measure(a, b, t, stop=stop))
+
+    async def other_text(server: Server, ids: Sequence[int]) -> str:
+        return "another text"
+
+    spells = server_reader(dataclasses.replace(served, detokenize=other_text))
+    d, why = asyncio.run(measure(here_reader(), spells, t))
+    assert d is None and why is not None and "reads A's answer ids as other text" in why
