@@ -12,6 +12,7 @@ for a module added or changed (issue 49).
     .venv/bin/python scripts/mutants.py --base HEAD~3
     .venv/bin/python scripts/mutants.py chat/trips/diverge.py backends/teacher.py
     .venv/bin/python scripts/mutants.py telemetry/otel.py --tests tests/test_otel.py
+    .venv/bin/python scripts/mutants.py backends/teacher.py --only '*x_forced_logits__mutmut_7*'
 
 It works in a copy (`.mutants/`, the package's links made real folders, since mutmut
 names a mutant by its file's path and the tests import `phasechat.<...>`), so the work
@@ -29,6 +30,7 @@ changed (the code moved), is listed as stale: check it and remove or rewrite it.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import pathlib
@@ -138,11 +140,11 @@ def mutmut(where: pathlib.Path, *args: str, check: bool = True) -> str:
     return run.stdout
 
 
-def run_shown(where: pathlib.Path, jobs: int) -> str:
+def run_shown(where: pathlib.Path, jobs: int, only: list[str]) -> str:
     """`mutmut run`, its progress shown as it goes; the last of what it said. A run that
     fails (its clean tests fail, mutmut is not installed) ends this script with its tail:
     it would leave no results, and a module without results is no score."""
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *only]
     proc = subprocess.Popen(
         cmd, cwd=where, env=copy_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -228,6 +230,13 @@ def main() -> int:
     p.add_argument(
         "--no-known", action="store_true", help="skip scripts/known_bugs.py for the modules"
     )
+    p.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="only these mutants (names or fnmatch patterns, e.g. an earlier run's "
+        "survivors); the scores count only them",
+    )
     args = p.parse_args()
 
     raw = args.modules or changed_modules(args.base)
@@ -243,7 +252,7 @@ def main() -> int:
     where = pathlib.Path(args.where)
     stage(where)
     configure(where, modules, tests, args.marks)
-    said = run_shown(where, args.jobs)
+    said = run_shown(where, args.jobs, args.only)
     if UNREACHED in said:
         print("no selected test reaches a mutated function: all mutants are reached by no test")
     status = {}
@@ -257,7 +266,12 @@ def main() -> int:
     worst = 100.0
     for module in modules:
         dotted = module.removesuffix(".py").replace("/", ".")
-        mine = {n: s for n, s in status.items() if n.startswith(dotted + ".x")}
+        mine = {
+            n: s
+            for n, s in status.items()
+            if n.startswith(dotted + ".x")
+            and (not args.only or any(fnmatch.fnmatch(n, o) for o in args.only))
+        }
         counts = Counter(mine.values())
         caught = sum(n for s, n in counts.items() if s in CAUGHT)
         equivalent, open_ = [], []
