@@ -362,15 +362,20 @@ def server_reader(forcing: Forcing) -> Reader:
     return Reader("served", forcing=forcing, server=server)
 
 
-def test_the_model_here_against_a_server_of_it_reads_the_same_ids_and_text() -> None:
+def test_the_model_here_against_a_server_of_it_reads_the_same_ids_and_text(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     """The model here and a server of the same model: A's ids spelled by B's
     vocabulary are A's text, and the probe splits alike, so the divergence is measured
     (over the top k, KL 0: the same logits); a server that spells or splits otherwise
-    is another vocabulary, either way round."""
+    is another vocabulary, either way round. The model's vocabulary is read quietly
+    (llama.cpp's load lines would land on the terminal under the TUI)."""
     t = taught()
     served = served_here()
     for a, b in ((here_reader(), server_reader(served)), (server_reader(served), here_reader())):
+        capfd.readouterr()
         assert asyncio.run(vocabulary_check(a, b, t)) is None
+        assert capfd.readouterr().err == ""
         d, why = asyncio.run(measure(a, b, t))
         assert why is None and d is not None
         assert (d.positions, d.top_k, d.kl_max, d.top1_agreement) == (ANSWER, TOP_K, 0.0, 1.0)
