@@ -468,3 +468,23 @@ def test_each_pair_of_sides_reports_by_label_and_stops_when_asked() -> None:
     spells = server_reader(dataclasses.replace(served, detokenize=other_text))
     d, why = asyncio.run(measure(here_reader(), spells, t))
     assert d is None and why is not None and "reads A's answer ids as other text" in why
+
+
+def test_a_reason_found_while_measuring_is_the_turns_own() -> None:
+    """B a server whose vocabulary only A's sequence shows to differ (it spells A's
+    ids otherwise): each turn keeps A's sequence and says why it has no divergence."""
+
+    async def other_text(server: Server, ids: Sequence[int]) -> str:
+        return "another text"
+
+    b = served_backend()
+    b.family = dataclasses.replace(
+        b.family, forcing=dataclasses.replace(served_here(), detokenize=other_text)
+    )
+    turns = run(Here("a"), b)
+    why = (
+        "B (served) reads A's answer ids as other text: not the same vocabulary, so no "
+        "divergence is measured; the speed figures stand"
+    )
+    assert [(t.number, t.divergence, t.why) for t in turns] == [(1, None, why), (2, None, why)]
+    assert all(t.taught is not None and not t.taught.retokenized for t in turns)
