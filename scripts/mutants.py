@@ -299,7 +299,13 @@ def main() -> int:
         )
         print("\n".join(open_))
     prefixes = tuple(m.removesuffix(".py").replace("/", ".") + ".x" for m in modules)
-    stale = [mark for n, mark in marks.items() if n not in used and n.startswith(prefixes)]
+    stale = [
+        mark
+        for n, mark in marks.items()
+        if n not in used
+        and n.startswith(prefixes)
+        and (not args.only or any(fnmatch.fnmatch(n, o) for o in args.only))  # run, not left
+    ]
     for mark in stale:
         print(f"stale mark (not a survivor, or its lines changed): {mark.name} | {mark.lines}")
     missed = 0 if args.no_known else known_bugs(where, modules)
