@@ -12,6 +12,7 @@ for a module added or changed (issue 49).
     .venv/bin/python scripts/mutants.py --base HEAD~3
     .venv/bin/python scripts/mutants.py chat/trips/diverge.py backends/local/teacher.py
     .venv/bin/python scripts/mutants.py telemetry/otel.py --tests tests/test_otel.py
+    .venv/bin/python scripts/mutants.py backends/local/teacher.py --only '*forced_logits__mutmut_7*'
 
 It works in a copy (`.mutants/`, the package's links made real folders, since mutmut
 names a mutant by its file's path and the tests import `phasechat.<...>`), so the work
@@ -29,6 +30,7 @@ changed (the code moved), is listed as stale: check it and remove or rewrite it.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import pathlib
@@ -53,6 +55,8 @@ COPIED = ("tests", "scripts", "bench", "examples", "docs")
 #: test files of the project's own shape (its folders, its layers): they read the work
 #: tree's top-level folders, which the copy has only under phasechat/, and test no behaviour
 TREE_TESTS = re.compile(r"test_(family_packages|layers|layout|layout_doc|packaging)\.py$")
+#: what `mutmut run` says (and exits 1) when no selected test reaches a mutated function
+UNREACHED = "could not find any test case for any mutant"
 CAUGHT = {"killed", "timeout", "segfault", "caught by type check", "suspicious"}
 
 
@@ -86,7 +90,8 @@ def changed_modules(base: str) -> list[str]:
 
 
 def dotted_name(module: str) -> str:
-    """`phasechat/backends/remote/servers/sglang/__init__.py` -> `phasechat.backends.remote.servers.sglang`
+    """`phasechat/backends/remote/servers/sglang/__init__.py` is named
+    `phasechat.backends.remote.servers.sglang`
     (a package's own module is named by its package, in imports and in mutmut's names)."""
     return module.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
 
@@ -150,9 +155,11 @@ def mutmut(where: pathlib.Path, *args: str, check: bool = True) -> str:
     return run.stdout
 
 
-def run_shown(where: pathlib.Path, jobs: int) -> str:
-    """`mutmut run`, its progress shown as it goes; the last of what it said."""
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+def run_shown(where: pathlib.Path, jobs: int, only: list[str]) -> str:
+    """`mutmut run`, its progress shown as it goes; the last of what it said. A run that
+    fails (its clean tests fail, mutmut is not installed) ends this script with its tail:
+    it would leave no results, and a module without results is no score."""
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *only]
     proc = subprocess.Popen(
         cmd, cwd=where, env=copy_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -162,8 +169,10 @@ def run_shown(where: pathlib.Path, jobs: int) -> str:
         sys.stdout.buffer.write(chunk)
         sys.stdout.flush()
         tail = (tail + chunk)[-65536:]
-    proc.wait()
-    return tail.decode("utf-8", "replace")
+    said = tail.decode("utf-8", "replace")
+    if proc.wait() != 0 and UNREACHED not in said:  # that one: every mutant unreached
+        sys.exit(f"mutmut run failed ({proc.returncode}):\n{said[-4000:]}")
+    return said
 
 
 def known_bugs(where: pathlib.Path, modules: list[str]) -> int:
@@ -236,6 +245,13 @@ def main() -> int:
     p.add_argument(
         "--no-known", action="store_true", help="skip scripts/known_bugs.py for the modules"
     )
+    p.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="only these mutants (names or fnmatch patterns, e.g. an earlier run's "
+        "survivors); the scores count only them",
+    )
     args = p.parse_args()
 
     raw = args.modules or changed_modules(args.base)
@@ -251,11 +267,11 @@ def main() -> int:
     where = pathlib.Path(args.where)
     stage(where)
     configure(where, modules, tests, args.marks)
-    said = run_shown(where, args.jobs)
+    said = run_shown(where, args.jobs, args.only)
     if "failed to collect stats" in said:
         # a selected test fails on the unmutated code: every mutant would read as unreached
         sys.exit("the tests fail before any mutant: run them in the copy and fix that first")
-    if "could not find any test case for any mutant" in said:
+    if UNREACHED in said:
         print("no selected test reaches a mutated function: all mutants are reached by no test")
     status = {}
     for line in mutmut(where, "results", "--all", "true").splitlines():
@@ -268,7 +284,12 @@ def main() -> int:
     worst = 100.0
     for module in modules:
         dotted = dotted_name(module)
-        mine = {n: s for n, s in status.items() if n.startswith(dotted + ".x")}
+        mine = {
+            n: s
+            for n, s in status.items()
+            if n.startswith(dotted + ".x")
+            and (not args.only or any(fnmatch.fnmatch(n, o) for o in args.only))
+        }
         counts = Counter(mine.values())
         caught = sum(n for s, n in counts.items() if s in CAUGHT)
         equivalent, open_ = [], []
@@ -282,6 +303,10 @@ def main() -> int:
                 used.add(name)
             else:
                 open_.append(f"  {name} ({mine[name]}): {lines}")
+        if not mine:  # mutmut made none, or said nothing of them: not a score of 100%
+            print(f"\n{module}: no mutant results (nothing to mutate, or mutmut failed)")
+            worst = 0.0
+            continue
         judged = len(mine) - len(equivalent)
         unreached = counts.get("no tests", 0) + counts.get("not checked", 0)
         score = 100.0 * caught / judged if judged else 100.0
@@ -292,7 +317,13 @@ def main() -> int:
         )
         print("\n".join(open_))
     prefixes = tuple(dotted_name(m) + ".x" for m in modules)
-    stale = [mark for n, mark in marks.items() if n not in used and n.startswith(prefixes)]
+    stale = [
+        mark
+        for n, mark in marks.items()
+        if n not in used
+        and n.startswith(prefixes)
+        and (not args.only or any(fnmatch.fnmatch(n, o) for o in args.only))  # run, not left
+    ]
     for mark in stale:
         print(f"stale mark (not a survivor, or its lines changed): {mark.name} | {mark.lines}")
     missed = 0 if args.no_known else known_bugs(where, modules)
