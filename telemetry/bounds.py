@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from phasechat.backends.measured import number_in
-from phasechat.backends.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+from phasechat.backends.remote.wire_numbers import MAX_TOKENS, as_count, as_ms, as_rate
+from phasechat.backends.untrusted import number_in
 
 #: The most bytes a decode step (or a KV cache) is believed to read: a petabyte.
 MAX_BYTES = 2**50

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phasechat.backends.wire_numbers import as_rate
+from phasechat.backends.remote.wire_numbers import as_rate
 from phasechat.telemetry.recorder import BURST_GAP_NS, Trace
 
 _NS_PER_MS = 1_000_000

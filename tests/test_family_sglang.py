@@ -11,8 +11,8 @@ import pytest
 
 from phasechat.backends.events import ServerAccount, StreamError
 from phasechat.backends.remote.servers.sglang import chunk_timing, listed_window
-from phasechat.backends.windows import Window
-from phasechat.backends.wire_numbers import Fields
+from phasechat.backends.remote.windows import Window
+from phasechat.backends.remote.wire_numbers import Fields
 from phasechat.telemetry.waterfall import OTHER, PREFILL, QUEUED, REST
 from tests.standins import serve
 from tests.standins.chat import chat

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from phasechat.backends.events import AnswerTokens, Message
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.openai import RemoteBackend, RemoteConfig
-from phasechat.backends.servers.forcing import TOP_K, Forcing, Listed, Server
-from phasechat.backends.teacher import EngineSetting
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.teacher import EngineSetting
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
+from phasechat.backends.remote.servers.forcing import TOP_K, Forcing, Listed, Server
 from phasechat.chat.trips.forced_sides import (
     Forced,
     Reader,

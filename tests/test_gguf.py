@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from phasechat.backends.gguf import (
+from phasechat.backends.local.gguf import (
     GGUFError,
     LayerBytes,
     check_model,

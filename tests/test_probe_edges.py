@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.probe import Probe, base_url_of, local_urls, port_keys, shown_model
+from phasechat.backends.remote.probe import Probe, base_url_of, local_urls, port_keys, shown_model
 
 URL = "http://127.0.0.1:8080/v1"
 

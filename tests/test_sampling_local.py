@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from phasechat.backends.local import sampling
 from phasechat.backends.events import AnswerTokens, GenerationRequest, Message, TextDelta
-from phasechat.backends.local import LocalBackend
+from phasechat.backends.local import sampling
+from phasechat.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.model
 

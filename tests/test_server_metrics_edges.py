@@ -10,9 +10,9 @@ import asyncio
 import httpx
 import pytest
 
-from phasechat.backends.remote import server_metrics
 from phasechat.backends.events import ServerAccount, Usage
-from phasechat.backends.server_metrics import MetricsWatch, Span, joined, parse
+from phasechat.backends.remote import server_metrics
+from phasechat.backends.remote.server_metrics import MetricsWatch, Span, joined, parse
 from phasechat.backends.remote.servers.llama_server import FAMILY as LLAMA
 from phasechat.backends.remote.servers.sglang import FAMILY as SGLANG
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from phasechat.backends.stderr_tail import STDERR_TAIL, StderrTail
+from phasechat.backends.local.stderr_tail import STDERR_TAIL, StderrTail
 
 #: a bound that only a hang reaches (nothing here takes a second when all is well)
 NOT_HUNG_S = 30.0
@@ -159,7 +159,7 @@ def test_a_grandchild_holding_the_pipe_does_not_hold_the_interpreter_exit() -> N
     holds the pipe exits at once, not when the grandchild does (60 s)."""
     program = (
         "import subprocess, sys\n"
-        "from phasechat.backends.stderr_tail import StderrTail\n"
+        "from phasechat.backends.local.stderr_tail import StderrTail\n"
         f"proc = subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}], "
         "stderr=subprocess.PIPE, stdout=subprocess.PIPE)\n"
         "tail = StderrTail(proc)\n"

@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
+from phasechat.backends.base import Stopped
 from phasechat.backends.events import (
     AnswerTokens,
     Event,
@@ -29,12 +30,12 @@ from phasechat.backends.events import (
     Message,
     TextDelta,
 )
-from phasechat.backends.gguf import KV_TYPE_NAMES
-from phasechat.backends.llama_logs import verbose
-from phasechat.backends.local import LocalConfig
-from phasechat.backends.models import default_model_path
-from phasechat.backends.servers.forcing import TOP_K, Forcing, Listed, Server
-from phasechat.backends.teacher import BATCH, EngineSetting, Stopped, forced_logits
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.gguf import KV_TYPE_NAMES
+from phasechat.backends.local.llama_logs import verbose
+from phasechat.backends.local.models import default_model_path
+from phasechat.backends.local.teacher import BATCH, EngineSetting, forced_logits
+from phasechat.backends.remote.servers.forcing import TOP_K, Forcing, Listed, Server
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.compare import Side
 from phasechat.chat.trips.diverge import Turn, diverge, overall, overall_floor

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from phasechat.backends.urls import endpoint, root_of, server_key, trimmed
+from phasechat.backends.remote.urls import endpoint, root_of, server_key, trimmed
 
 
 def test_a_path_ending_in_any_other_character_keeps_it() -> None:

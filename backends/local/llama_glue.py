@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from phasechat.backends.local import sampling
 from phasechat.backends.events import KVStats, ServerTimings, StreamError
+from phasechat.backends.local import sampling
 from phasechat.backends.local.gguf import KV_TYPE_BYTES, Geometry
 from phasechat.backends.local.offload import split
 
