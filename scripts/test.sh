@@ -79,6 +79,6 @@ if [ "$servers" = 1 ] && [ -z "${PHASECHAT_LLAMA_SERVER:-}" ]; then
 fi
 V=.venv/bin
 echo "== ruff" && timed ruff $V/ruff check . && timed ruff_format $V/ruff format --check .
-echo "== mypy --strict" && timed mypy $V/mypy
-echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/lint-imports
+echo "== mypy --strict" && timed mypy $V/python scripts/mypy_package.py
+echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/python scripts/lint_imports.py
 echo "== pytest" && timed pytest $V/pytest -q "$@"
