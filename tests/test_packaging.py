@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,9 @@ def clone_without_links(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def wheel(clone_without_links: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `pip wheel` builds from the clone, offline: no index, and the build
     backend this environment has (setuptools, from the dev extras)."""
+    setuptools = version("setuptools")
+    if int(setuptools.split(".")[0]) < 77:  # before PEP 639's `license = "MIT"`
+        pytest.fail(f"setuptools {setuptools} here; the dev extras need >=77: scripts/setup.sh dev")
     out = tmp_path_factory.mktemp("wheel")
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
