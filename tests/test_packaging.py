@@ -96,7 +96,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
         "phasechat",
         wheel.name.split("-py")[0] + ".dist-info",
     }
-    for layer in LAYERS:  # real files under phasechat/
+    for layer in LAYERS:  # real files, not links, under phasechat/
         assert f"phasechat/{layer}/__init__.py" in names, layer
     assert "phasechat/tui/app.tcss" in names and "phasechat/backends/local.py" in names
 
@@ -107,9 +107,20 @@ def test_the_wheel_holds_every_module_of_each_layer(wheel: Path, clone_without_l
     expected = {f"phasechat/{path}" for path in tracked if path.split("/")[0] in LAYERS}
     expected |= {path for path in tracked if path.startswith("phasechat/")}
     # the subpackages too (backends/servers/vllm/...), found without being listed
-    assert len(expected) > 150 and "phasechat/backends/servers/vllm/__init__.py" in expected
+    assert len(expected) > 150 and deepest_package(expected).count(".") >= 3
     assert sorted(expected - names) == []
     assert {n for n in names if n.endswith(".py")} == expected  # and nothing else
+
+
+def deepest_package(paths: set[str]) -> str:
+    """The most deeply nested package of the layers among `paths` (wheel entries), by
+    its dotted name: one that only a mapping that finds subpackages installs."""
+    inits = [p for p in paths if p.endswith("/__init__.py") and p.split("/")[1] in LAYERS]
+    return (
+        max(sorted(inits), key=lambda p: p.count("/"))
+        .removesuffix("/__init__.py")
+        .replace("/", ".")
+    )
 
 
 def test_an_install_of_the_wheel_runs_from_its_own_files(wheel: Path, tmp_path: Path) -> None:
@@ -123,10 +134,8 @@ def test_an_install_of_the_wheel_runs_from_its_own_files(wheel: Path, tmp_path: 
     )  # fmt: skip
     # the dependencies from this environment; phasechat only from the target (not the
     # repository: PYTHONPATH is the target alone and the folder is elsewhere)
-    code = (
-        "import phasechat.tui.app as m, phasechat.backends.servers.vllm as v;"
-        "print(m.__file__, v.__file__)"
-    )
+    deep = deepest_package(set(zipfile.ZipFile(wheel).namelist()))  # backends.servers.<one>
+    code = f"import phasechat.tui.app as m, {deep} as d; print(m.__file__, d.__file__)"
     r = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -136,9 +145,9 @@ def test_an_install_of_the_wheel_runs_from_its_own_files(wheel: Path, tmp_path: 
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
-    app, vllm = r.stdout.split()
+    app, deep_file = r.stdout.split()
     assert Path(app) == target / "phasechat" / "tui" / "app.py"
-    assert Path(vllm) == target / "phasechat" / "backends" / "servers" / "vllm" / "__init__.py"
+    assert Path(deep_file) == target.joinpath(*deep.split("."), "__init__.py")
 
 
 def test_a_clone_without_links_runs_from_its_own_folder(clone_without_links: Path) -> None:
