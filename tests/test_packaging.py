@@ -90,17 +90,6 @@ def test_the_clone_really_has_no_links(clone_without_links: Path) -> None:
     assert links == [] and len(entries) > 300
 
 
-def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
-    names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {
-        "phasechat",
-        wheel.name.split("-py")[0] + ".dist-info",
-    }
-    for layer in LAYERS:  # real files, not links, under phasechat/
-        assert f"phasechat/{layer}/__init__.py" in names, layer
-    assert "phasechat/tui/app.tcss" in names and "phasechat/backends/local.py" in names
-
-
 def test_the_wheel_holds_every_module_of_each_layer(wheel: Path, clone_without_links: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = git("-C", clone_without_links, "ls-files", "*.py").splitlines()
@@ -163,3 +152,14 @@ def test_a_clone_without_links_runs_from_its_own_folder(clone_without_links: Pat
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(clone_without_links / "tui" / "app.py"), "phasechat.tui.app"]
+
+
+def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {
+        "phasechat",
+        wheel.name.split("-py")[0] + ".dist-info",
+    }
+    for layer in LAYERS:  # real files, not links, under phasechat/
+        assert f"phasechat/{layer}/__init__.py" in names, layer
+    assert "phasechat/tui/app.tcss" in names and "phasechat/backends/local.py" in names
