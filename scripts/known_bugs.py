@@ -45,7 +45,7 @@ def test_files(bug: dict[str, Any]) -> list[str]:
 
 def source(name: str) -> pathlib.Path:
     """A module's file: `chat/x.py` in the work tree, `phasechat/chat/x.py` in a copy
-    whose package holds folders, not links (scripts/mutants.py's)."""
+    laid out as a wheel (scripts/mutants.py's)."""
     path = ROOT / name
     return path if path.exists() else ROOT / "phasechat" / name
 

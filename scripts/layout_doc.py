@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from package_map import module_file, modules_of  # scripts/ is on the path
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "layout.md"
 BEGIN = "<!-- scripts/layout_doc.py writes this table from the code: edit the docstrings -->"
@@ -72,16 +74,6 @@ def layers_of(pyproject: dict[str, object]) -> list[list[list[str]]]:
     return out
 
 
-def module_file(root: Path, name: str) -> Path | None:
-    """The file of module or package `name` under `root` (the package's `__init__.py`)."""
-    base = root.joinpath(*name.split("."))
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    return None
-
-
 def read_module(root: Path, path: Path) -> Module | None:
     """`path` as a table row, None for a package's `__init__.py` with no docstring."""
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
@@ -115,9 +107,7 @@ def modules_under(
         module = read_module(root, path)
         return [module] if module else []
     found = []
-    for file in sorted(path.parent.rglob("*.py")):
-        parts = file.relative_to(root).with_suffix("").parts
-        dotted = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for dotted, file in modules_of(root, name).items():
         if any(dotted == c or dotted.startswith(c + ".") for c in claimed - {name}):
             continue
         # the package's own row (its __init__.py) before its modules

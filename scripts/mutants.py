@@ -14,8 +14,9 @@ for a module added or changed (issue 49).
     .venv/bin/python scripts/mutants.py telemetry/otel.py --tests tests/test_otel.py
     .venv/bin/python scripts/mutants.py backends/local/teacher.py --only '*forced_logits__mutmut_7*'
 
-It works in a copy (`.mutants/`, the package's links made real folders, since mutmut
-names a mutant by its file's path and the tests import `phasechat.<...>`), so the work
+It works in a copy (`.mutants/`, the package laid out as a wheel lays it out, its mapped
+folders real folders inside it, since mutmut names a mutant by its file's path and the
+tests import `phasechat.<...>`: scripts/package_map.py), so the work
 tree is never edited and may be used meanwhile. The tests for a module are the test
 files that import it, less the UI and snapshot files (`--ui` keeps them), run with
 `-m "not server"` (`--marks` to change; a real llama-server needs PHASECHAT_LLAMA_SERVER).
@@ -42,10 +43,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 import tomlkit
+from package_map import copy_package  # scripts/ is on the path when run as a script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARKS = ROOT / "scripts" / "mutants_equivalent.txt"
-#: the folders whose modules are product code (the links under phasechat/ and its own)
+#: the folders whose modules are product code (those mapped into phasechat/ and its own)
 PRODUCT = ("backends/", "chat/", "telemetry/", "tui/", "themes/", "phasechat/")
 #: test files that draw the UI: slow, and they reach the module through the screens
 UI_TESTS = re.compile(r"tui|snapshot|pty|markdown|ui_pace|odd_input|compare_tables")
@@ -108,10 +110,10 @@ def test_files(module: str, ui: bool) -> list[str]:
 
 
 def stage(where: pathlib.Path) -> None:
-    """A copy of the package with its links made folders, the tests and the scripts."""
+    """A copy of the package as a wheel lays it out, the tests and the scripts."""
     shutil.rmtree(where, ignore_errors=True)
     junk = shutil.ignore_patterns("__pycache__", "*.pyc", "snapshot_report.html")
-    shutil.copytree(ROOT / "phasechat", where / "phasechat", symlinks=False, ignore=junk)
+    copy_package(ROOT, "phasechat", where)
     for name in COPIED:
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, where / name, ignore=junk)

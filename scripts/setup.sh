@@ -14,15 +14,6 @@ VENV=.venv
 EXTRAS=${1:-}
 log() { printf 'phasechat setup: %s\n' "$*" >&2; }
 
-# A clone made without symlinks has phasechat/backends, ... as small text files, and
-# phasechat/__init__.py refuses to import: stop here with its one line (which names the
-# fix), before creating or building anything. (-S: only this folder's phasechat counts.)
-"$PYTHON" -S -c 'import sys
-try:
-    import phasechat
-except ImportError as exc:
-    sys.exit(str(exc))'
-
 if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"
@@ -61,7 +52,7 @@ if [ "$(cat "$VENV/.llama-python-key" 2>/dev/null || true)" != "$python_key" ]; 
 fi
 target="."
 [ "$EXTRAS" = "dev" ] && target=".[dev]"
-project_key=$(sha256sum < pyproject.toml | cut -c1-16)
+project_key=$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)
 stamp="$VENV/.phasechat-$project_key-${EXTRAS:-run}"
 # A dev install is a superset of a run install: after the tests, running needs nothing.
 if [ ! -f "$stamp" ] && [ ! -f "$VENV/.phasechat-$project_key-dev" ]; then

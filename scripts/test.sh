@@ -79,8 +79,8 @@ if [ "$servers" = 1 ] && [ -z "${PHASECHAT_LLAMA_SERVER:-}" ]; then
 fi
 V=.venv/bin
 echo "== ruff" && timed ruff $V/ruff check . && timed ruff_format $V/ruff format --check .
-echo "== mypy --strict" && timed mypy $V/mypy
-echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/lint-imports
+echo "== mypy --strict" && timed mypy $V/python scripts/mypy_package.py
+echo "== lint-imports (layers: pyproject.toml [tool.importlinter])" && timed lint-imports $V/python scripts/lint_imports.py
 if [ $# -gt 0 ]; then
     # a selection of the user's own (files, -k, -m ...): one run, as given
     echo "== pytest" && timed pytest $V/pytest -q "$@"

@@ -11,7 +11,6 @@ nothing of the package, or their imports would be the unchecked ones.
 from __future__ import annotations
 
 import ast
-import os
 import tomllib
 from pathlib import Path
 
@@ -21,16 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def modules_of(root: Path, package: str) -> dict[str, Path]:
-    """Each module of `package` under `root` (through its symlinked folders), by name."""
-    found = {}
-    for folder, dirs, files in os.walk(root / package, followlinks=True):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        parts = Path(folder).relative_to(root).parts
-        for file in files:
-            if file.endswith(".py"):
-                stem = file[: -len(".py")]
-                name = ".".join(parts if stem == "__init__" else (*parts, stem))
-                found[name] = Path(folder) / file
+    """Each module of `package` under `root` (its own folder and the top-level folders
+    mapped into it, scripts/package_map.py), by name."""
+    found: dict[str, Path] = layout_doc.modules_of(root, package)
     return found
 
 
@@ -69,7 +61,7 @@ def uncovered(root: Path, package: str) -> list[str]:
 
 def test_every_module_of_phasechat_is_in_a_layer() -> None:
     found = modules_of(ROOT, "phasechat")
-    # the walk goes through the links: the layers' own modules are there
+    # the walk goes through the mapped folders: the layers' own modules are there
     assert {"phasechat.backends.base", "phasechat.tui.app", "phasechat.chat.turns"} <= set(found)
     assert "phasechat.cli.commands.endpoints_cli" in found and len(found) > 150
     assert uncovered(ROOT, "phasechat") == [], "add these to a layer in pyproject.toml"

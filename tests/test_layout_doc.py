@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_script() -> ModuleType:
-    """scripts/layout_doc.py as a module (scripts/ is not a package)."""
+    """scripts/layout_doc.py as a module (scripts/ is not a package; its own imports,
+    scripts/package_map.py, are found as when it runs as a script)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.append(str(ROOT / "scripts"))
     spec = importlib.util.spec_from_file_location("layout_doc", ROOT / "scripts" / "layout_doc.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
