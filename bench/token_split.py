@@ -41,14 +41,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from phasechat.backends.llama_glue import llama_thread, physical_cores, reuse_prefix
-from phasechat.backends.stops import StopMatcher
-from phasechat.backends.think import ThinkSplitter
-
 from bench import fast_model
 from phasechat.backends.events import GenerationRequest, Message
+from phasechat.backends.llama_glue import llama_thread, physical_cores, reuse_prefix
 from phasechat.backends.local import LocalBackend, LocalConfig, handoff, sampling
 from phasechat.backends.local import backend as local
+from phasechat.backends.stops import StopMatcher
+from phasechat.backends.think import ThinkSplitter
 from phasechat.telemetry.metrics import compute
 from phasechat.telemetry.recorder import Trace, record
 
