@@ -95,7 +95,7 @@ def _on_app_or_screen(app: Any, name: str) -> Any:
 
 
 async def walk_one_send() -> Walk:
-    from phasechat.backends.openai import RemoteBackend, RemoteConfig
+    from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
     from phasechat.chat.config.settings import Settings
     from phasechat.tui.app import PhasechatApp
     from tests.fault_server import fault_server_thread
