@@ -114,8 +114,20 @@ def test_a_local_side_that_read_no_prompt_says_so_in_full(tmp_path: Path) -> Non
 
 
 class Bare:
-    """A local side that names its model file and config and nothing else (no flash
-    attention, threads or GPU layers of its own)."""
+    """A local side that names its model file and config, and says nothing of its own
+    engine yet (not loaded: no flash attention, no threads, no GPU layers): the members
+    of `ModelFile` (backends/local/capability.py) at their "not loaded" values."""
+
+    def __init__(self, path: Path) -> None:
+        self.model_path = path
+        self.config = LocalConfig(model_path=path)
+        self.flash_attn: bool | None = None
+        self.threads = 0
+        self.gpu_layers = 0
+
+
+class Partial:
+    """A side that names a model file and nothing of the engine: not a local side."""
 
     def __init__(self, path: Path) -> None:
         self.model_path = path
@@ -130,6 +142,8 @@ def test_a_local_side_that_says_nothing_else_is_read_with_llama_cpps_defaults(
     assert forced == Forced(path, EngineSetting())
     assert forced is not None and forced.setting.threads is None
     assert (forced.setting.gpu_layers, forced.setting.flash_attn) == (0, None)
+    # a side without the engine's members is no local side (a protocol, not a probe)
+    assert forced_of(Partial(path)) is None  # type: ignore[arg-type]
 
 
 def test_a_server_that_gives_no_log_probabilities_says_which_do() -> None:
