@@ -61,14 +61,35 @@ def check_decode(m: Metrics) -> None:
     assert m.ttft_ms == pytest.approx(m.server_ttft_ms + m.transport_ms)
 
 
+#: how often a measurement is made again when its tokens came in a burst
+TRIES = 3
+
+
+async def streamed(backend: RemoteBackend, prompt: str, max_tokens: int) -> Metrics:
+    """One request, made again (up to TRIES) while its tokens arrive in a burst.
+
+    On a 2-core machine vLLM's engine process can starve its API server process for a
+    whole answer (CI, stop 53: 16 tokens decoded over ~1 s arrived within 1.26 ms). Then
+    the client saw no decode, and the meter says so instead of inventing a rate: that is
+    checked here, and the comparison with vLLM's own is made on a stream that came as one.
+    """
+    for _ in range(TRIES):
+        m = await one(backend, prompt, max_tokens)
+        if m.decode_unknown is None:
+            return m
+        assert "a burst" in m.decode_unknown and m.decode_tok_s is None
+        assert m.server_decode_tok_s is not None  # the server's own account still stands
+    return m
+
+
 async def test_decode_is_within_2_percent_of_vllm_s_own(vllm: VllmServer) -> None:
     backend = backend_for(vllm)
     await backend.start()
     await one(backend, "Hi", 4)  # the first request after start pays a warm-up
-    length = await one(backend, STOPPING[0], 16)
+    length = await streamed(backend, STOPPING[0], 16)
     stopped = []
     for prompt in STOPPING:
-        if (m := await one(backend, prompt, 200)).finish == "stop":
+        if (m := await streamed(backend, prompt, 200)).finish == "stop":
             stopped.append(m)
             break
     await backend.aclose()
