@@ -104,10 +104,13 @@ async def test_decode_is_within_2_percent_of_vllm_s_own(vllm: VllmServer) -> Non
 async def test_overlapping_requests_have_no_server_figures(vllm: VllmServer) -> None:
     backend = backend_for(vllm)
     await backend.start()
-    a, b = await asyncio.gather(
-        one(backend, "Name three colours.", 24), one(backend, "Name three fruits.", 24)
-    )
-    alone = await one(backend, "Name three trees.", 24)
+    for _ in range(TRIES):  # again while a starved API server sent either as a burst
+        a, b = await asyncio.gather(
+            one(backend, "Name three colours.", 24), one(backend, "Name three fruits.", 24)
+        )
+        if a.decode_unknown is None and b.decode_unknown is None:
+            break
+    alone = await streamed(backend, "Name three trees.", 24)
     await backend.aclose()
     for m in (a, b):
         assert m.server_unknown is not None  # which sign of it the reads caught varies
