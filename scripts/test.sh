@@ -105,8 +105,10 @@ half() {
         *) failed=$rc ;;
     esac
 }
-half "the rest, $workers workers" -m "not engine" -n "$workers"
-half "llama.cpp and servers, alone" -m engine
+# --durations: the slowest tests and fixtures of each half, printed where CI's log keeps them
+# (what the test command's time goes to is read from there, not guessed)
+half "the rest, $workers workers" -m "not engine" -n "$workers" --durations=15
+half "llama.cpp and servers, alone" -m engine --durations=40
 [ "$failed" != 0 ] && exit "$failed"
 [ "$empty" = 2 ] && exit 5
 exit 0
