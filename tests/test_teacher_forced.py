@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -61,11 +61,27 @@ THREADS = 1
 ANSWER = 6
 
 
-@cache
-def vocab() -> Any:
-    import llama_cpp
+#: the bundled model's vocabulary, loaded once for the module (`vocab`)
+_VOCAB: list[Any] = []
 
-    return llama_cpp.Llama(model_path=str(default_model_path()), vocab_only=True, verbose=False)
+
+def vocab() -> Any:
+    if not _VOCAB:
+        import llama_cpp
+
+        path = str(default_model_path())
+        _VOCAB.append(llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False))
+    return _VOCAB[0]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _vocab_closed() -> Iterator[None]:
+    """The vocabulary is closed with the module, not left to `Llama.__del__` at the
+    interpreter's exit, when llama_cpp's module globals are gone already (a TypeError
+    printed at the end of every run)."""
+    yield
+    while _VOCAB:
+        _VOCAB.pop().close()
 
 
 def ids_of(text: str, bos: bool) -> list[int]:
