@@ -38,7 +38,7 @@ from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.engine_held import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.text import is_text
 from phasechat.chat.trim.trimmer import Trimmer
-from phasechat.chat.trim.types import SendPlan, TrimStats
+from phasechat.chat.trim.types import Answered, Refused, SendPlan, Shown, TrimStats
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.live import Live, finished, snapshot
 from phasechat.telemetry.metrics import Metrics, compute
@@ -288,7 +288,7 @@ class TurnController:
         self._refuse_busy()
         self._conversation = conversation
         self._settings = replace(self._settings, system=conversation.system)
-        self.trimmer.follow(conversation)
+        self.trimmer.tell(Shown(conversation))
         last = self.last_request()
         self._engines.opened = (last[0], conversation.messages[-1]) if last else None
 
@@ -321,7 +321,6 @@ class TurnController:
         if user.status == "error":  # refused before (too long): it is being sent again
             user.status, user.error = "complete", None
             self._updated(user, final=True)
-        self.trimmer.follow(self._conversation)
         return self._answer(user)
 
     def edit(self, message_id: int, text: str) -> Exchange:
@@ -334,7 +333,6 @@ class TurnController:
             raise InputError("only a question on the branch shown can be edited")
         if not self._on_system_branch(keep=index):
             self._conversation.rewind(path[index].parent)
-        self.trimmer.follow(self._conversation)
         return self._answer(self._added(ChatMessage("user", text)))
 
     def ask_over(self, messages: Sequence[Message]) -> Exchange:
@@ -372,7 +370,7 @@ class TurnController:
         else:
             index = next((i for i, m in enumerate(path) if m.id == edit), len(path))
             keep, new = path[:index], [ChatMessage("user", text)]
-        summary = self.trimmer.summary if self.trimmer.enabled else None
+        summary = self.trimmer.in_use
         on_branch = {m.id for m in keep}
         if (
             summary is None
@@ -420,20 +418,19 @@ class TurnController:
         last = self._added(ChatMessage("system", self._settings.system))
         for message in kept:
             last = self._added(message.copy(parent=last.id))
-        self.trimmer.follow(self._conversation)
         return True
 
     def _answer(self, user: ChatMessage) -> Exchange:
         """An empty answer to `user` (the leaf), its request planned, ready to `run`."""
         backend = self._backend
         try:
-            plan = self.trimmer.prepare(backend, self._conversation, self._settings.max_tokens)
-            request = self.request()
-            trace = self._trace_for(request)
+            plan = self.trimmer.plan(backend, self._conversation, self._settings.max_tokens)
         except PromptRefused as exc:  # kept and saved, not sent; the chat goes on
             user.status, user.error = "error", str(exc)
             self._updated(user, final=True)
             raise InputError(str(exc)) from None
+        request = self._request(plan.messages)
+        trace = self._trace_for(request, plan)
         answer = self._added(
             ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
         )
@@ -445,49 +442,50 @@ class TurnController:
 
     def request(self) -> GenerationRequest:
         """The request the next answer would be, from the branch as it stands."""
+        return self._request(self.trimmer.prompt_messages(self._conversation))
+
+    def _request(self, messages: tuple[Message, ...]) -> GenerationRequest:
         s = self._settings
         return GenerationRequest(
-            messages=self.trimmer.prompt_messages(self._conversation),
+            messages=messages,
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             stop=s.stop,
             seed=s.seed,
         )
 
-    def _trace_for(self, request: GenerationRequest) -> Trace:
-        """A new trace for sending `request` on the active backend: our own count of its
-        prompt, and the window (one the server named when it refused a prompt, if any)."""
+    def _trace_for(self, request: GenerationRequest, plan: SendPlan) -> Trace:
+        """A new trace for sending `request` on the active backend, as `plan` counted
+        its prompt and named the window (one a server named when it refused, if any)."""
         backend = self._backend
-        count = backend.count_tokens(request.messages)
-        learned = self.trimmer.windows.get(backend.name)
         return Trace(
             backend=self._name or backend.name,
             model=backend.model,
             max_tokens=request.max_tokens,
-            prompt_estimate=count.tokens,
-            prompt_estimate_exact=not count.estimated,
-            window=learned or backend.context_window,
-            window_source="the server's refusal" if learned else backend.context_source,
+            prompt_estimate=plan.prompt_tokens,
+            prompt_estimate_exact=plan.exact,
+            window=plan.window,
+            window_source=plan.window_source,
         )
 
-    def _planned(self, exchange: Exchange, plan: SendPlan) -> None:
+    @staticmethod
+    def _planned(exchange: Exchange, plan: SendPlan) -> None:
         exchange.trimmed, exchange.trim_note = plan.trimmed, plan.note
         exchange.trim_wait_ms = plan.waited_ms
         exchange.trim_plan = plan
-        if not plan.wait and exchange.request is not None:
-            estimate = exchange.trace.prompt_estimate or 0
-            exchange.tokens_cut = self.trimmer.sent(self._backend, self._conversation, estimate)
+        if not plan.wait:
+            exchange.tokens_cut = plan.tokens_cut
 
     async def _settle(self, exchange: Exchange) -> None:
         """Wait for the summary this send needs (outside TTFT, recorded on the exchange)."""
         plan = exchange.trim_plan
-        if plan is None or not plan.wait:
+        if plan is None or plan.ready is None:
             return
         exchange.trace.queue(time.perf_counter_ns())  # shown as its own phase
-        plan = await self.trimmer.wait(plan)
-        exchange.request = request = self.request()
-        count = self._backend.count_tokens(request.messages)
-        exchange.trace.estimate_prompt(count.tokens, not count.estimated)
+        plan = await plan.ready()
+        exchange.request = self._request(plan.messages)
+        assert plan.prompt_tokens is not None
+        exchange.trace.estimate_prompt(plan.prompt_tokens, plan.exact)
         self._planned(exchange, plan)
 
     async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
@@ -580,24 +578,30 @@ class TurnController:
             yield event
 
     async def _refit(self, exchange: Exchange) -> bool:
-        """After a server refused the prompt as longer than its window: learn the window
-        it named, trim the history to fit it, and prepare one more request. False when
-        there is nothing to trim (then the refusal stands)."""
+        """After a server refused the prompt as longer than its window: tell the trimmer
+        (it learns the window the server named and trims the history to fit it), and
+        prepare one more request. False when there is nothing to trim (then the refusal
+        stands)."""
         error = exchange.trace.error
-        if error is None or error.kind != "context_overflow" or not self.trimmer.enabled:
+        if error is None or error.kind != "context_overflow":
             return False
         n_ctx = error.detail.get("n_ctx")
-        if isinstance(n_ctx, int) and n_ctx > 0:
-            self.trimmer.windows[self._backend.name] = n_ctx
-        plan = await self.trimmer.refit(
-            self._backend, self._conversation, self._settings.max_tokens
+        told = Refused(
+            self._backend,
+            self._conversation,
+            self._settings.max_tokens,
+            n_ctx if isinstance(n_ctx, int) else None,
         )
-        if plan is None:
+        plan = self.trimmer.tell(told)
+        if plan is None or plan.ready is None:
             return False
-        request = self.request()
+        plan = await plan.ready()
+        if not plan.trimmed:
+            return False
+        request = self._request(plan.messages)
         if self._watchers:
             self._ended(exchange.trace, compute(exchange.trace))
-        exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
+        exchange.trace = self._trace_for(request, plan)  # the refused request's is replaced
         said = (
             f"the server refused the prompt as longer than its window: {error.message}; "
             "trimmed the history and sent it again"
@@ -660,7 +664,9 @@ class TurnController:
             self._current = None
         self._updated(answer, final=True)
         if answer.status != "error":
-            self.trimmer.after_answer(self._backend, self._conversation, self._settings.max_tokens)
+            self.trimmer.tell(
+                Answered(self._backend, self._conversation, self._settings.max_tokens)
+            )
 
     # -- branches ----------------------------------------------------------------------
     def show_sibling(self, message_id: int, step: int) -> ChatMessage | None:
@@ -675,7 +681,7 @@ class TurnController:
             return None
         conversation.select(siblings[index].id)
         self._settings = replace(self._settings, system=conversation.system)
-        self.trimmer.follow(conversation)
+        self.trimmer.tell(Shown(conversation))
         self._shown()
         return siblings[index]
 
