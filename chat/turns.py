@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -140,6 +140,155 @@ class RequestWatcher(Protocol):
 
 #: How often streamed text is handed to listeners: a crash loses at most this much.
 FLUSH_S = 0.5
+#: A stream whose events are all ready at once never suspends the loop: the turn gives
+#: the rest of the process (the UI's timer) a turn at least this often.
+YIELD_EVERY_NS = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """One event of the answer's stream as the recorder took it (a token, the prefill's
+    progress, the server's figures, ...)."""
+
+    exchange: Exchange
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    """The answer ended in an error (told just before its `TurnEnded`)."""
+
+    exchange: Exchange
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """The turn is over, however it ended (complete, stopped, failed): its answer is
+    final, saved with its anatomy, and these are its metrics."""
+
+    exchange: Exchange
+    metrics: Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class SaveFailed:
+    """Saving the chat failed (`line` says why); the chat is kept in memory and the
+    writes are tried again (chat/store/writer.py). Told once until `SaveRecovered`."""
+
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRecovered:
+    """The writes that failed were written after all."""
+
+    line: str
+
+
+#: What a turn, and the controller, tell their subscribers.
+TurnEvent = Streamed | TurnFailed | TurnEnded | SaveFailed | SaveRecovered
+Subscriber = Callable[[TurnEvent], None]
+
+
+class Turn:
+    """A turn started: one asyncio task streaming one exchange (`TurnController.run`).
+
+    Await it for its end: a turn stopped raises `CancelledError` there, as awaiting
+    any cancelled task does, and a caller cancelled while it waits cancels the turn; in
+    both, once its partial answer is saved. `subscribe` to its events; `cancel` stops
+    it. Iterating it gives the stream's own events one at a time, the turn waiting
+    between them as a generator would (leaving the loop early and closing the iterator
+    stops it; a turn stopped raises `CancelledError` there too)."""
+
+    def __init__(
+        self,
+        exchange: Exchange,
+        body: Callable[[Turn], Coroutine[Any, Any, None]],
+        ended: Callable[[Turn], None],
+        also: Subscriber,
+    ) -> None:
+        self.exchange = exchange
+        self._subscribers: list[Subscriber] = [also]
+        self._readers: list[asyncio.Queue[Event | None]] = []
+        self._ended = ended
+        self._task = asyncio.create_task(body(self), name="phasechat-turn")
+        # a done callback, not a `finally`: a task cancelled before its first step never
+        # runs its body at all
+        self._task.add_done_callback(self._done)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Tell `subscriber` every event of this turn from now on."""
+        self._subscribers.insert(-1, subscriber)
+
+    @property
+    def done(self) -> bool:
+        """The turn is over."""
+        return self._task.done()
+
+    def cancel(self) -> None:
+        """Stop the turn: its partial answer is kept, marked "cancelled"."""
+        self._task.cancel()
+
+    async def wait(self) -> None:
+        """Return once the turn is over (see the class)."""
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if not self._task.done():  # the caller was cancelled: the turn goes with it
+                self._task.cancel()
+                await asyncio.wait([self._task])
+            raise
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self.wait().__await__()
+
+    async def aclose(self) -> None:
+        """Stop the turn and return once it is over."""
+        self.cancel()
+        await self.wait()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        if not self._task.done():
+            self._readers.append(queue)
+        else:
+            queue.put_nowait(None)
+        return self._read(queue)
+
+    async def _read(self, queue: asyncio.Queue[Event | None]) -> AsyncIterator[Event]:
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+                queue.task_done()  # asked for the next: the turn goes on
+            await self.wait()  # its end: a stop (or a failure) is raised here
+        finally:
+            if not self._task.done():  # left early: as closing a generator did
+                self._task.cancel()
+
+    async def emit(self, event: TurnEvent) -> None:
+        """Tell the subscribers `event`; a stream event also goes to each reader, and
+        the turn waits until the reader asks for the next."""
+        self._tell(event)
+        if isinstance(event, Streamed):
+            for queue in self._readers:
+                queue.put_nowait(event.event)
+            for queue in self._readers:
+                await queue.join()
+
+    def _tell(self, event: TurnEvent) -> None:
+        for subscriber in self._subscribers:
+            subscriber(event)
+
+    def _done(self, _task: asyncio.Task[None]) -> None:
+        self._ended(self)  # the controller finishes an answer the task never began
+        exchange = self.exchange
+        if exchange.answer.status == "error" and exchange.answer.error is not None:
+            self._tell(TurnFailed(exchange, exchange.answer.error))
+        if exchange.metrics is not None:
+            self._tell(TurnEnded(exchange, exchange.metrics))
+        for queue in self._readers:
+            queue.put_nowait(None)
 
 
 class TurnController:
@@ -163,7 +312,8 @@ class TurnController:
         #: every request sent, oldest first (on any branch)
         self.exchanges: list[Exchange] = []
         self._current: Exchange | None = None
-        self._task: asyncio.Task[Any] | None = None  # the task streaming `_current`
+        self._turn: Turn | None = None  # the task streaming `_current`
+        self._subscribers: list[Subscriber] = []
         self._listeners: list[TurnListener] = []
         self._watchers: list[RequestWatcher] = []
         #: read it; its settings are written only by `set_trim` (and the constructor)
@@ -241,6 +391,20 @@ class TurnController:
     def watch(self, watcher: RequestWatcher) -> None:
         """Tell `watcher` about every request from now on."""
         self._watchers.append(watcher)
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Tell `subscriber` every event of every turn, and of saving the chat, from now
+        on; returns what ends that."""
+        self._subscribers.append(subscriber)
+        return lambda: self._subscribers.remove(subscriber)
+
+    def report(self, event: SaveFailed | SaveRecovered) -> None:
+        """Tell the subscribers how saving the chat goes (the store's writer reports here)."""
+        self._publish(event)
+
+    def _publish(self, event: TurnEvent) -> None:
+        for subscriber in tuple(self._subscribers):
+            subscriber(event)
 
     def _ended(self, trace: Trace, metrics: Metrics) -> None:
         for watcher in self._watchers:
@@ -488,37 +652,52 @@ class TurnController:
         exchange.trace.estimate_prompt(plan.prompt_tokens, plan.exact)
         self._planned(exchange, plan)
 
-    async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
-        """Stream the answer of `exchange`'s request through the recorder.
+    def run(self, exchange: Exchange) -> Turn:
+        """Start streaming the answer of `exchange`'s request through the recorder: a
+        `Turn`, one task (await it, subscribe to it, or iterate its events).
 
-        `stop` (or closing the iterator early) ends the generation; the partial answer
-        stays in the conversation marked "cancelled". A turn stopped before it ran
-        yields nothing."""
+        `stop` (or cancelling the turn) ends the generation; the partial answer stays
+        in the conversation marked "cancelled". A turn stopped before it ran tells
+        nothing but its end."""
+        turn = Turn(exchange, self._play, self._turn_over, self._publish)
+        if exchange.metrics is None:
+            self._turn = turn
+        return turn
+
+    async def _play(self, turn: Turn) -> None:
+        exchange = turn.exchange
         if exchange.metrics is not None:  # stopped before it started
             return
-        self._task = asyncio.current_task()
         rendering: asyncio.Future[RenderedPrompt | None] | None = None
         finished = False
         try:
             await self._settle(exchange)
             rendering = self._render(exchange)
-            async for event in self._attempt(exchange):
-                yield event
+            await self._attempt(turn)
             if await self._refit(exchange):  # refused as too long: trimmed, sent once more
                 rendering.cancel()
                 rendering = self._render(exchange)
-                async for event in self._attempt(exchange):
-                    yield event
+                await self._attempt(turn)
             finished = True
         finally:
-            self._task = None
-            self._finish(exchange)
+            self._finish(exchange, write=not finished)
             if not finished:  # stopped: what the engine holds now is not known here
                 self._engines.forget(self._backend.name)
                 if rendering is not None:
                     rendering.cancel()
-        if rendering is not None:
-            await self._anatomize(exchange, rendering)
+        try:
+            if rendering is not None:
+                await self._anatomize(exchange, rendering)
+        finally:  # the answer's one final write, its anatomy with it
+            self._updated(exchange.answer, final=True)
+
+    def _turn_over(self, turn: Turn) -> None:
+        """`turn`'s task is done: an answer whose task was cancelled before it began is
+        finished here (as cancelled), so nothing is left "streaming"."""
+        if turn.exchange.metrics is None:
+            self._finish(turn.exchange)
+        if self._turn is turn:
+            self._turn = None
 
     def _render(self, exchange: Exchange) -> asyncio.Future[RenderedPrompt | None]:
         """Ask the backend for the prompt's rendering, beside the request."""
@@ -552,11 +731,11 @@ class TurnController:
             self._backend, request.messages, metrics, answer, rendering
         )
         exchange.anatomy = answer.anatomy = anatomy
-        if anatomy is not None:
-            self._updated(answer, final=True)
 
-    async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
-        """One request of `exchange` through the recorder, its text saved as it streams."""
+    async def _attempt(self, turn: Turn) -> None:
+        """One request of the turn's exchange through the recorder, its text saved as it
+        streams, each event told to the turn's subscribers."""
+        exchange = turn.exchange
         trace, answer = exchange.trace, exchange.answer
         assert exchange.request is not None
         flush_ns = int(FLUSH_S * 1e9)
@@ -564,6 +743,8 @@ class TurnController:
         for watcher in self._watchers:
             watcher.request_sent(trace, exchange.request, self._backend)
         stream = self._backend.stream(exchange.request, every_s=self._every_s)
+        clock = time.perf_counter_ns
+        next_yield = clock() + YIELD_EVERY_NS
         async for event in record(stream, trace):
             if (
                 self._listeners
@@ -575,7 +756,10 @@ class TurnController:
                 answer.content = trace.text
                 answer.reasoning = trace.reasoning
                 self._updated(answer, final=False)
-            yield event
+            await turn.emit(Streamed(exchange, event))
+            if clock() > next_yield:
+                await asyncio.sleep(0)
+                next_yield = clock() + YIELD_EVERY_NS
 
     async def _refit(self, exchange: Exchange) -> bool:
         """After a server refused the prompt as longer than its window: tell the trimmer
@@ -611,22 +795,20 @@ class TurnController:
         exchange.trimmed, exchange.trim_note = True, plan.note
         return True
 
-    async def send(self, prompt: str) -> AsyncGenerator[Event, None]:
-        """`begin` + `run`: add `prompt` and stream the answer's events."""
-        exchange = self.begin(prompt)
-        async for event in self.run(exchange):
-            yield event
+    def send(self, prompt: str) -> Turn:
+        """`begin` + `run`: add `prompt` and start streaming the answer."""
+        return self.run(self.begin(prompt))
 
     def stop(self) -> bool:
         """Stop the turn under way (its partial answer is kept); False if there is none.
 
-        A turn that is streaming ends at once: the task running it is cancelled (the
-        backend closes its request or stops its thread at the next token)."""
+        A turn that is streaming ends at once: its task is cancelled (the backend closes
+        its request or stops its thread at the next token)."""
         exchange = self._current
         if exchange is None:
             return False
-        if self._task is not None:
-            self._task.cancel()
+        if self._turn is not None and self._turn.exchange is exchange:
+            self._turn.cancel()
         else:  # begun, never run: finished as cancelled, so nothing is left "streaming"
             self._finish(exchange)
         return True
@@ -637,7 +819,9 @@ class TurnController:
         if exchange.metrics is None:
             self._finish(exchange)
 
-    def _finish(self, exchange: Exchange) -> None:
+    def _finish(self, exchange: Exchange, *, write: bool = True) -> None:
+        """The answer's final state and metrics; saved now unless `write` is False (the
+        turn saves it once its anatomy is known)."""
         trace, answer = exchange.trace, exchange.answer
         now = time.perf_counter_ns()
         trace.cancel(now)  # no-op when a terminal event arrived
@@ -662,7 +846,8 @@ class TurnController:
         answer.tokens = trace.answer_tokens
         if self._current is exchange:
             self._current = None
-        self._updated(answer, final=True)
+        if write:
+            self._updated(answer, final=True)
         if answer.status != "error":
             self.trimmer.tell(
                 Answered(self._backend, self._conversation, self._settings.max_tokens)

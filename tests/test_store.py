@@ -27,6 +27,7 @@ from phasechat.chat.store.database import (
 from phasechat.chat.store.writer import follow, resume
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.metrics import metrics_from_dict
+from tests.scripted import ScriptedBackend
 
 
 @pytest.fixture
@@ -252,3 +253,39 @@ def test_an_untitled_chat_is_untitled_not_unreadable(store: ChatStore) -> None:
     assert store.get(chat_id).title == "(untitled)" and store.get(chat_id).unreadable == ()
     [hit] = store.search("lighthouse")
     assert (hit.chat_id, hit.title) == (chat_id, "(untitled)")
+
+
+class CountingStore(ChatStore):
+    """A store that notes each write of a message row: (what, its role, final, status,
+    whether its anatomy was in it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str, bool, str, bool]] = []
+
+    def add_message(self, chat_id: int, m: ChatMessage, parent_row: int | None) -> int:
+        self.writes.append(("add", m.role, False, m.status, m.anatomy is not None))
+        return super().add_message(chat_id, m, parent_row)
+
+    def update_message(self, chat_id: int, row: int, m: ChatMessage, final: bool) -> None:
+        self.writes.append(("update", m.role, final, m.status, m.anatomy is not None))
+        super().update_message(chat_id, row, m, final)
+
+
+async def test_one_turn_writes_its_answer_row_once_at_the_end_with_its_anatomy(
+    data_home: Path,
+) -> None:
+    store = CountingStore()
+    with store:
+        turns = TurnController(ScriptedBackend(text="a short answer"))
+        follow(turns, store, store.create_chat())
+        await turns.send("a question")
+        answer = [w for w in store.writes if w[1] == "assistant"]
+        # inserted as it starts streaming, then written once, final, anatomy and all
+        assert answer == [
+            ("add", "assistant", False, "streaming", False),
+            ("update", "assistant", True, "complete", True),
+        ]
+        assert [w for w in store.writes if w[1] == "user"] == [
+            ("add", "user", False, "complete", False)
+        ]
