@@ -244,9 +244,9 @@ class Turn:
         return self.wait().__await__()
 
     async def aclose(self) -> None:
-        """Stop the turn and return once it is over."""
+        """Stop the turn and return once it is over (its partial answer saved)."""
         self.cancel()
-        await self.wait()
+        await asyncio.wait([self._task])
 
     def __aiter__(self) -> AsyncIterator[Event]:
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -263,8 +263,9 @@ class Turn:
                 queue.task_done()  # asked for the next: the turn goes on
             await self.wait()  # its end: a stop (or a failure) is raised here
         finally:
-            if not self._task.done():  # left early: as closing a generator did
-                self._task.cancel()
+            if not self._task.done():  # left early (or cancelled): as closing a generator
+                self._task.cancel()  # did, the turn ends, and is over when this returns
+                await asyncio.wait([self._task])
 
     async def emit(self, event: TurnEvent) -> None:
         """Tell the subscribers `event`; a stream event also goes to each reader, and

@@ -19,7 +19,14 @@ from phasechat.backends.events import (
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.types import Summary
-from phasechat.chat.turns import InputError, TurnController
+from phasechat.chat.turns import (
+    InputError,
+    Streamed,
+    TurnController,
+    TurnEnded,
+    TurnEvent,
+    TurnFailed,
+)
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.helpers import answer, ask
 from tests.scripted import ScriptedBackend
@@ -432,3 +439,86 @@ async def test_a_failed_answer_keeps_its_text_and_its_question_only_when_it_can_
     assert e.user.status == question
     assert e.user.error == ("it failed" if question == "error" else None)
     assert e.metrics is not None and e.metrics.finish == "error" and not turns.busy
+
+
+async def test_a_turns_subscribers_hear_each_stream_event_then_its_end_with_its_metrics() -> None:
+    turns = TurnController(ScriptedBackend(text="one two three"))
+    everything: list[TurnEvent] = []
+    turns.subscribe(everything.append)
+    turn = turns.send("go")
+    own: list[TurnEvent] = []
+    turn.subscribe(own.append)
+    await turn
+    assert turn.done and not turns.busy
+    texts = [
+        e.event.text for e in own if isinstance(e, Streamed) and isinstance(e.event, TextDelta)
+    ]
+    assert texts == ["one ", "two ", "three "]
+    assert isinstance(own[-2], Streamed) and isinstance(own[-2].event, Finished)
+    ended = own[-1]
+    assert isinstance(ended, TurnEnded) and ended.exchange is turn.exchange
+    assert ended.metrics is turn.exchange.metrics and ended.metrics.finish == "stop"
+    assert not any(isinstance(e, TurnFailed) for e in own)
+    assert everything == own  # the controller's subscribers hear every turn's events
+
+
+async def test_a_failed_turn_says_why_before_its_end() -> None:
+    class Fails(ScriptedBackend):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            yield TextDelta("half")
+            yield StreamError("server", "it broke")
+
+    turns = TurnController(Fails())
+    heard: list[TurnEvent] = []
+    turns.subscribe(heard.append)
+    await turns.send("go")
+    failed, ended = heard[-2:]
+    assert isinstance(failed, TurnFailed) and failed.error == "it broke"
+    assert isinstance(ended, TurnEnded) and ended.metrics.finish == "error"
+
+
+async def test_a_caller_cancelled_while_it_awaits_a_turn_stops_it_and_the_text_stays() -> None:
+    streaming = asyncio.Event()
+
+    class Slow(ScriptedBackend):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            yield TextDelta("partial")
+            streaming.set()
+            try:
+                await asyncio.sleep(60)
+            finally:  # closing takes a while (a request's connection, a llama thread)
+                await asyncio.sleep(0.2)
+            yield Finished("stop")
+
+    turns = TurnController(Slow())
+    exchange = turns.begin("go")
+
+    async def caller() -> None:
+        await turns.run(exchange)
+
+    task = asyncio.create_task(caller())
+    await streaming.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # the caller's CancelledError came once the answer was final
+    assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "partial")
+    assert not turns.busy
+
+
+async def test_a_turn_stopped_before_its_first_step_is_finished_as_cancelled() -> None:
+    turns = TurnController(ScriptedBackend(text="never"))
+    heard: list[TurnEvent] = []
+    turns.subscribe(heard.append)
+    turn = turns.send("go")
+    assert turns.stop()  # the task has not run a step yet
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    exchange = turn.exchange
+    assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "")
+    assert not turns.busy and not turns.stop()
+    assert [type(e) for e in heard] == [TurnEnded]
