@@ -257,19 +257,31 @@ async def test_one_turn_at_a_time_and_bad_edits_are_refused_before_anything_chan
     assert exchange.trace.t_first_token is None
 
 
-async def test_stop_ends_a_streaming_turn_at_once_and_keeps_its_text() -> None:
-    streaming = asyncio.Event()
+class Stalls(Numbered):
+    """Says "partial", then stalls until stopped; closing its stream takes `close_s`
+    (a request's connection, a llama thread)."""
 
-    class Slow(Numbered):
-        async def stream(
-            self, request: GenerationRequest, *, every_s: float | None = None
-        ) -> AsyncIterator[Event]:
-            yield TextDelta("partial")
-            streaming.set()
+    def __init__(self, close_s: float = 0.0) -> None:
+        super().__init__()
+        self.streaming = asyncio.Event()
+        self.close_s = close_s
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield TextDelta("partial")
+        self.streaming.set()
+        try:
             await asyncio.sleep(60)
-            yield Finished("stop")
+        finally:
+            await asyncio.sleep(self.close_s)
+        yield Finished("stop")
 
-    turns = TurnController(Slow())
+
+async def test_stop_ends_a_streaming_turn_at_once_and_keeps_its_text() -> None:
+    backend = Stalls()
+    streaming = backend.streaming
+    turns = TurnController(backend)
     exchange = turns.begin("go")
 
     async def consume() -> None:
@@ -480,21 +492,9 @@ async def test_a_failed_turn_says_why_before_its_end() -> None:
 
 
 async def test_a_caller_cancelled_while_it_awaits_a_turn_stops_it_and_the_text_stays() -> None:
-    streaming = asyncio.Event()
-
-    class Slow(ScriptedBackend):
-        async def stream(
-            self, request: GenerationRequest, *, every_s: float | None = None
-        ) -> AsyncIterator[Event]:
-            yield TextDelta("partial")
-            streaming.set()
-            try:
-                await asyncio.sleep(60)
-            finally:  # closing takes a while (a request's connection, a llama thread)
-                await asyncio.sleep(0.2)
-            yield Finished("stop")
-
-    turns = TurnController(Slow())
+    backend = Stalls(close_s=0.2)  # the turn is over only once its stream is closed
+    streaming = backend.streaming
+    turns = TurnController(backend)
     exchange = turns.begin("go")
 
     async def caller() -> None:
