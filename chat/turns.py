@@ -8,10 +8,13 @@ its state (`conversation`, `exchanges`, `current`) and never assign to it. Persi
 listens (`listen`: chat/store/writer.py), as any observer may.
 
 A send, end to end: the caller `begin`s a turn (the user message and an empty answer are
-added, the trimmer plans the prompt, a `Trace` is opened), then iterates `run`, which
-streams the backend's events through the telemetry recorder into that trace, hands the
-streamed text to listeners every FLUSH_S, and finishes the answer however the stream
-ends (complete, stopped, failed), with its metrics.
+added, the trimmer plans the prompt, a `Trace` is opened), then `run`s it: a `Turn`, one
+asyncio task that streams the backend's events through the telemetry recorder into that
+trace, tells each to the turn's subscribers, hands the streamed text to listeners every
+FLUSH_S, and finishes the answer however the stream ends (complete, stopped, failed),
+with its metrics and its prompt's anatomy, saved in one write. A caller that wants only
+the end awaits the turn; the UI reads the exchange on its timer and subscribes to what
+saving says (`SaveFailed`).
 """
 
 from __future__ import annotations
