@@ -23,7 +23,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from phasechat.backends.base import Backend, PromptRefused, RenderedPrompt
 from phasechat.backends.events import (
@@ -115,37 +115,53 @@ class Exchange:
         return answer_record(index, self.user.content, self.metrics, self.trace)
 
 
-class TurnListener(Protocol):
-    """Told about every change to the conversation (persistence listens here)."""
-
-    def message_added(self, message: ChatMessage) -> None:
-        """A new message (a user turn, an answer that starts streaming, or a message
-        copied onto a new branch); it is the leaf now."""
-
-    def message_updated(self, message: ChatMessage, final: bool) -> None:
-        """More streamed text (at most every FLUSH_S), or the final state (final=True)."""
-
-    def branch_shown(self, conversation: Conversation) -> None:
-        """The conversation shows another branch (no message was added)."""
-
-
-class RequestWatcher(Protocol):
-    """Told when each request is sent and when it ends, with its telemetry (tracing
-    watches here: telemetry/otel.py). A turn refused as too long and sent again trimmed
-    is two requests."""
-
-    def request_sent(self, trace: Trace, request: GenerationRequest, backend: Backend) -> None:
-        """`request` is about to go to `backend`; `trace` will record it."""
-
-    def request_ended(self, trace: Trace, metrics: Metrics) -> None:
-        """The request recorded in `trace` is over (answered, failed or stopped)."""
-
-
-#: How often streamed text is handed to listeners: a crash loses at most this much.
+#: How often streamed text is handed to subscribers: a crash loses at most this much.
 FLUSH_S = 0.5
 #: A stream whose events are all ready at once never suspends the loop: the turn gives
 #: the rest of the process (the UI's timer) a turn at least this often.
 YIELD_EVERY_NS = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAdded:
+    """A new message (a user turn, an answer that starts streaming, or a message copied
+    onto a new branch); it is the leaf now (persistence saves it: chat/store/writer.py)."""
+
+    message: ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class MessageUpdated:
+    """More streamed text (at most every FLUSH_S), or the final state (`final`)."""
+
+    message: ChatMessage
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BranchShown:
+    """The conversation shows another branch (no message was added)."""
+
+    conversation: Conversation
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSent:
+    """`request` is about to go to `backend`; `trace` will record it (tracing opens its
+    span here: telemetry/otel.py). A turn refused as too long and sent again trimmed is
+    two requests."""
+
+    trace: Trace
+    request: GenerationRequest
+    backend: Backend
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnded:
+    """The request recorded in `trace` is over (answered, failed or stopped)."""
+
+    trace: Trace
+    metrics: Metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +205,44 @@ class SaveRecovered:
     line: str
 
 
-#: What a turn, and the controller, tell their subscribers.
-TurnEvent = Streamed | TurnFailed | TurnEnded | SaveFailed | SaveRecovered
+#: What the controller tells its subscribers (a turn's own, its `Streamed`, `TurnFailed`
+#: and `TurnEnded`, go to the turn's subscribers too).
+TurnEvent = (
+    MessageAdded
+    | MessageUpdated
+    | BranchShown
+    | RequestSent
+    | RequestEnded
+    | Streamed
+    | TurnFailed
+    | TurnEnded
+    | SaveFailed
+    | SaveRecovered
+)
 Subscriber = Callable[[TurnEvent], None]
+
+
+class ConversationWatcher:
+    """A subscriber that hears the conversation's changes as three methods (persistence
+    is one: chat/store/writer.py); the other events pass it by."""
+
+    def __call__(self, event: TurnEvent) -> None:
+        match event:
+            case MessageAdded(message):
+                self.message_added(message)
+            case MessageUpdated(message, final):
+                self.message_updated(message, final)
+            case BranchShown(conversation):
+                self.branch_shown(conversation)
+
+    def message_added(self, message: ChatMessage) -> None:
+        """`MessageAdded`."""
+
+    def message_updated(self, message: ChatMessage, final: bool) -> None:
+        """`MessageUpdated`."""
+
+    def branch_shown(self, conversation: Conversation) -> None:
+        """`BranchShown`."""
 
 
 class Turn:
@@ -318,8 +369,6 @@ class TurnController:
         self._current: Exchange | None = None
         self._turn: Turn | None = None  # the task streaming `_current`
         self._subscribers: list[Subscriber] = []
-        self._listeners: list[TurnListener] = []
-        self._watchers: list[RequestWatcher] = []
         #: read it; its settings are written only by `set_trim` (and the constructor)
         self.trimmer = Trimmer(enabled=trim)
         self._every_s: float | None = None
@@ -379,28 +428,15 @@ class TurnController:
         the timestamp taken where it was made)."""
         self._every_s = seconds
 
-    # -- listeners ---------------------------------------------------------------------
-    def listen(self, listener: TurnListener) -> None:
-        """Tell `listener` about every change from now on."""
-        self._listeners.append(listener)
-
-    def unlisten(self, listener: TurnListener) -> None:
-        """Stop telling `listener`."""
-        self._listeners[:] = [x for x in self._listeners if x is not listener]
-
-    @property
-    def listeners(self) -> tuple[TurnListener, ...]:
-        return tuple(self._listeners)
-
-    def watch(self, watcher: RequestWatcher) -> None:
-        """Tell `watcher` about every request from now on."""
-        self._watchers.append(watcher)
-
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Tell `subscriber` every event of every turn, and of saving the chat, from now
-        on; returns what ends that."""
+    # -- subscribers -------------------------------------------------------------------
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Tell `subscriber` every change from now on: the conversation's (persistence
+        saves them), each request's (tracing), every turn's events, and saving's."""
         self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        """Stop telling `subscriber`."""
+        self._subscribers[:] = [x for x in self._subscribers if x is not subscriber]
 
     def report(self, event: SaveFailed | SaveRecovered) -> None:
         """Tell the subscribers how saving the chat goes (the store's writer reports here)."""
@@ -411,22 +447,18 @@ class TurnController:
             subscriber(event)
 
     def _ended(self, trace: Trace, metrics: Metrics) -> None:
-        for watcher in self._watchers:
-            watcher.request_ended(trace, metrics)
+        self._publish(RequestEnded(trace, metrics))
 
     def _added(self, message: ChatMessage) -> ChatMessage:
         self._conversation.add(message)
-        for listener in self._listeners:
-            listener.message_added(message)
+        self._publish(MessageAdded(message))
         return message
 
     def _updated(self, message: ChatMessage, final: bool) -> None:
-        for listener in self._listeners:
-            listener.message_updated(message, final)
+        self._publish(MessageUpdated(message, final))
 
     def _shown(self) -> None:
-        for listener in self._listeners:
-            listener.branch_shown(self._conversation)
+        self._publish(BranchShown(self._conversation))
 
     # -- settings, backend, chat -------------------------------------------------------
     def update_settings(self, settings: Settings | None = None, /, **changes: Any) -> None:
@@ -744,14 +776,13 @@ class TurnController:
         assert exchange.request is not None
         flush_ns = int(FLUSH_S * 1e9)
         next_flush = time.perf_counter_ns() + flush_ns
-        for watcher in self._watchers:
-            watcher.request_sent(trace, exchange.request, self._backend)
+        self._publish(RequestSent(trace, exchange.request, self._backend))
         stream = self._backend.stream(exchange.request, every_s=self._every_s)
         clock = time.perf_counter_ns
         next_yield = clock() + YIELD_EVERY_NS
         async for event in record(stream, trace):
             if (
-                self._listeners
+                self._subscribers
                 and isinstance(event, TextDelta | ReasoningDelta)
                 and trace.t_last_token is not None
                 and trace.t_last_token >= next_flush
@@ -787,7 +818,7 @@ class TurnController:
         if not plan.trimmed:
             return False
         request = self._request(plan.messages)
-        if self._watchers:
+        if self._subscribers:
             self._ended(exchange.trace, compute(exchange.trace))
         exchange.trace = self._trace_for(request, plan)  # the refused request's is replaced
         said = (

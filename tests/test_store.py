@@ -25,7 +25,7 @@ from phasechat.chat.store.database import (
     default_path,
 )
 from phasechat.chat.store.writer import follow, resume
-from phasechat.chat.turns import TurnController
+from phasechat.chat.turns import ConversationWatcher, TurnController
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
 
@@ -158,14 +158,8 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
     follow(turns, store, chat_id)
     seen: list[tuple[str, str, str]] = []
 
-    class Reader:
+    class Reader(ConversationWatcher):
         """After the store, read the row back through a separate connection."""
-
-        def message_added(self, message: ChatMessage) -> None:
-            pass
-
-        def branch_shown(self, conversation: Conversation) -> None:
-            pass
 
         def message_updated(self, message: ChatMessage, final: bool) -> None:
             if not final:
@@ -175,7 +169,7 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
                     ).fetchone()
                 seen.append((message.content, row[0], row[1]))
 
-    turns.listen(Reader())
+    turns.subscribe(Reader())
     async for _ in turns.send("Write a long story about a lighthouse keeper."):
         pass
     assert seen, "the answer streamed for less than one flush interval"

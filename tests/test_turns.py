@@ -20,6 +20,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.types import Summary
 from phasechat.chat.turns import (
+    ConversationWatcher,
     InputError,
     Streamed,
     TurnController,
@@ -47,8 +48,8 @@ class Numbered(ScriptedBackend):
         yield Finished("stop")
 
 
-class Heard:
-    """A listener that writes down what it was told."""
+class Heard(ConversationWatcher):
+    """A subscriber that writes down what it was told of the conversation."""
 
     def __init__(self) -> None:
         self.said: list[tuple[str, str]] = []
@@ -210,7 +211,7 @@ async def test_a_new_system_prompt_starts_a_branch_at_the_root_with_copies() -> 
 async def test_a_system_prompt_on_an_empty_chat_is_set_in_place() -> None:
     heard = Heard()
     turns = TurnController(Numbered(), Settings(system="old"))
-    turns.listen(heard)
+    turns.subscribe(heard)
     assert turns.edit_system("new") is None  # nothing to answer yet
     assert turns.conversation.system == "new" and len(turns.conversation.children(None)) == 1
     assert heard.said == [("final", "new")]
@@ -219,14 +220,14 @@ async def test_a_system_prompt_on_an_empty_chat_is_set_in_place() -> None:
 async def test_listeners_hear_every_message_and_the_branch_shown() -> None:
     turns, _ = await three_turns()
     heard = Heard()
-    turns.listen(heard)
+    turns.subscribe(heard)
     q3 = turns.conversation.messages[4]
     await answer(turns, turns.edit(q3.id, "q3b"))
     assert heard.said[:2] == [("added", "q3b"), ("added", "")]
     assert heard.said[-1] == ("final", "answer 4")
     turns.show_sibling(turns.conversation.messages[4].id, -1)
     assert heard.said[-1] == ("shown", "answer 3")
-    turns.unlisten(heard)
+    turns.unsubscribe(heard)
     await ask(turns, "q4")
     assert heard.said[-1] == ("shown", "answer 3")  # no longer told
 
@@ -471,7 +472,8 @@ async def test_a_turns_subscribers_hear_each_stream_event_then_its_end_with_its_
     assert isinstance(ended, TurnEnded) and ended.exchange is turn.exchange
     assert ended.metrics is turn.exchange.metrics and ended.metrics.finish == "stop"
     assert not any(isinstance(e, TurnFailed) for e in own)
-    assert everything == own  # the controller's subscribers hear every turn's events
+    # the controller's subscribers hear every turn's events (and the conversation's)
+    assert [e for e in everything if isinstance(e, Streamed | TurnFailed | TurnEnded)] == own
 
 
 async def test_a_failed_turn_says_why_before_its_end() -> None:
@@ -521,4 +523,4 @@ async def test_a_turn_stopped_before_its_first_step_is_finished_as_cancelled() -
     exchange = turn.exchange
     assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "")
     assert not turns.busy and not turns.stop()
-    assert [type(e) for e in heard] == [TurnEnded]
+    assert [type(e) for e in heard if isinstance(e, Streamed | TurnEnded)] == [TurnEnded]

@@ -1,6 +1,7 @@
 """The listener that saves a chat's messages as they happen, and retries what failed.
 
-A `ChatWriter` listens to a `TurnController` (`chat.turns.TurnListener`) and writes
+A `ChatWriter` subscribes to a `TurnController` (its `MessageAdded`, `MessageUpdated` and
+`BranchShown` events) and writes
 through the store's public methods; the store knows nothing of it.
 
 A full disk or a locked database must not end the answer on screen, and must not lose
@@ -20,12 +21,17 @@ from collections.abc import Callable
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
-from phasechat.chat.turns import SaveFailed, SaveRecovered, TurnController
+from phasechat.chat.turns import (
+    ConversationWatcher,
+    SaveFailed,
+    SaveRecovered,
+    TurnController,
+)
 
 log = logging.getLogger(__name__)
 
 
-class ChatWriter:
+class ChatWriter(ConversationWatcher):
     """Writes one conversation to chat `chat_id` of `store`, from now on."""
 
     def __init__(
@@ -60,7 +66,7 @@ class ChatWriter:
         """The row `message` was saved as (None: not saved, or not yet)."""
         return self.rows.get(message.id)
 
-    # -- TurnListener ------------------------------------------------------------------
+    # -- what the turn controller tells -------------------------------------------------
     def message_added(self, message: ChatMessage) -> None:
         self.pending.append(message)
         self.flush()
@@ -129,7 +135,7 @@ def follow(
     written at once (`rows`: what it has, `SavedChat.rows`), then every change."""
     writer = ChatWriter(store, chat_id, rows, turns.report)
     writer.catch_up(turns.conversation)
-    turns.listen(writer)
+    turns.subscribe(writer)
     return writer
 
 
