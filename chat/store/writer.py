@@ -1,4 +1,4 @@
-"""The listener that saves a chat's messages as they happen, and retries what failed.
+"""The subscriber that saves a chat's messages as they happen, and retries what failed.
 
 A `ChatWriter` subscribes to a `TurnController` (its `MessageAdded`, `MessageUpdated` and
 `BranchShown` events) and writes
