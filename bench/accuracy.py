@@ -65,8 +65,7 @@ async def cold_then_warm(backend: Backend, name: str) -> list[str]:
     turns = TurnController(backend, SETTINGS)
     out = []
     for label, prompt in zip(("cold", "warm"), PROMPTS, strict=True):
-        async for _ in turns.send(prompt):
-            pass
+        await turns.send(prompt)
         m = turns.exchanges[-1].metrics
         assert m is not None
         out.append(row(f"{name} {label}", m))
@@ -100,8 +99,7 @@ async def tui_vs_headless(backend: LocalBackend) -> list[str]:
     prompt = "Write a short story about a lighthouse keeper."
     settings = Settings(max_tokens=200, temperature=0)
     headless = TurnController(backend, settings)
-    async for _ in headless.send(prompt):
-        pass
+    await headless.send(prompt)
     app = PhasechatApp(settings=settings, backend=backend)
     async with app.run_test() as pilot:
         assert app.chat.send(prompt)

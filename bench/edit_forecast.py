@@ -50,8 +50,7 @@ EDITS = (
 
 
 async def turn(turns: TurnController, exchange: Exchange) -> Exchange:
-    async for _ in turns.run(exchange):
-        pass
+    await turns.run(exchange)
     return exchange
 
 

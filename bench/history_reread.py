@@ -84,8 +84,7 @@ async def main() -> int:
             as_text = _as_text(plain, last_plain, last_answer, held - last_prompt)
         as_text_total += as_text
         as_text_turns += as_text > 0
-        async for _ in turns.run(exchange):
-            pass
+        await turns.run(exchange)
         trace, m = exchange.trace, exchange.metrics
         if trace.prompt is None or m is None or trace.kv is None:
             print(f"{i + 1:>4}  failed: {trace.error}")

@@ -53,8 +53,7 @@ async def write_chat(max_tokens: int, threads: int) -> int:
             chat = store.create_chat()
             follow(turns, store, chat)
             for question in QUESTIONS:
-                async for _ in turns.run(turns.begin(question)):
-                    pass
+                await turns.run(turns.begin(question))
     finally:
         await backend.aclose()
     return chat

@@ -72,8 +72,7 @@ def delta(before: dict[str, float], after: dict[str, float], seconds: float) -> 
 async def headless(backend: LocalBackend, settings: Settings) -> tuple[Metrics, str]:
     turns = TurnController(backend, settings)
     before, t0 = thread_cpu(), time.perf_counter()
-    async for _ in turns.send(PROMPT):
-        pass
+    await turns.send(PROMPT)
     m = turns.exchanges[-1].metrics
     assert m is not None
     return m, delta(before, thread_cpu(), time.perf_counter() - t0)

@@ -8,19 +8,22 @@ its state (`conversation`, `exchanges`, `current`) and never assign to it. Persi
 listens (`listen`: chat/store/writer.py), as any observer may.
 
 A send, end to end: the caller `begin`s a turn (the user message and an empty answer are
-added, the trimmer plans the prompt, a `Trace` is opened), then iterates `run`, which
-streams the backend's events through the telemetry recorder into that trace, hands the
-streamed text to listeners every FLUSH_S, and finishes the answer however the stream
-ends (complete, stopped, failed), with its metrics.
+added, the trimmer plans the prompt, a `Trace` is opened), then `run`s it: a `Turn`, one
+asyncio task that streams the backend's events through the telemetry recorder into that
+trace, tells each to the turn's subscribers, hands the streamed text to listeners every
+FLUSH_S, and finishes the answer however the stream ends (complete, stopped, failed),
+with its metrics and its prompt's anatomy, saved in one write. A caller that wants only
+the end awaits the turn; the UI reads the exchange on its timer and subscribes to what
+saving says (`SaveFailed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from phasechat.backends.base import Backend, PromptRefused, RenderedPrompt
 from phasechat.backends.events import (
@@ -38,7 +41,7 @@ from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.engine_held import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.text import is_text
 from phasechat.chat.trim.trimmer import Trimmer
-from phasechat.chat.trim.types import SendPlan, TrimStats
+from phasechat.chat.trim.types import Answered, Refused, SendPlan, Shown, TrimStats
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.live import Live, finished, snapshot
 from phasechat.telemetry.metrics import Metrics, compute
@@ -112,34 +115,235 @@ class Exchange:
         return answer_record(index, self.user.content, self.metrics, self.trace)
 
 
-class TurnListener(Protocol):
-    """Told about every change to the conversation (persistence listens here)."""
+#: How often streamed text is handed to subscribers: a crash loses at most this much.
+FLUSH_S = 0.5
+#: A stream whose events are all ready at once never suspends the loop: the turn gives
+#: the rest of the process (the UI's timer) a turn at least this often.
+YIELD_EVERY_NS = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAdded:
+    """A new message (a user turn, an answer that starts streaming, or a message copied
+    onto a new branch); it is the leaf now (persistence saves it: chat/store/writer.py)."""
+
+    message: ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class MessageUpdated:
+    """More streamed text (at most every FLUSH_S), or the final state (`final`)."""
+
+    message: ChatMessage
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BranchShown:
+    """The conversation shows another branch (no message was added)."""
+
+    conversation: Conversation
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSent:
+    """`request` is about to go to `backend`; `trace` will record it (tracing opens its
+    span here: telemetry/otel.py). A turn refused as too long and sent again trimmed is
+    two requests."""
+
+    trace: Trace
+    request: GenerationRequest
+    backend: Backend
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnded:
+    """The request recorded in `trace` is over (answered, failed or stopped)."""
+
+    trace: Trace
+    metrics: Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """One event of the answer's stream as the recorder took it (a token, the prefill's
+    progress, the server's figures, ...)."""
+
+    exchange: Exchange
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    """The answer ended in an error (told just before its `TurnEnded`)."""
+
+    exchange: Exchange
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """The turn is over, however it ended (complete, stopped, failed): its answer is
+    final, saved with its anatomy, and these are its metrics."""
+
+    exchange: Exchange
+    metrics: Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class SaveFailed:
+    """Saving the chat failed (`line` says why); the chat is kept in memory and the
+    writes are tried again (chat/store/writer.py). Told once until `SaveRecovered`."""
+
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRecovered:
+    """The writes that failed were written after all."""
+
+    line: str
+
+
+#: What the controller tells its subscribers (a turn's own, its `Streamed`, `TurnFailed`
+#: and `TurnEnded`, go to the turn's subscribers too).
+TurnEvent = (
+    MessageAdded
+    | MessageUpdated
+    | BranchShown
+    | RequestSent
+    | RequestEnded
+    | Streamed
+    | TurnFailed
+    | TurnEnded
+    | SaveFailed
+    | SaveRecovered
+)
+Subscriber = Callable[[TurnEvent], None]
+
+
+class ConversationWatcher:
+    """A subscriber that hears the conversation's changes as three methods (persistence
+    is one: chat/store/writer.py); the other events pass it by."""
+
+    def __call__(self, event: TurnEvent) -> None:
+        match event:
+            case MessageAdded(message):
+                self.message_added(message)
+            case MessageUpdated(message, final):
+                self.message_updated(message, final)
+            case BranchShown(conversation):
+                self.branch_shown(conversation)
 
     def message_added(self, message: ChatMessage) -> None:
-        """A new message (a user turn, an answer that starts streaming, or a message
-        copied onto a new branch); it is the leaf now."""
+        """`MessageAdded`."""
 
     def message_updated(self, message: ChatMessage, final: bool) -> None:
-        """More streamed text (at most every FLUSH_S), or the final state (final=True)."""
+        """`MessageUpdated`."""
 
     def branch_shown(self, conversation: Conversation) -> None:
-        """The conversation shows another branch (no message was added)."""
+        """`BranchShown`."""
 
 
-class RequestWatcher(Protocol):
-    """Told when each request is sent and when it ends, with its telemetry (tracing
-    watches here: telemetry/otel.py). A turn refused as too long and sent again trimmed
-    is two requests."""
+class Turn:
+    """A turn started: one asyncio task streaming one exchange (`TurnController.run`).
 
-    def request_sent(self, trace: Trace, request: GenerationRequest, backend: Backend) -> None:
-        """`request` is about to go to `backend`; `trace` will record it."""
+    Await it for its end: a turn stopped raises `CancelledError` there, as awaiting
+    any cancelled task does, and a caller cancelled while it waits cancels the turn; in
+    both, once its partial answer is saved. `subscribe` to its events; `cancel` stops
+    it. Iterating it gives the stream's own events one at a time, the turn waiting
+    between them as a generator would (leaving the loop early and closing the iterator
+    stops it; a turn stopped raises `CancelledError` there too)."""
 
-    def request_ended(self, trace: Trace, metrics: Metrics) -> None:
-        """The request recorded in `trace` is over (answered, failed or stopped)."""
+    def __init__(
+        self,
+        exchange: Exchange,
+        body: Callable[[Turn], Coroutine[Any, Any, None]],
+        ended: Callable[[Turn], None],
+        also: Subscriber,
+    ) -> None:
+        self.exchange = exchange
+        self._subscribers: list[Subscriber] = [also]
+        self._readers: list[asyncio.Queue[Event | None]] = []
+        self._ended = ended
+        self._task = asyncio.create_task(body(self), name="phasechat-turn")
+        # a done callback, not a `finally`: a task cancelled before its first step never
+        # runs its body at all
+        self._task.add_done_callback(self._done)
 
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Tell `subscriber` every event of this turn from now on."""
+        self._subscribers.insert(-1, subscriber)
 
-#: How often streamed text is handed to listeners: a crash loses at most this much.
-FLUSH_S = 0.5
+    @property
+    def done(self) -> bool:
+        """The turn is over."""
+        return self._task.done()
+
+    def cancel(self) -> None:
+        """Stop the turn: its partial answer is kept, marked "cancelled"."""
+        self._task.cancel()
+
+    async def wait(self) -> None:
+        """Return once the turn is over (see the class)."""
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if not self._task.done():  # the caller was cancelled: the turn goes with it
+                self._task.cancel()
+                await asyncio.wait([self._task])
+            raise
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self.wait().__await__()
+
+    async def aclose(self) -> None:
+        """Stop the turn and return once it is over (its partial answer saved)."""
+        self.cancel()
+        await asyncio.wait([self._task])
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        if not self._task.done():
+            self._readers.append(queue)
+        else:
+            queue.put_nowait(None)
+        return self._read(queue)
+
+    async def _read(self, queue: asyncio.Queue[Event | None]) -> AsyncIterator[Event]:
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+                queue.task_done()  # asked for the next: the turn goes on
+            await self.wait()  # its end: a stop (or a failure) is raised here
+        finally:
+            if not self._task.done():  # left early (or cancelled): as closing a generator
+                self._task.cancel()  # did, the turn ends, and is over when this returns
+                await asyncio.wait([self._task])
+
+    async def emit(self, event: TurnEvent) -> None:
+        """Tell the subscribers `event`; a stream event also goes to each reader, and
+        the turn waits until the reader asks for the next."""
+        self._tell(event)
+        if isinstance(event, Streamed):
+            for queue in self._readers:
+                queue.put_nowait(event.event)
+            for queue in self._readers:
+                await queue.join()
+
+    def _tell(self, event: TurnEvent) -> None:
+        for subscriber in self._subscribers:
+            subscriber(event)
+
+    def _done(self, _task: asyncio.Task[None]) -> None:
+        self._ended(self)  # the controller finishes an answer the task never began
+        exchange = self.exchange
+        if exchange.answer.status == "error" and exchange.answer.error is not None:
+            self._tell(TurnFailed(exchange, exchange.answer.error))
+        if exchange.metrics is not None:
+            self._tell(TurnEnded(exchange, exchange.metrics))
+        for queue in self._readers:
+            queue.put_nowait(None)
 
 
 class TurnController:
@@ -163,9 +367,8 @@ class TurnController:
         #: every request sent, oldest first (on any branch)
         self.exchanges: list[Exchange] = []
         self._current: Exchange | None = None
-        self._task: asyncio.Task[Any] | None = None  # the task streaming `_current`
-        self._listeners: list[TurnListener] = []
-        self._watchers: list[RequestWatcher] = []
+        self._turn: Turn | None = None  # the task streaming `_current`
+        self._subscribers: list[Subscriber] = []
         #: read it; its settings are written only by `set_trim` (and the constructor)
         self.trimmer = Trimmer(enabled=trim)
         self._every_s: float | None = None
@@ -225,40 +428,37 @@ class TurnController:
         the timestamp taken where it was made)."""
         self._every_s = seconds
 
-    # -- listeners ---------------------------------------------------------------------
-    def listen(self, listener: TurnListener) -> None:
-        """Tell `listener` about every change from now on."""
-        self._listeners.append(listener)
+    # -- subscribers -------------------------------------------------------------------
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Tell `subscriber` every change from now on: the conversation's (persistence
+        saves them), each request's (tracing), every turn's events, and saving's."""
+        self._subscribers.append(subscriber)
 
-    def unlisten(self, listener: TurnListener) -> None:
-        """Stop telling `listener`."""
-        self._listeners[:] = [x for x in self._listeners if x is not listener]
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        """Stop telling `subscriber`."""
+        self._subscribers[:] = [x for x in self._subscribers if x is not subscriber]
 
-    @property
-    def listeners(self) -> tuple[TurnListener, ...]:
-        return tuple(self._listeners)
+    def report(self, event: SaveFailed | SaveRecovered) -> None:
+        """Tell the subscribers how saving the chat goes (the store's writer reports here)."""
+        self._publish(event)
 
-    def watch(self, watcher: RequestWatcher) -> None:
-        """Tell `watcher` about every request from now on."""
-        self._watchers.append(watcher)
+    def _publish(self, event: TurnEvent) -> None:
+        for subscriber in tuple(self._subscribers):
+            subscriber(event)
 
     def _ended(self, trace: Trace, metrics: Metrics) -> None:
-        for watcher in self._watchers:
-            watcher.request_ended(trace, metrics)
+        self._publish(RequestEnded(trace, metrics))
 
     def _added(self, message: ChatMessage) -> ChatMessage:
         self._conversation.add(message)
-        for listener in self._listeners:
-            listener.message_added(message)
+        self._publish(MessageAdded(message))
         return message
 
     def _updated(self, message: ChatMessage, final: bool) -> None:
-        for listener in self._listeners:
-            listener.message_updated(message, final)
+        self._publish(MessageUpdated(message, final))
 
     def _shown(self) -> None:
-        for listener in self._listeners:
-            listener.branch_shown(self._conversation)
+        self._publish(BranchShown(self._conversation))
 
     # -- settings, backend, chat -------------------------------------------------------
     def update_settings(self, settings: Settings | None = None, /, **changes: Any) -> None:
@@ -288,7 +488,7 @@ class TurnController:
         self._refuse_busy()
         self._conversation = conversation
         self._settings = replace(self._settings, system=conversation.system)
-        self.trimmer.follow(conversation)
+        self.trimmer.tell(Shown(conversation))
         last = self.last_request()
         self._engines.opened = (last[0], conversation.messages[-1]) if last else None
 
@@ -321,7 +521,6 @@ class TurnController:
         if user.status == "error":  # refused before (too long): it is being sent again
             user.status, user.error = "complete", None
             self._updated(user, final=True)
-        self.trimmer.follow(self._conversation)
         return self._answer(user)
 
     def edit(self, message_id: int, text: str) -> Exchange:
@@ -334,7 +533,6 @@ class TurnController:
             raise InputError("only a question on the branch shown can be edited")
         if not self._on_system_branch(keep=index):
             self._conversation.rewind(path[index].parent)
-        self.trimmer.follow(self._conversation)
         return self._answer(self._added(ChatMessage("user", text)))
 
     def ask_over(self, messages: Sequence[Message]) -> Exchange:
@@ -372,7 +570,7 @@ class TurnController:
         else:
             index = next((i for i, m in enumerate(path) if m.id == edit), len(path))
             keep, new = path[:index], [ChatMessage("user", text)]
-        summary = self.trimmer.summary if self.trimmer.enabled else None
+        summary = self.trimmer.in_use
         on_branch = {m.id for m in keep}
         if (
             summary is None
@@ -420,20 +618,19 @@ class TurnController:
         last = self._added(ChatMessage("system", self._settings.system))
         for message in kept:
             last = self._added(message.copy(parent=last.id))
-        self.trimmer.follow(self._conversation)
         return True
 
     def _answer(self, user: ChatMessage) -> Exchange:
         """An empty answer to `user` (the leaf), its request planned, ready to `run`."""
         backend = self._backend
         try:
-            plan = self.trimmer.prepare(backend, self._conversation, self._settings.max_tokens)
-            request = self.request()
-            trace = self._trace_for(request)
+            plan = self.trimmer.plan(backend, self._conversation, self._settings.max_tokens)
         except PromptRefused as exc:  # kept and saved, not sent; the chat goes on
             user.status, user.error = "error", str(exc)
             self._updated(user, final=True)
             raise InputError(str(exc)) from None
+        request = self._request(plan.messages)
+        trace = self._trace_for(request, plan)
         answer = self._added(
             ChatMessage("assistant", "", backend.name, backend.model, status="streaming")
         )
@@ -445,82 +642,98 @@ class TurnController:
 
     def request(self) -> GenerationRequest:
         """The request the next answer would be, from the branch as it stands."""
+        return self._request(self.trimmer.prompt_messages(self._conversation))
+
+    def _request(self, messages: tuple[Message, ...]) -> GenerationRequest:
         s = self._settings
         return GenerationRequest(
-            messages=self.trimmer.prompt_messages(self._conversation),
+            messages=messages,
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             stop=s.stop,
             seed=s.seed,
         )
 
-    def _trace_for(self, request: GenerationRequest) -> Trace:
-        """A new trace for sending `request` on the active backend: our own count of its
-        prompt, and the window (one the server named when it refused a prompt, if any)."""
+    def _trace_for(self, request: GenerationRequest, plan: SendPlan) -> Trace:
+        """A new trace for sending `request` on the active backend, as `plan` counted
+        its prompt and named the window (one a server named when it refused, if any)."""
         backend = self._backend
-        count = backend.count_tokens(request.messages)
-        learned = self.trimmer.windows.get(backend.name)
         return Trace(
             backend=self._name or backend.name,
             model=backend.model,
             max_tokens=request.max_tokens,
-            prompt_estimate=count.tokens,
-            prompt_estimate_exact=not count.estimated,
-            window=learned or backend.context_window,
-            window_source="the server's refusal" if learned else backend.context_source,
+            prompt_estimate=plan.prompt_tokens,
+            prompt_estimate_exact=plan.exact,
+            window=plan.window,
+            window_source=plan.window_source,
         )
 
-    def _planned(self, exchange: Exchange, plan: SendPlan) -> None:
+    @staticmethod
+    def _planned(exchange: Exchange, plan: SendPlan) -> None:
         exchange.trimmed, exchange.trim_note = plan.trimmed, plan.note
         exchange.trim_wait_ms = plan.waited_ms
         exchange.trim_plan = plan
-        if not plan.wait and exchange.request is not None:
-            estimate = exchange.trace.prompt_estimate or 0
-            exchange.tokens_cut = self.trimmer.sent(self._backend, self._conversation, estimate)
+        if not plan.wait:
+            exchange.tokens_cut = plan.tokens_cut
 
     async def _settle(self, exchange: Exchange) -> None:
         """Wait for the summary this send needs (outside TTFT, recorded on the exchange)."""
         plan = exchange.trim_plan
-        if plan is None or not plan.wait:
+        if plan is None or plan.ready is None:
             return
         exchange.trace.queue(time.perf_counter_ns())  # shown as its own phase
-        plan = await self.trimmer.wait(plan)
-        exchange.request = request = self.request()
-        count = self._backend.count_tokens(request.messages)
-        exchange.trace.estimate_prompt(count.tokens, not count.estimated)
+        plan = await plan.ready()
+        exchange.request = self._request(plan.messages)
+        assert plan.prompt_tokens is not None
+        exchange.trace.estimate_prompt(plan.prompt_tokens, plan.exact)
         self._planned(exchange, plan)
 
-    async def run(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
-        """Stream the answer of `exchange`'s request through the recorder.
+    def run(self, exchange: Exchange) -> Turn:
+        """Start streaming the answer of `exchange`'s request through the recorder: a
+        `Turn`, one task (await it, subscribe to it, or iterate its events).
 
-        `stop` (or closing the iterator early) ends the generation; the partial answer
-        stays in the conversation marked "cancelled". A turn stopped before it ran
-        yields nothing."""
+        `stop` (or cancelling the turn) ends the generation; the partial answer stays
+        in the conversation marked "cancelled". A turn stopped before it ran tells
+        nothing but its end."""
+        turn = Turn(exchange, self._play, self._turn_over, self._publish)
+        if exchange.metrics is None:
+            self._turn = turn
+        return turn
+
+    async def _play(self, turn: Turn) -> None:
+        exchange = turn.exchange
         if exchange.metrics is not None:  # stopped before it started
             return
-        self._task = asyncio.current_task()
         rendering: asyncio.Future[RenderedPrompt | None] | None = None
         finished = False
         try:
             await self._settle(exchange)
             rendering = self._render(exchange)
-            async for event in self._attempt(exchange):
-                yield event
+            await self._attempt(turn)
             if await self._refit(exchange):  # refused as too long: trimmed, sent once more
                 rendering.cancel()
                 rendering = self._render(exchange)
-                async for event in self._attempt(exchange):
-                    yield event
+                await self._attempt(turn)
             finished = True
         finally:
-            self._task = None
-            self._finish(exchange)
+            self._finish(exchange, write=not finished)
             if not finished:  # stopped: what the engine holds now is not known here
                 self._engines.forget(self._backend.name)
                 if rendering is not None:
                     rendering.cancel()
-        if rendering is not None:
-            await self._anatomize(exchange, rendering)
+        try:
+            if rendering is not None:
+                await self._anatomize(exchange, rendering)
+        finally:  # the answer's one final write, its anatomy with it
+            self._updated(exchange.answer, final=True)
+
+    def _turn_over(self, turn: Turn) -> None:
+        """`turn`'s task is done: an answer whose task was cancelled before it began is
+        finished here (as cancelled), so nothing is left "streaming"."""
+        if turn.exchange.metrics is None:
+            self._finish(turn.exchange)
+        if self._turn is turn:
+            self._turn = None
 
     def _render(self, exchange: Exchange) -> asyncio.Future[RenderedPrompt | None]:
         """Ask the backend for the prompt's rendering, beside the request."""
@@ -554,21 +767,22 @@ class TurnController:
             self._backend, request.messages, metrics, answer, rendering
         )
         exchange.anatomy = answer.anatomy = anatomy
-        if anatomy is not None:
-            self._updated(answer, final=True)
 
-    async def _attempt(self, exchange: Exchange) -> AsyncGenerator[Event, None]:
-        """One request of `exchange` through the recorder, its text saved as it streams."""
+    async def _attempt(self, turn: Turn) -> None:
+        """One request of the turn's exchange through the recorder, its text saved as it
+        streams, each event told to the turn's subscribers."""
+        exchange = turn.exchange
         trace, answer = exchange.trace, exchange.answer
         assert exchange.request is not None
         flush_ns = int(FLUSH_S * 1e9)
         next_flush = time.perf_counter_ns() + flush_ns
-        for watcher in self._watchers:
-            watcher.request_sent(trace, exchange.request, self._backend)
+        self._publish(RequestSent(trace, exchange.request, self._backend))
         stream = self._backend.stream(exchange.request, every_s=self._every_s)
+        clock = time.perf_counter_ns
+        next_yield = clock() + YIELD_EVERY_NS
         async for event in record(stream, trace):
             if (
-                self._listeners
+                self._subscribers
                 and isinstance(event, TextDelta | ReasoningDelta)
                 and trace.t_last_token is not None
                 and trace.t_last_token >= next_flush
@@ -577,27 +791,36 @@ class TurnController:
                 answer.content = trace.text
                 answer.reasoning = trace.reasoning
                 self._updated(answer, final=False)
-            yield event
+            await turn.emit(Streamed(exchange, event))
+            if clock() > next_yield:
+                await asyncio.sleep(0)
+                next_yield = clock() + YIELD_EVERY_NS
 
     async def _refit(self, exchange: Exchange) -> bool:
-        """After a server refused the prompt as longer than its window: learn the window
-        it named, trim the history to fit it, and prepare one more request. False when
-        there is nothing to trim (then the refusal stands)."""
+        """After a server refused the prompt as longer than its window: tell the trimmer
+        (it learns the window the server named and trims the history to fit it), and
+        prepare one more request. False when there is nothing to trim (then the refusal
+        stands)."""
         error = exchange.trace.error
-        if error is None or error.kind != "context_overflow" or not self.trimmer.enabled:
+        if error is None or error.kind != "context_overflow":
             return False
         n_ctx = error.detail.get("n_ctx")
-        if isinstance(n_ctx, int) and n_ctx > 0:
-            self.trimmer.windows[self._backend.name] = n_ctx
-        plan = await self.trimmer.refit(
-            self._backend, self._conversation, self._settings.max_tokens
+        told = Refused(
+            self._backend,
+            self._conversation,
+            self._settings.max_tokens,
+            n_ctx if isinstance(n_ctx, int) else None,
         )
-        if plan is None:
+        plan = self.trimmer.tell(told)
+        if plan is None or plan.ready is None:
             return False
-        request = self.request()
-        if self._watchers:
+        plan = await plan.ready()
+        if not plan.trimmed:
+            return False
+        request = self._request(plan.messages)
+        if self._subscribers:
             self._ended(exchange.trace, compute(exchange.trace))
-        exchange.trace = self._trace_for(request)  # the refused request's trace is replaced
+        exchange.trace = self._trace_for(request, plan)  # the refused request's is replaced
         said = (
             f"the server refused the prompt as longer than its window: {error.message}; "
             "trimmed the history and sent it again"
@@ -607,22 +830,20 @@ class TurnController:
         exchange.trimmed, exchange.trim_note = True, plan.note
         return True
 
-    async def send(self, prompt: str) -> AsyncGenerator[Event, None]:
-        """`begin` + `run`: add `prompt` and stream the answer's events."""
-        exchange = self.begin(prompt)
-        async for event in self.run(exchange):
-            yield event
+    def send(self, prompt: str) -> Turn:
+        """`begin` + `run`: add `prompt` and start streaming the answer."""
+        return self.run(self.begin(prompt))
 
     def stop(self) -> bool:
         """Stop the turn under way (its partial answer is kept); False if there is none.
 
-        A turn that is streaming ends at once: the task running it is cancelled (the
-        backend closes its request or stops its thread at the next token)."""
+        A turn that is streaming ends at once: its task is cancelled (the backend closes
+        its request or stops its thread at the next token)."""
         exchange = self._current
         if exchange is None:
             return False
-        if self._task is not None:
-            self._task.cancel()
+        if self._turn is not None and self._turn.exchange is exchange:
+            self._turn.cancel()
         else:  # begun, never run: finished as cancelled, so nothing is left "streaming"
             self._finish(exchange)
         return True
@@ -633,7 +854,9 @@ class TurnController:
         if exchange.metrics is None:
             self._finish(exchange)
 
-    def _finish(self, exchange: Exchange) -> None:
+    def _finish(self, exchange: Exchange, *, write: bool = True) -> None:
+        """The answer's final state and metrics; saved now unless `write` is False (the
+        turn saves it once its anatomy is known)."""
         trace, answer = exchange.trace, exchange.answer
         now = time.perf_counter_ns()
         trace.cancel(now)  # no-op when a terminal event arrived
@@ -658,9 +881,12 @@ class TurnController:
         answer.tokens = trace.answer_tokens
         if self._current is exchange:
             self._current = None
-        self._updated(answer, final=True)
+        if write:
+            self._updated(answer, final=True)
         if answer.status != "error":
-            self.trimmer.after_answer(self._backend, self._conversation, self._settings.max_tokens)
+            self.trimmer.tell(
+                Answered(self._backend, self._conversation, self._settings.max_tokens)
+            )
 
     # -- branches ----------------------------------------------------------------------
     def show_sibling(self, message_id: int, step: int) -> ChatMessage | None:
@@ -675,7 +901,7 @@ class TurnController:
             return None
         conversation.select(siblings[index].id)
         self._settings = replace(self._settings, system=conversation.system)
-        self.trimmer.follow(conversation)
+        self.trimmer.tell(Shown(conversation))
         self._shown()
         return siblings[index]
 

@@ -24,7 +24,7 @@ from phasechat.chat.config.write import save_config
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore, SavedChat, StoreError
 from phasechat.chat.store.writer import ChatWriter, follow
-from phasechat.chat.turns import TurnController
+from phasechat.chat.turns import RequestEnded, RequestSent, TurnController, TurnEvent
 from phasechat.telemetry import otel
 
 #: why a profile that answers now is not renamed or removed
@@ -60,7 +60,7 @@ class Workspace:
         self.store: ChatStore | None = None
         self.configure_trimmer(self.turns)
         if self.tracing is not None:
-            self.turns.watch(self.tracing)
+            self.turns.subscribe(self._traced)
 
     # -- backends --------------------------------------------------------------------
     @property
@@ -247,9 +247,20 @@ class Workspace:
         self._writer = follow(self.turns, store, chat_id)
         return None
 
+    def _traced(self, event: TurnEvent) -> None:
+        """Each request's span (telemetry/otel.py), from the turns' events."""
+        tracing = self.tracing
+        if tracing is None:
+            return
+        match event:
+            case RequestSent(trace, request, backend):
+                tracing.request_sent(trace, request, backend)
+            case RequestEnded(trace, metrics):
+                tracing.request_ended(trace, metrics)
+
     def _unfollow(self) -> None:
         if self._writer is not None:
-            self.turns.unlisten(self._writer)
+            self.turns.unsubscribe(self._writer)
             self._writer = None
 
     def retry_save(self) -> bool:

@@ -49,14 +49,12 @@ def stored_messages() -> list[sqlite3.Row]:
 
 async def ask(turns: TurnController, prompt: str) -> None:
     """Send `prompt` as the next turn and let the answer stream to its end."""
-    async for _ in turns.send(prompt):
-        pass
+    await turns.send(prompt)
 
 
 async def answer(turns: TurnController, exchange: Exchange) -> None:
     """Run a turn begun by `retry`, `edit` or `begin` to its end."""
-    async for _ in turns.run(exchange):
-        pass
+    await turns.run(exchange)
 
 
 #: The most prompt tokens a cold run may find cached on the bundled model: the chat

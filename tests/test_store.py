@@ -25,8 +25,9 @@ from phasechat.chat.store.database import (
     default_path,
 )
 from phasechat.chat.store.writer import follow, resume
-from phasechat.chat.turns import TurnController
+from phasechat.chat.turns import ConversationWatcher, TurnController
 from phasechat.telemetry.metrics import metrics_from_dict
+from tests.scripted import ScriptedBackend
 
 
 @pytest.fixture
@@ -157,14 +158,8 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
     follow(turns, store, chat_id)
     seen: list[tuple[str, str, str]] = []
 
-    class Reader:
+    class Reader(ConversationWatcher):
         """After the store, read the row back through a separate connection."""
-
-        def message_added(self, message: ChatMessage) -> None:
-            pass
-
-        def branch_shown(self, conversation: Conversation) -> None:
-            pass
 
         def message_updated(self, message: ChatMessage, final: bool) -> None:
             if not final:
@@ -174,7 +169,7 @@ async def test_live_session_is_written_per_flush_and_can_be_resumed(
                     ).fetchone()
                 seen.append((message.content, row[0], row[1]))
 
-    turns.listen(Reader())
+    turns.subscribe(Reader())
     async for _ in turns.send("Write a long story about a lighthouse keeper."):
         pass
     assert seen, "the answer streamed for less than one flush interval"
@@ -252,3 +247,39 @@ def test_an_untitled_chat_is_untitled_not_unreadable(store: ChatStore) -> None:
     assert store.get(chat_id).title == "(untitled)" and store.get(chat_id).unreadable == ()
     [hit] = store.search("lighthouse")
     assert (hit.chat_id, hit.title) == (chat_id, "(untitled)")
+
+
+class CountingStore(ChatStore):
+    """A store that notes each write of a message row: (what, its role, final, status,
+    whether its anatomy was in it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str, bool, str, bool]] = []
+
+    def add_message(self, chat_id: int, m: ChatMessage, parent_row: int | None) -> int:
+        self.writes.append(("add", m.role, False, m.status, m.anatomy is not None))
+        return super().add_message(chat_id, m, parent_row)
+
+    def update_message(self, chat_id: int, row: int, m: ChatMessage, final: bool) -> None:
+        self.writes.append(("update", m.role, final, m.status, m.anatomy is not None))
+        super().update_message(chat_id, row, m, final)
+
+
+async def test_one_turn_writes_its_answer_row_once_at_the_end_with_its_anatomy(
+    data_home: Path,
+) -> None:
+    store = CountingStore()
+    with store:
+        turns = TurnController(ScriptedBackend(text="a short answer"))
+        follow(turns, store, store.create_chat())
+        await turns.send("a question")
+        answer = [w for w in store.writes if w[1] == "assistant"]
+        # inserted as it starts streaming, then written once, final, anatomy and all
+        assert answer == [
+            ("add", "assistant", False, "streaming", False),
+            ("update", "assistant", True, "complete", True),
+        ]
+        assert [w for w in store.writes if w[1] == "user"] == [
+            ("add", "user", False, "complete", False)
+        ]

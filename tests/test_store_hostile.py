@@ -21,11 +21,21 @@ from phasechat.chat.config.file import Config
 from phasechat.chat.config.profiles import BackendSpec
 from phasechat.chat.store.database import ChatStore, StoreError, failure
 from phasechat.chat.store.writer import follow, resume
-from phasechat.chat.turns import FLUSH_S, TurnController
+from phasechat.chat.turns import FLUSH_S, SaveFailed, SaveRecovered, TurnController, TurnEvent
 from phasechat.chat.workspace import Workspace
 from tests.scripted import ScriptedBackend
 
 SECRET = "zanzibarquokka"  # a word that appears nowhere else in the file
+
+
+def saving(event: TurnEvent) -> list[tuple[str, bool]]:
+    """What `event` says of saving: (its line, whether saving works again), or nothing."""
+    match event:
+        case SaveFailed(line):
+            return [(line, False)]
+        case SaveRecovered(line):
+            return [(line, True)]
+    return []
 
 
 def chat(turns: TurnController, prompt: str) -> None:
@@ -78,8 +88,8 @@ def test_chat_ids_are_never_reused_after_the_newest_is_deleted(tmp_path: Path) -
 def test_full_disk_is_reported_at_once_then_retried_and_nothing_lost(tmp_path: Path) -> None:
     store = ChatStore(tmp_path / "chats.db")
     heard: list[tuple[str, bool]] = []
-    store.on_error = lambda line, ok: heard.append((line, ok))
     ws = Workspace(Config(), BackendSpec(), backend=ScriptedBackend(text="first answer"))
+    ws.turns.subscribe(lambda event: heard.extend(saving(event)))
     ws.store = store
     assert ws.ensure_chat() is None
     chat(ws.turns, "one")
@@ -146,9 +156,9 @@ def test_a_write_on_a_full_disk_says_write_names_the_file_and_keeps_what_was_sav
     path = tmp_path / "chats.db"
     store = ChatStore(path)
     heard: list[str] = []
-    store.on_error = lambda line, ok: heard.append(line)
     backend = FillsTheDisk(text="first answer")
     ws = Workspace(Config(), BackendSpec(), backend=backend)
+    ws.turns.subscribe(lambda event: heard.extend(line for line, _ in saving(event)))
     ws.store = store
     assert ws.ensure_chat() is None
     chat(ws.turns, "one")

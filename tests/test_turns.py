@@ -19,7 +19,15 @@ from phasechat.backends.events import (
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.types import Summary
-from phasechat.chat.turns import InputError, TurnController
+from phasechat.chat.turns import (
+    ConversationWatcher,
+    InputError,
+    Streamed,
+    TurnController,
+    TurnEnded,
+    TurnEvent,
+    TurnFailed,
+)
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.helpers import answer, ask
 from tests.scripted import ScriptedBackend
@@ -40,8 +48,8 @@ class Numbered(ScriptedBackend):
         yield Finished("stop")
 
 
-class Heard:
-    """A listener that writes down what it was told."""
+class Heard(ConversationWatcher):
+    """A subscriber that writes down what it was told of the conversation."""
 
     def __init__(self) -> None:
         self.said: list[tuple[str, str]] = []
@@ -203,7 +211,7 @@ async def test_a_new_system_prompt_starts_a_branch_at_the_root_with_copies() -> 
 async def test_a_system_prompt_on_an_empty_chat_is_set_in_place() -> None:
     heard = Heard()
     turns = TurnController(Numbered(), Settings(system="old"))
-    turns.listen(heard)
+    turns.subscribe(heard)
     assert turns.edit_system("new") is None  # nothing to answer yet
     assert turns.conversation.system == "new" and len(turns.conversation.children(None)) == 1
     assert heard.said == [("final", "new")]
@@ -212,14 +220,14 @@ async def test_a_system_prompt_on_an_empty_chat_is_set_in_place() -> None:
 async def test_listeners_hear_every_message_and_the_branch_shown() -> None:
     turns, _ = await three_turns()
     heard = Heard()
-    turns.listen(heard)
+    turns.subscribe(heard)
     q3 = turns.conversation.messages[4]
     await answer(turns, turns.edit(q3.id, "q3b"))
     assert heard.said[:2] == [("added", "q3b"), ("added", "")]
     assert heard.said[-1] == ("final", "answer 4")
     turns.show_sibling(turns.conversation.messages[4].id, -1)
     assert heard.said[-1] == ("shown", "answer 3")
-    turns.unlisten(heard)
+    turns.unsubscribe(heard)
     await ask(turns, "q4")
     assert heard.said[-1] == ("shown", "answer 3")  # no longer told
 
@@ -250,19 +258,31 @@ async def test_one_turn_at_a_time_and_bad_edits_are_refused_before_anything_chan
     assert exchange.trace.t_first_token is None
 
 
-async def test_stop_ends_a_streaming_turn_at_once_and_keeps_its_text() -> None:
-    streaming = asyncio.Event()
+class Stalls(Numbered):
+    """Says "partial", then stalls until stopped; closing its stream takes `close_s`
+    (a request's connection, a llama thread)."""
 
-    class Slow(Numbered):
-        async def stream(
-            self, request: GenerationRequest, *, every_s: float | None = None
-        ) -> AsyncIterator[Event]:
-            yield TextDelta("partial")
-            streaming.set()
+    def __init__(self, close_s: float = 0.0) -> None:
+        super().__init__()
+        self.streaming = asyncio.Event()
+        self.close_s = close_s
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        yield TextDelta("partial")
+        self.streaming.set()
+        try:
             await asyncio.sleep(60)
-            yield Finished("stop")
+        finally:
+            await asyncio.sleep(self.close_s)
+        yield Finished("stop")
 
-    turns = TurnController(Slow())
+
+async def test_stop_ends_a_streaming_turn_at_once_and_keeps_its_text() -> None:
+    backend = Stalls()
+    streaming = backend.streaming
+    turns = TurnController(backend)
     exchange = turns.begin("go")
 
     async def consume() -> None:
@@ -432,3 +452,75 @@ async def test_a_failed_answer_keeps_its_text_and_its_question_only_when_it_can_
     assert e.user.status == question
     assert e.user.error == ("it failed" if question == "error" else None)
     assert e.metrics is not None and e.metrics.finish == "error" and not turns.busy
+
+
+async def test_a_turns_subscribers_hear_each_stream_event_then_its_end_with_its_metrics() -> None:
+    turns = TurnController(ScriptedBackend(text="one two three"))
+    everything: list[TurnEvent] = []
+    turns.subscribe(everything.append)
+    turn = turns.send("go")
+    own: list[TurnEvent] = []
+    turn.subscribe(own.append)
+    await turn
+    assert turn.done and not turns.busy
+    texts = [
+        e.event.text for e in own if isinstance(e, Streamed) and isinstance(e.event, TextDelta)
+    ]
+    assert texts == ["one ", "two ", "three "]
+    assert isinstance(own[-2], Streamed) and isinstance(own[-2].event, Finished)
+    ended = own[-1]
+    assert isinstance(ended, TurnEnded) and ended.exchange is turn.exchange
+    assert ended.metrics is turn.exchange.metrics and ended.metrics.finish == "stop"
+    assert not any(isinstance(e, TurnFailed) for e in own)
+    # the controller's subscribers hear every turn's events (and the conversation's)
+    assert [e for e in everything if isinstance(e, Streamed | TurnFailed | TurnEnded)] == own
+
+
+async def test_a_failed_turn_says_why_before_its_end() -> None:
+    class Fails(ScriptedBackend):
+        async def stream(
+            self, request: GenerationRequest, *, every_s: float | None = None
+        ) -> AsyncIterator[Event]:
+            yield TextDelta("half")
+            yield StreamError("server", "it broke")
+
+    turns = TurnController(Fails())
+    heard: list[TurnEvent] = []
+    turns.subscribe(heard.append)
+    await turns.send("go")
+    failed, ended = heard[-2:]
+    assert isinstance(failed, TurnFailed) and failed.error == "it broke"
+    assert isinstance(ended, TurnEnded) and ended.metrics.finish == "error"
+
+
+async def test_a_caller_cancelled_while_it_awaits_a_turn_stops_it_and_the_text_stays() -> None:
+    backend = Stalls(close_s=0.2)  # the turn is over only once its stream is closed
+    streaming = backend.streaming
+    turns = TurnController(backend)
+    exchange = turns.begin("go")
+
+    async def caller() -> None:
+        await turns.run(exchange)
+
+    task = asyncio.create_task(caller())
+    await streaming.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # the caller's CancelledError came once the answer was final
+    assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "partial")
+    assert not turns.busy
+
+
+async def test_a_turn_stopped_before_its_first_step_is_finished_as_cancelled() -> None:
+    turns = TurnController(ScriptedBackend(text="never"))
+    heard: list[TurnEvent] = []
+    turns.subscribe(heard.append)
+    turn = turns.send("go")
+    assert turns.stop()  # the task has not run a step yet
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    exchange = turn.exchange
+    assert (exchange.answer.status, exchange.answer.content) == ("cancelled", "")
+    assert not turns.busy and not turns.stop()
+    assert [type(e) for e in heard if isinstance(e, Streamed | TurnEnded)] == [TurnEnded]

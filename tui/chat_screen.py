@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -34,7 +33,14 @@ from phasechat.chat.costs import DraftForecast, EditForecast, history_metrics
 from phasechat.chat.store.export_files import memory_stem, unsaved_summary, write_chat_files
 from phasechat.chat.text import one_line
 from phasechat.chat.trips.branches import branch_comparison
-from phasechat.chat.turns import Exchange, InputError, TurnController
+from phasechat.chat.turns import (
+    Exchange,
+    InputError,
+    SaveFailed,
+    SaveRecovered,
+    TurnController,
+    TurnEvent,
+)
 from phasechat.chat.workspace import Workspace
 from phasechat.telemetry.forecast import Forecast, measured_rates
 from phasechat.telemetry.timeline import timeline_of
@@ -64,7 +70,6 @@ from phasechat.tui.widgets.welcome import Welcome
 REFRESH_HZ = 15
 #: how many cold runs of each side "run each again" makes in a branch comparison
 BRANCH_RUNS = 3
-YIELD_EVERY_NS = 4_000_000
 #: How often writes that failed (a full disk) are tried again while nothing streams.
 SAVE_RETRY_S = 2.0
 ACTIONS = commands.by_action()
@@ -132,19 +137,20 @@ class ChatScreen(Screen[None]):
         try the failed writes again every SAVE_RETRY_S while no answer streams."""
         ws = self.workspace
 
-        def told(line: str, ok: bool) -> None:
-            if ok:
-                self.notify(line)
-            else:
-                self.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
-
         def retry() -> None:
             if ws.store is not None and ws.store.error is not None and not self.generating:
                 ws.retry_save()
 
-        if ws.store is not None:
-            ws.store.on_error = told
+        self.turns.subscribe(self._told)
         self.set_interval(SAVE_RETRY_S, retry)
+
+    def _told(self, event: TurnEvent) -> None:
+        """How saving goes, from the turn controller's subscribers' events."""
+        match event:
+            case SaveFailed(line):
+                self.notify(line + "; Ctrl+P > Export this chat", severity="error", timeout=15)
+            case SaveRecovered(line):
+                self.notify(line)
 
     # -- backends --------------------------------------------------------------------
     @work(exclusive=True, group="load")
@@ -245,12 +251,11 @@ class ChatScreen(Screen[None]):
 
     @work(exclusive=True, group="generate")
     async def generate(self, exchange: Exchange) -> None:
-        """Draw the new turn, then consume its event stream; the refresh timer draws
-        the answer as it grows."""
+        """Draw the new turn, then start it and wait for its end; the refresh timer draws
+        the answer as it grows (from the exchange, not from the turn's events)."""
         shared = self.turns.shares_cpu
         self._pace.begin(shared)
         self.turns.deliver_every(self._pace.batch_s)
-        stream = self.turns.run(exchange)
         try:
             self.refresh_status()
             log = self.query_one(ChatLog)
@@ -259,16 +264,9 @@ class ChatScreen(Screen[None]):
             self._streaming = (exchange, view)
             if shared:  # one frame: the layout of the new turn, before its prefill
                 await chat_log.next_frame(self.app)
-            # A fast stream may never suspend the loop: the UI gets a turn every few ms.
-            clock = time.perf_counter_ns
-            turn = clock() + YIELD_EVERY_NS
-            async for _event in stream:
-                if clock() > turn:
-                    await asyncio.sleep(0)
-                    turn = clock() + YIELD_EVERY_NS
+            await self.turns.run(exchange)  # cancelling this worker stops the turn
         finally:
             try:
-                await stream.aclose()
                 self.turns.abandon(exchange)  # cancelled before it started: still finished
                 await self._finish_exchange()
             finally:

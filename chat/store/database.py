@@ -20,7 +20,6 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +101,6 @@ class ChatStore:
         self.path = Path(path) if path is not None else default_path()
         #: One line each: a directory or file that others could read, made private.
         self.notices: list[str] = []
-        #: Told at once when a write fails (ok=False) and when writes work again (ok=True).
-        self.on_error: Callable[[str, bool], None] | None = None
         #: The last write error a listener swallowed (a full disk must not stop the chat).
         self.error: str | None = None
         self._lock = threading.RLock()
@@ -121,11 +118,6 @@ class ChatStore:
     def failure(self, exc: sqlite3.Error | OSError) -> str:
         """A write to this database that failed, in one line naming the file."""
         return failure(self.path, exc, writing=True)
-
-    def report(self, line: str, ok: bool) -> None:
-        """Tell `on_error` (if set) that saving failed (`ok` False) or works again."""
-        if self.on_error is not None:
-            self.on_error(line, ok)
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -1,34 +1,50 @@
-"""The listener that saves a chat's messages as they happen, and retries what failed.
+"""The subscriber that saves a chat's messages as they happen, and retries what failed.
 
-A `ChatWriter` listens to a `TurnController` (`chat.turns.TurnListener`) and writes
+A `ChatWriter` subscribes to a `TurnController` (its `MessageAdded`, `MessageUpdated` and
+`BranchShown` events) and writes
 through the store's public methods; the store knows nothing of it.
 
 A full disk or a locked database must not end the answer on screen, and must not lose
 the chat either: a message whose row could not be written stays pending, and every
 later event (the next flush of streamed text, the next message) tries the pending rows
 again, in order, before its own. The first failure and the recovery are each reported
-once through the store's `on_error` (the TUI shows them at once); the conversation is
-still whole in memory meanwhile, so it can be exported from there.
+once, as an event to the controller's subscribers (`SaveFailed`, `SaveRecovered`: the
+TUI shows them at once); the conversation is still whole in memory meanwhile, so it can
+be exported from there.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
-from phasechat.chat.turns import TurnController
+from phasechat.chat.turns import (
+    ConversationWatcher,
+    SaveFailed,
+    SaveRecovered,
+    TurnController,
+)
 
 log = logging.getLogger(__name__)
 
 
-class ChatWriter:
+class ChatWriter(ConversationWatcher):
     """Writes one conversation to chat `chat_id` of `store`, from now on."""
 
-    def __init__(self, store: ChatStore, chat_id: int, rows: dict[int, int] | None = None) -> None:
-        """`rows`: the row of each message already saved (`SavedChat.rows`)."""
+    def __init__(
+        self,
+        store: ChatStore,
+        chat_id: int,
+        rows: dict[int, int] | None = None,
+        report: Callable[[SaveFailed | SaveRecovered], None] | None = None,
+    ) -> None:
+        """`rows`: the row of each message already saved (`SavedChat.rows`); `report`:
+        told when saving fails, and when it works again (`TurnController.report`)."""
         self.store = store
+        self._report = report
         self.chat_id = chat_id
         self.rows: dict[int, int] = dict(rows or {})  # ChatMessage.id -> messages.id
         #: Messages added while writes failed, oldest first: inserted on the next try.
@@ -50,7 +66,7 @@ class ChatWriter:
         """The row `message` was saved as (None: not saved, or not yet)."""
         return self.rows.get(message.id)
 
-    # -- TurnListener ------------------------------------------------------------------
+    # -- what the turn controller tells -------------------------------------------------
     def message_added(self, message: ChatMessage) -> None:
         self.pending.append(message)
         self.flush()
@@ -100,12 +116,16 @@ class ChatWriter:
         self.store.error = f"chat not saved: {error} (retrying; the chat is kept in memory)"
         log.warning("%s", self.store.error)
         if first:
-            self.store.report(self.store.error, ok=False)
+            self._tell(SaveFailed(self.store.error))
 
     def _recovered(self) -> None:
         if self.store.error is not None:
             self.store.error = None
-            self.store.report("chat saved again: the writes that failed were retried", ok=True)
+            self._tell(SaveRecovered("chat saved again: the writes that failed were retried"))
+
+    def _tell(self, event: SaveFailed | SaveRecovered) -> None:
+        if self._report is not None:
+            self._report(event)
 
 
 def follow(
@@ -113,9 +133,9 @@ def follow(
 ) -> ChatWriter:
     """Save `turns`' conversation to chat `chat_id` from now on: what the chat lacks is
     written at once (`rows`: what it has, `SavedChat.rows`), then every change."""
-    writer = ChatWriter(store, chat_id, rows)
+    writer = ChatWriter(store, chat_id, rows, turns.report)
     writer.catch_up(turns.conversation)
-    turns.listen(writer)
+    turns.subscribe(writer)
     return writer
 
 

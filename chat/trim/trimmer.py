@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
@@ -31,7 +32,11 @@ from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.trim.summarize import fit, write_summary
 from phasechat.chat.trim.types import (
     INSTRUCTION,
+    Answered,
+    News,
+    Refused,
     SendPlan,
+    Shown,
     Summary,
     TrimStats,
     measured_prefill_rate,
@@ -104,6 +109,11 @@ class Trimmer:
         """Ids of the messages the summary in use stands for."""
         return self.summary.covers if self.summary else frozenset()
 
+    @property
+    def in_use(self) -> Summary | None:
+        """The summary a send uses now (None: none, or trimming is off)."""
+        return self.summary if self.enabled else None
+
     def is_summarized(self, message: ChatMessage) -> bool:
         """Whether `message` is left out of the prompt, replaced by the summary."""
         return self.enabled and message.id in self.covered
@@ -152,6 +162,83 @@ class Trimmer:
     def pending(self) -> bool:
         """A summary is being written."""
         return self._task is not None and not self._task.done()
+
+    # -- the controller's two calls ----------------------------------------------------
+    def plan(self, backend: Backend, conversation: Conversation, max_tokens: int) -> SendPlan:
+        """Everything about the next send of `conversation` (its new user turn in it) to
+        `backend`: the messages, our count of them, the window, and whether it uses a new
+        summary or must wait for one (then await `ready` for the plan to send).
+
+        Raises `PromptRefused` where the backend cannot read the prompt at all."""
+        self.follow(conversation)
+        plan = self.prepare(backend, conversation, max_tokens)
+        if plan.wait:
+            waited = plan
+
+            async def ready() -> SendPlan:
+                return self._complete(
+                    backend, conversation, await self.wait(waited), count_cut=True
+                )
+
+            return replace(self._complete(backend, conversation, plan), ready=ready)
+        return self._complete(backend, conversation, plan, count_cut=True)
+
+    def tell(self, news: News) -> SendPlan | None:
+        """What happened since the last plan: the chat shows another branch (`Shown`), an
+        answer finished (`Answered`: a summary may start in the background), or the
+        server refused the prompt as too long (`Refused`: the window it named is kept,
+        and a summary to fit it starts; the plan returned waits for it, and sends again
+        where `trimmed` once `ready`). None where there is nothing to send again."""
+        match news:
+            case Shown(conversation):
+                self.follow(conversation)
+            case Answered(backend, conversation, max_tokens):
+                self.after_answer(backend, conversation, max_tokens)
+            case Refused(backend, conversation, max_tokens, n_ctx):
+                return self._refused(backend, conversation, max_tokens, n_ctx)
+        return None
+
+    def _refused(
+        self, backend: Backend, conversation: Conversation, max_tokens: int, n_ctx: int | None
+    ) -> SendPlan | None:
+        if not self.enabled:
+            return None
+        if n_ctx is not None and n_ctx > 0:
+            self.windows[backend.name] = n_ctx
+        self._collect()
+        if self._task is None and not self.start(backend, conversation, max_tokens):
+            return None
+        waiting = SendPlan(wait=True, serial=self._serial(backend))
+
+        async def ready() -> SendPlan:
+            plan = await self.wait(waiting)
+            return self._complete(backend, conversation, plan) if plan.trimmed else plan
+
+        return replace(waiting, ready=ready)
+
+    def _complete(
+        self,
+        backend: Backend,
+        conversation: Conversation,
+        plan: SendPlan,
+        *,
+        count_cut: bool = False,
+    ) -> SendPlan:
+        """`plan` with the messages it sends, their count and the window; `count_cut`:
+        the send is final, so what the summary cut from it is counted."""
+        messages = self.prompt_messages(conversation)
+        count = backend.count_tokens(messages)
+        learned = self.windows.get(backend.name)
+        cut = self.sent(backend, conversation, count.tokens) if count_cut else 0
+        return replace(
+            plan,
+            messages=messages,
+            prompt_tokens=count.tokens,
+            exact=not count.estimated,
+            window=learned or backend.context_window,
+            window_source="the server's refusal" if learned else backend.context_source,
+            tokens_cut=cut,
+        )
 
     # -- around a send ------------------------------------------------------------------
     def prepare(self, backend: Backend, conversation: Conversation, max_tokens: int) -> SendPlan:

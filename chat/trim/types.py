@@ -1,13 +1,15 @@
 """What the history trimmer decides and reports, as plain data: a summary, the plan for
-one send, and the panel's figures."""
+one send, what it is told after one, and the panel's figures."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
+from phasechat.backends.base import Backend
 from phasechat.backends.events import Message
+from phasechat.chat.conversation import Conversation
 from phasechat.telemetry.metrics import Metrics
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
@@ -56,6 +58,50 @@ class SendPlan:
     note: str | None = None
     waited_ms: float | None = None
     serial: bool = False  # the summary runs on the chat's own local model, one at a time
+    # What `Trimmer.plan` adds for the controller (the rest of a send, decided once):
+    #: the messages to send (system, the summary in use, the turns it does not cover)
+    messages: tuple[Message, ...] = ()
+    #: our own count of them, and whether it is the model's tokenizer's (not an estimate)
+    prompt_tokens: int | None = None
+    exact: bool = False
+    #: the window to measure against, and who said so
+    window: int | None = None
+    window_source: str | None = None
+    #: prompt tokens the summary cut from this send (0 when it waits, or is sent again)
+    tokens_cut: int = 0
+    #: `wait`: await it for the plan to send once the summary in flight is written
+    ready: Callable[[], Awaitable[SendPlan]] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The chat shows another branch (an edit, a sibling, another chat)."""
+
+    conversation: Conversation
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An answer finished (not failed) on `backend`: the history grew."""
+
+    backend: Backend
+    conversation: Conversation
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The server refused the prompt as longer than its window (`n_ctx`, where it named
+    one): trim to fit and send once more."""
+
+    backend: Backend
+    conversation: Conversation
+    max_tokens: int
+    n_ctx: int | None
+
+
+#: What the controller tells the trimmer (`Trimmer.tell`).
+News = Shown | Answered | Refused
 
 
 @dataclass(frozen=True, slots=True)

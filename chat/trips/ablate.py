@@ -206,8 +206,7 @@ class Ablation:
                 name = self.backend.name
                 turns = TurnController(self.backend, self.settings, name=name, trim=False)
                 exchange = turns.ask_over(cold_messages(variant.messages, secrets.token_hex(4)))
-                async for _event in turns.run(exchange):
-                    pass
+                await turns.run(exchange)
                 metrics = exchange.metrics
                 assert metrics is not None
                 if metrics.finish in ("error", "cancelled"):

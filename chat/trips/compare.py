@@ -167,8 +167,7 @@ class Comparison:
         turns, exchange = answer.turn
         answer.started = True
         try:
-            async for _event in turns.run(exchange):
-                pass
+            await turns.run(exchange)
         finally:
             answer.metrics = exchange.metrics
 

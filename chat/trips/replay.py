@@ -210,8 +210,7 @@ async def replay(
 
 
 async def _turn(turns: TurnController, prompt: str, turn: int, copy: int) -> TurnRow:
-    async for _ in turns.send(prompt):
-        pass
+    await turns.send(prompt)
     e = turns.exchanges[-1]
     m = e.metrics
     assert m is not None

@@ -217,8 +217,7 @@ def sample_of(metrics: Metrics, gaps: Sequence[float], error: str | None) -> Sam
 async def _request(backend: Backend, settings: Settings, prompt: str) -> tuple[Sample, Metrics]:
     turns = TurnController(backend, settings, trim=False)  # one turn: nothing to trim
     try:
-        async for _ in turns.send(prompt):
-            pass
+        await turns.send(prompt)
     finally:
         await turns.aclose()
     exchange = turns.exchanges[-1]
