@@ -1,10 +1,14 @@
 """Values read from outside this process (a cache file, the chat database, a server's
 JSON), checked before they are believed: a number within its bounds, text that can be
-written out, and a bad value shown in a few characters for the notice that names it."""
+written out (refused, or its lone surrogates replaced), and a bad value shown in a few
+characters for the notice that names it."""
 
 from __future__ import annotations
 
 import math
+import re
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def number_in(value: object, low: float, high: float) -> float | None:
@@ -28,6 +32,15 @@ def text_in(value: object) -> str | None:
     except UnicodeEncodeError:
         return None
     return value
+
+
+def as_text(value: object) -> str:
+    """Text from the wire as a str that can be printed, stored and encoded: JSON may
+    carry a lone surrogate (`"\\ud800"`), which no UTF-8 stream accepts. Where `text_in`
+    refuses such a value, this keeps it with each surrogate replaced (U+FFFD): what every
+    reader of a server's JSON does to a string before it is printed, stored or encoded."""
+    text = value if isinstance(value, str) else str(value)
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def shown(value: object) -> str:

@@ -67,7 +67,7 @@ from phasechat.backends.remote.wire_numbers import (
     load_json,
     prompt_bound,
 )
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 TLS_OFF = "TLS certificate verification is off: the server's identity is not checked"
 

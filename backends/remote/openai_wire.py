@@ -32,7 +32,7 @@ from phasechat.backends.remote.http_errors import body_text, error_text
 from phasechat.backends.remote.servers import chunk_progress, chunk_timings, context_refusal
 from phasechat.backends.remote.servers.family import ServerFamily
 from phasechat.backends.remote.wire_numbers import NOT_JSON, Fields, load_json
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
 _PROMPT_DETAILS = "usage.prompt_tokens_details"

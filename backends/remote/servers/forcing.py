@@ -32,7 +32,7 @@ import httpx
 
 from phasechat.backends.events import Message
 from phasechat.backends.remote.urls import endpoint, root_of
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 #: the top log-probabilities asked for at each position (vLLM's default --max-logprobs)
 TOP_K = 20

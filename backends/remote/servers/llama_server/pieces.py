@@ -3,7 +3,7 @@ for the prompt's sections (render.py) and for teacher forcing (teacher.py)."""
 
 from __future__ import annotations
 
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 
 def llama_piece(piece: object) -> bytes | None:

@@ -31,7 +31,7 @@ from phasechat.backends.remote.servers.forcing import (
 )
 from phasechat.backends.remote.servers.llama_server.pieces import llama_piece
 from phasechat.backends.remote.urls import endpoint
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 
 async def llama_server_top(

@@ -38,7 +38,7 @@ from phasechat.backends.remote.servers.family import NativeChat, ServerFamily, c
 from phasechat.backends.remote.urls import endpoint
 from phasechat.backends.remote.windows import Window, fetch_json
 from phasechat.backends.remote.wire_numbers import NOT_JSON, Fields, as_ms, load_json
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 _DONE: dict[str, FinishReason] = {"stop": "stop", "length": "length"}
 

@@ -14,7 +14,7 @@ from phasechat.backends.events import Message
 from phasechat.backends.remote.servers.rendering import reply_or_none
 from phasechat.backends.remote.token_text import pieces_of
 from phasechat.backends.remote.urls import endpoint
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 
 async def render_on_vllm(

@@ -26,7 +26,7 @@ from phasechat.backends.remote.servers.forcing import (
 )
 from phasechat.backends.remote.token_text import pieces_of
 from phasechat.backends.remote.urls import endpoint
-from phasechat.backends.remote.wire_text import as_text
+from phasechat.backends.untrusted import as_text
 
 
 async def vllm_top(
