@@ -22,7 +22,7 @@ from phasechat.backends.events import AnswerTokens, Message
 from phasechat.backends.remote.capability import RemoteServer
 from phasechat.backends.tokens import estimate_once
 from phasechat.chat.conversation import ChatMessage
-from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
     BREAK_MIN_TOKENS,
     Anatomy,

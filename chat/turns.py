@@ -40,8 +40,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation, sendable
 from phasechat.chat.engine_held import RENDER_AGAIN, EngineHeld, Held, section_at
 from phasechat.chat.text import is_text
-from phasechat.chat.trim.trimmer import Trimmer
-from phasechat.chat.trim.types import Answered, Refused, SendPlan, Shown, TrimStats
+from phasechat.chat.trim.trimmer import Answered, Refused, SendPlan, Shown, Trimmer, TrimStats
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.live import Live, finished, snapshot
 from phasechat.telemetry.metrics import Metrics, compute

@@ -18,7 +18,7 @@ from phasechat.backends.events import Event, GenerationRequest, Message
 from phasechat.backends.local.backend import LocalBackend
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.engine_held import parts_of
-from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import (
     CACHE_AFTER,
     Ablation,

@@ -21,7 +21,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.store.database import ChatStore
 from phasechat.chat.store.writer import follow
-from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.chat.trips.ablate import ASK_ABOVE_RUNS, Ablation, duration
 from phasechat.chat.turns import InputError, TurnController
 from phasechat.cli.commands.ablate_cli import _consent

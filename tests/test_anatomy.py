@@ -16,7 +16,7 @@ from phasechat.chat.engine_held import (
     parts_of,
     section_at,
 )
-from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.telemetry.anatomy import (
     Anatomy,
     CacheBreak,

@@ -14,8 +14,8 @@ import pytest
 from phasechat.backends.base import TokenCount
 from phasechat.backends.events import Event, GenerationRequest, Message
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.trim.trimmer import CALM_TURNS, Trimmer
-from phasechat.chat.trim.types import SendPlan, Summary, measured_prefill_rate
+from phasechat.chat.trim.summarize import Summary
+from phasechat.chat.trim.trimmer import CALM_TURNS, SendPlan, Trimmer, measured_prefill_rate
 from phasechat.telemetry.metrics import Metrics, metrics_from_dict
 from tests.scripted import ScriptedBackend
 

@@ -22,8 +22,8 @@ from phasechat.backends.local.backend import LocalBackend
 from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.backends.tokens import estimate_messages
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.chat.trim.trimmer import DEFAULT_CONTEXT, ESTIMATE_SLACK, MARGIN, Trimmer
-from phasechat.chat.trim.types import SUMMARY_HEADER
 from phasechat.chat.turns import Exchange, TurnController
 from phasechat.cli.main import main
 

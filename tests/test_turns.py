@@ -18,7 +18,7 @@ from phasechat.backends.events import (
 )
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.trim.types import Summary
+from phasechat.chat.trim.summarize import Summary
 from phasechat.chat.turns import (
     ConversationWatcher,
     InputError,

@@ -1,6 +1,7 @@
-"""Writing a history summary: the request to the summarizer, and what to do when what
-comes back cannot be used (empty, cut at its limit, or a model stuck repeating itself,
-as SmolLM2-135M often is): the first sentence of each summarized turn instead."""
+"""Writing a history summary: the request to the summarizer, the summary it writes (one
+record, and the system message that carries it), and what to do when what comes back
+cannot be used (empty, cut at its limit, or a model stuck repeating itself, as
+SmolLM2-135M often is): the first sentence of each summarized turn instead."""
 
 from __future__ import annotations
 
@@ -8,12 +9,45 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
-from phasechat.chat.trim.types import Summary
-from phasechat.telemetry.metrics import compute
+from phasechat.telemetry.metrics import Metrics, compute
 from phasechat.telemetry.recorder import Trace, record
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+INSTRUCTION = (
+    "Summarize the conversation so far in at most {words} words, as notes for yourself. "
+    "Keep names, numbers, facts, decisions and open questions. Write only the summary."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """One summary: its text, the messages it stands for, and what it cost to write."""
+
+    text: str
+    covers: frozenset[int]  # ids of the ChatMessages it replaces (earlier summaries' too)
+    backend: str
+    model: str
+    metrics: Metrics  # the summary request's own TTFT, e2e and token counts
+    started_ns: int = 0  # perf_counter_ns when its request was sent
+    finished_ns: int = 0  # ... and when its last event arrived
+    #: "model": written by the summarizer; "extractive": the first sentence of each
+    #: summarized turn, because the model's summary was unusable (`why`)
+    kind: Literal["model", "extractive"] = "model"
+    why: str | None = None
+
+    def system(self, system: str) -> Message:
+        """The one system message with the summary appended after the user's own system
+        prompt, which stays byte-identical, so the prefix up to it still hits the cache.
+        Every chat template accepts one system message first; a second one, or one in
+        the middle, breaks strict templates (Gemma, Mistral)."""
+        head = f"{system}\n\n" if system else ""
+        return Message("system", head + SUMMARY_HEADER + self.text)
+
 
 #: Characters per token for sizing an extractive summary (English prose, roughly).
 CHARS_PER_TOKEN = 4

@@ -15,6 +15,10 @@ once the history is near the budget, so it is usually ready before the send that
 it. If it is not: a send that still fits goes out untrimmed; one that does not waits.
 A local backend runs one request at a time, so a send behind a summary on that same
 backend would wait for it anyway: it waits for the summary explicitly and says so.
+
+The controller asks for a plan before each send (`plan`, a `SendPlan`) and tells what
+happened after it (`tell`, one of `News`); the panel reads `TrimStats`. Those records are
+here, beside the one class that makes and reads them.
 """
 
 from __future__ import annotations
@@ -23,25 +27,110 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from phasechat.backends.base import Backend
 from phasechat.backends.events import GenerationRequest, Message
 from phasechat.chat.conversation import ChatMessage, Conversation
-from phasechat.chat.trim.summarize import fit, write_summary
-from phasechat.chat.trim.types import (
-    INSTRUCTION,
-    Answered,
-    News,
-    Refused,
-    SendPlan,
-    Shown,
-    Summary,
-    TrimStats,
-    measured_prefill_rate,
-)
+from phasechat.chat.trim.summarize import INSTRUCTION, Summary, fit, write_summary
 from phasechat.telemetry.metrics import Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class SendPlan:
+    """How one send relates to the trimmer; copied onto the exchange for the UI.
+
+    `trimmed`: this send is the first with a new summary (its prefix cache starts over
+    after the system prompt). `wait`: the send must wait for the summary in flight.
+    `note`: one line for the user when the trimmer did something unexpected.
+    """
+
+    trimmed: bool = False
+    wait: bool = False
+    note: str | None = None
+    waited_ms: float | None = None
+    serial: bool = False  # the summary runs on the chat's own local model, one at a time
+    # What `Trimmer.plan` adds for the controller (the rest of a send, decided once):
+    #: the messages to send (system, the summary in use, the turns it does not cover)
+    messages: tuple[Message, ...] = ()
+    #: our own count of them, and whether it is the model's tokenizer's (not an estimate)
+    prompt_tokens: int | None = None
+    exact: bool = False
+    #: the window to measure against, and who said so
+    window: int | None = None
+    window_source: str | None = None
+    #: prompt tokens the summary cut from this send (0 when it waits, or is sent again)
+    tokens_cut: int = 0
+    #: `wait`: await it for the plan to send once the summary in flight is written
+    ready: Callable[[], Awaitable[SendPlan]] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The chat shows another branch (an edit, a sibling, another chat)."""
+
+    conversation: Conversation
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An answer finished (not failed) on `backend`: the history grew."""
+
+    backend: Backend
+    conversation: Conversation
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The server refused the prompt as longer than its window (`n_ctx`, where it named
+    one): trim to fit and send once more."""
+
+    backend: Backend
+    conversation: Conversation
+    max_tokens: int
+    n_ctx: int | None
+
+
+#: What the controller tells the trimmer (`Trimmer.tell`).
+News = Shown | Answered | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class TrimStats:
+    """What the telemetry panel shows about trimming."""
+
+    enabled: bool
+    budget: int
+    estimated: bool  # token counts are tiktoken estimates, not the model's tokenizer
+    summaries: int
+    summarized_messages: int
+    pending: bool
+    tokens_cut: int  # the last prompt: full history minus what was sent
+    tokens_cut_total: int  # summed over every send
+    prefill_tok_s: float | None  # measured on this session's own answers
+    prefill_s_saved: float | None  # tokens_cut_total / prefill_tok_s, as a cold prefill
+    summary_ttft_ms: float | None  # the latest summary's own cost
+    summary_e2e_ms: float | None
+    summary_tokens: int | None
+    summary_ms_total: float  # every summary's e2e, summed
+    last_error: str | None
+    summary_kind: str | None = None  # the one in use: "model" or "extractive"
+    summary_why: str | None = None  # why the model's was not used
+
+
+def measured_prefill_rate(answers: Sequence[Metrics | None]) -> float | None:
+    """Evaluated prompt tokens per second over answers whose prefill was long enough to
+    measure (a handful of tokens is dominated by fixed per-request overhead)."""
+    tokens = seconds = 0.0
+    for m in answers:
+        ttft = m.ttft_ready_ms if m else None  # a wait for the model to load is not prefill
+        if m and m.evaluated_prompt_tokens and ttft and m.evaluated_prompt_tokens >= 32:
+            tokens += m.evaluated_prompt_tokens
+            seconds += ttft / 1000
+    return tokens / seconds if seconds else None
+
 
 #: Context assumed for an endpoint that does not tell its window (most don't).
 DEFAULT_CONTEXT = 8192

@@ -29,7 +29,7 @@ from phasechat.backends.events import Message
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.engine_held import anatomy_of
 from phasechat.chat.text import one_line
-from phasechat.chat.trim.types import SUMMARY_HEADER
+from phasechat.chat.trim.summarize import SUMMARY_HEADER
 from phasechat.chat.trips.compare import cold_messages
 from phasechat.chat.turns import TurnController
 from phasechat.telemetry.anatomy import Anatomy

@@ -24,7 +24,7 @@ from typing import Any
 
 from phasechat.backends.base import Backend
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trim.types import Summary
+from phasechat.chat.trim.summarize import Summary
 from phasechat.chat.turns import TurnController
 from phasechat.chat.user_file import read_user_file
 

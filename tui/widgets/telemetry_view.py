@@ -15,7 +15,7 @@ from phasechat.backends.events import KVStats
 from phasechat.chat.costs import Expected, SwitchCost
 from phasechat.chat.engine_held import name_of
 from phasechat.chat.text import one_line
-from phasechat.chat.trim.types import TrimStats
+from phasechat.chat.trim.trimmer import TrimStats
 from phasechat.chat.turns import Exchange
 from phasechat.telemetry.anatomy import Anatomy
 from phasechat.telemetry.forecast import Forecast
