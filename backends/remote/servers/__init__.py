@@ -145,7 +145,11 @@ def header_account(headers: Mapping[str, str], f: Fields) -> ServerAccount | Non
     family whose headers they carry: header names say what they are whatever the
     listing claimed (TGI's listing names no owner)."""
     for family in FAMILIES:
-        if family.header_timing is not None and (said := family.header_timing(headers, f)):
+        if family.header_timing is None:
+            continue
+        if family.timing_headers and not any(name in headers for name in family.timing_headers):
+            continue
+        if said := family.header_timing(headers, f):
             return said
     return None
 

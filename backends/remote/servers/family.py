@@ -143,6 +143,9 @@ class ServerFamily:
     cache_grain: CacheGrain = None
     chunk_timing: ChunkTiming | None = None
     header_timing: HeaderTiming | None = None
+    #: the response headers `header_timing` reads its account from: a reply that carries
+    #: none of them is not handed to it (empty: every reply is)
+    timing_headers: tuple[str, ...] = ()
     #: its prefill's progress and its engine's timings on a chunk, read from any server
     #: that sends them whatever its listing claimed (a proxy passes them through)
     progress: ChunkProgress | None = None

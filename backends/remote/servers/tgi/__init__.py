@@ -43,13 +43,16 @@ def _number(headers: Mapping[str, str], name: str, f: Fields, ms: bool) -> float
     return value
 
 
+#: The headers of a reply TGI sent whole that time the request (what `header_timing` needs
+#: one of; the counts come with them).
+TIMING_HEADERS = ("x-queue-time", "x-total-time", "x-inference-time")
+
+
 def header_timing(headers: Mapping[str, str], f: Fields) -> ServerAccount | None:
     """The request's queue and whole time, and its counts, from the headers of a reply
     TGI sent whole. Its `x-total-time` (validation + queue + inference) ends when the
     reply is whole: the server's own time to the first byte of such a reply."""
-    queue = _number(headers, "x-queue-time", f, ms=True)
-    total = _number(headers, "x-total-time", f, ms=True)
-    inference = _number(headers, "x-inference-time", f, ms=True)
+    queue, total, inference = (_number(headers, name, f, ms=True) for name in TIMING_HEADERS)
     if queue is None and total is None and inference is None:
         return None
     prompt = _number(headers, "x-prompt-tokens", f, ms=False)
@@ -100,5 +103,6 @@ FAMILY = ServerFamily(
         },
     ),
     header_timing=header_timing,
+    timing_headers=TIMING_HEADERS,
     docs="huggingface/text-generation-inference: router/src/server.rs",
 )
