@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, cast
 
 import httpx
@@ -169,8 +170,9 @@ class RemoteBackend:
     def name(self) -> str:
         return self.config.name
 
-    @property
+    @cached_property
     def base_url(self) -> str:
+        # worked out once: the config is frozen, and every event's parse names the URL
         return trimmed(self.config.base_url)
 
     @property
@@ -180,7 +182,7 @@ class RemoteBackend:
         host = httpx.URL(self.config.base_url).host
         return host in ("localhost", "::1") or host.startswith("127.")
 
-    @property
+    @cached_property
     def shown_url(self) -> str:
         """The base URL as it may be shown or logged (no password, no key parameter)."""
         return redact_url(self.base_url)
