@@ -105,7 +105,7 @@ class ChatScreen(Screen[None]):
     @property
     def backend(self) -> Backend:
         """The backend that answers next."""
-        return self.workspace.backend
+        return self.turns.backend  # the controller holds it; the workspace only asks it
 
     @property
     def generating(self) -> bool:
