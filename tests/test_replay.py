@@ -23,6 +23,7 @@ from phasechat.backends.events import (
 )
 from phasechat.chat.config.settings import Settings
 from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
+from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
 
 
@@ -56,21 +57,21 @@ async def test_the_wall_time_leaves_out_the_think_time_between_turns(
     totals = result.totals()
     assert totals["output_tokens"] == 60
     assert totals["output_tok_s"] == pytest.approx(60 / 4.98)
-    rows = [(r.turn, r.copy, r.prompt_tokens, r.cached_tokens, r.evaluated_prompt_tokens)
-            for r in result.rows]  # fmt: skip
+    rows = [(r.turn, r.copy, r.tokens.prompt_tokens, r.tokens.cached_tokens,
+             r.tokens.evaluated_prompt_tokens) for r in result.rows]  # fmt: skip
     assert rows == [(1, 0, 100, 0, 100), (2, 0, 200, 100, 100), (3, 0, 300, 200, 100)]
-    assert [(r.output_tokens, r.finish, r.error, r.trimmed) for r in result.rows] == [
+    assert [
+        (r.tokens.output_tokens, r.metrics.finish, r.error, r.trimmed) for r in result.rows
+    ] == [
         (10, "stop", None, False),
         (20, "stop", None, False),
         (30, "stop", None, False),
     ]
-    assert result.rows[1].metrics["prompt_tokens"] == 200
+    assert result.rows[1].metrics.prompt_tokens == 200
 
 
 def row(turn: int, prompt: int, cached: int, ttft: float | None, out: int, **kw: object) -> TurnRow:
-    fields: dict[str, object] = {
-        "turn": turn,
-        "copy": 0,
+    m = metrics_from_dict({
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "evaluated_prompt_tokens": prompt - cached,
@@ -78,12 +79,18 @@ def row(turn: int, prompt: int, cached: int, ttft: float | None, out: int, **kw:
         "e2e_ms": None,
         "decode_tok_s": None,
         "output_tokens": out,
+        "finish": "stop",
+    })  # fmt: skip
+    fields: dict[str, object] = {
+        "turn": turn,
+        "copy": 0,
+        "tokens": m.tokens,
         "trimmed": False,
         "tokens_cut": 0,
         "trim_wait_ms": None,
         "trim_note": None,
-        "finish": "stop",
         "error": None,
+        "metrics": m,
     }
     return TurnRow(**(fields | kw))  # type: ignore[arg-type]
 
@@ -162,12 +169,13 @@ async def test_a_refused_turn_read_nothing_and_is_left_out_of_the_totals() -> No
     refused = result.rows[1]
     # our own count of its prompt stands (the scripted count: 3 a message + len // 4),
     # but nothing was cached or evaluated
-    assert (refused.prompt_tokens, refused.cached_tokens, refused.evaluated_prompt_tokens) == (
-        refused.metrics["prompt_tokens"],
+    t = refused.tokens
+    assert (t.prompt_tokens, t.cached_tokens, t.evaluated_prompt_tokens) == (
+        refused.metrics.prompt_tokens,
         None,
         None,
     )
-    assert (refused.ttft_ms, refused.error, refused.finish) == (
+    assert (refused.timing.ttft_ms, refused.error, refused.metrics.finish) == (
         None,
         "the prompt is longer than the window",
         "error",
@@ -202,7 +210,7 @@ async def test_copies_of_the_chat_run_in_lockstep_each_row_numbered() -> None:
 
 
 def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
-    metrics = {"cached_tokens": 999, "server_source": "timings", "turn": 7}
+    metrics = metrics_from_dict({"cached_tokens": 999, "server_source": "timings"})
     r = replace(row(2, 200, 150, 90.0, 20), metrics=metrics)
     record = r.record()
     assert record["type"] == "turn" and record["server_source"] == "timings"
