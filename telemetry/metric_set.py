@@ -185,14 +185,14 @@ class _View(Generic[T]):
     __slots__ = ("name", "read", "record")
 
     def __init__(self, read: Callable[[Metrics], T]) -> None:
-        self.read = read
-        self.record = self.name = ""
+        self.read = read  # `record` and `name` are set once the view has its name
 
     def __set_name__(self, owner: type, name: str) -> None:
         record, *path = self.read.__code__.co_names
         if path != [name]:  # a view named for one figure and reading another
             raise TypeError(f"the view {name} reads {'.'.join([record, *path])}")
-        self.record, self.name = record, name
+        self.record: str = record
+        self.name: str = name
 
     @overload
     def __get__(self, obj: None, owner: type) -> _View[T]: ...
@@ -310,9 +310,7 @@ class Metrics:
 def records() -> tuple[tuple[str, type[Any]], ...]:
     """Each record of `Metrics`: its attribute and its class, in their order."""
     hints = get_type_hints(Metrics)
-    return tuple(
-        (f.name, hints[f.name]) for f in fields(Metrics) if is_dataclass(hints[f.name])
-    )
+    return tuple((f.name, hints[f.name]) for f in fields(Metrics) if is_dataclass(hints[f.name]))
 
 
 @functools.cache

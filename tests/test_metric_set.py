@@ -37,6 +37,7 @@ def test_metrics_holds_six_records_and_its_own_four_figures() -> None:
 
 def test_each_flat_name_reads_its_own_field_of_its_own_record_and_no_other() -> None:
     m = of_flat(every_figure())
+    assert m.ignored == () and (m.backend, m.warnings) == ("backend!", ("w75",))
     owner: dict[str, str] = {}
     for attr, cls in records():
         for f in fields(cls):
