@@ -182,16 +182,15 @@ class _View(Generic[T]):
     """One record's figure read under its own name from the metric set: `read` is
     `lambda m: m.<record>.<name>`, so that its type is the field's, inferred."""
 
-    __slots__ = ("name", "read", "record")
+    __slots__ = ("name", "read")
 
     def __init__(self, read: Callable[[Metrics], T]) -> None:
-        self.read = read  # `record` and `name` are set once the view has its name
+        self.read = read  # `name` is set once the view is named
 
     def __set_name__(self, owner: type, name: str) -> None:
         record, *path = self.read.__code__.co_names
         if path != [name]:  # a view named for one figure and reading another
             raise TypeError(f"the view {name} reads {'.'.join([record, *path])}")
-        self.record: str = record
         self.name: str = name
 
     @overload

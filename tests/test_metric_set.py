@@ -64,6 +64,13 @@ def test_a_view_named_for_one_figure_that_reads_another_is_refused() -> None:
     why = caught.value.__cause__ or caught.value
     assert isinstance(why, TypeError) and str(why) == "the view ttft_ms reads timing.e2e_ms"
 
+    @dataclass(frozen=True)
+    class Read:
+        timing: TimingFigures
+        ttft_ms = _View(lambda m: m.timing.ttft_ms)
+
+    assert vars(Read)["ttft_ms"].name == "ttft_ms"  # the name flat_names() lists it by
+
 
 def test_the_ready_ttft_is_derived_not_stored() -> None:
     m = metrics_from_dict({"ttft_ms": 30.0, "load_ms": 12.5})

@@ -12,6 +12,7 @@ from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.verdict import wait
 from phasechat.telemetry.waterfall import (
     CONNECT,
+    LOAD,
     OTHER,
     PREFILL,
     QUEUED,
@@ -209,3 +210,79 @@ def test_a_body_sent_stamp_that_trails_the_servers_receipt_is_no_contradiction()
     steps = {s.name: s.ms for s in got.steps}
     assert (steps[QUEUED], steps[PREFILL], steps[OTHER]) == (4.0, 50.0, 20.0)
     assert steps[SENT] == 20.0 and steps[REST] == 0.0  # 94 - 74, nothing left after
+
+
+def test_a_metric_sets_waterfall_whole_each_part_with_who_said_it() -> None:
+    m = metrics_from_dict(
+        {
+            "ttft_ms": 250.0, "headers_ms": 240.0, "connect_ms": 2.0, "sent_ms": 5.0,
+            "server_load_ms": 100.0, "server_queue_ms": 40.0, "server_prompt_ms": 60.0,
+            "server_ttft_ms": 210.0, "server_source": "Ollama", "server_queue_name": "wait",
+        }
+    )  # fmt: skip
+    got = waterfall_of(m)
+    assert got is not None and got.as_dict() == {
+        "ttft_ms": 250.0,
+        "steps": [
+            {"name": CONNECT, "ms": 2.0, "source": "measured here"},
+            {"name": SENT, "ms": 3.0, "source": "measured here"},
+            {"name": LOAD, "ms": 100.0, "source": "Ollama"},
+            {"name": QUEUED, "ms": 40.0, "source": "Ollama", "label": "wait", "means": ""},
+            {"name": PREFILL, "ms": 60.0, "source": "Ollama"},
+            {"name": OTHER, "ms": 10.0, "source": "Ollama"},  # 210 - 200
+            {"name": REST, "ms": 35.0, "source": "measured here"},  # 248 - 210 - 3
+        ],
+        "headers_ms": 240.0,
+        "contradiction": None,
+    }
+
+
+def test_a_contradiction_whole_names_every_claim_and_leaves_each_server_part_unknown() -> None:
+    m = metrics_from_dict(
+        {"ttft_ms": 100.0, "headers_ms": 90.0, "sent_ms": 2.0, "server_queue_ms": 150.0,
+         "server_ttft_ms": 120.0, "server_source": "SGLang"}
+    )  # fmt: skip
+    got = waterfall_of(m)
+    assert got is not None and got.as_dict() == {
+        "ttft_ms": 100.0,
+        "steps": [
+            {"name": CONNECT, "ms": None, "source": "measured here"},
+            {"name": SENT, "ms": 2.0, "source": "measured here"},
+            {"name": QUEUED, "ms": None, "source": "SGLang"},
+            {"name": PREFILL, "ms": None, "source": "SGLang"},
+            {"name": REST, "ms": None, "source": "measured here"},
+        ],
+        "headers_ms": 90.0,
+        "contradiction": "contradiction: SGLang says queued 150 ms, time to first token 120 ms, "
+        "longer than the 100 ms from the request's send to its first token measured here: "
+        "its figures are unknown",
+    }
+    assert (
+        got.line()
+        == "TTFT 100 ms = connect ? · request sent 2 · queued ? · prefill ? · the rest ? ms"
+    )
+
+
+def test_a_waterfall_needs_a_first_token_and_the_response_s_headers() -> None:
+    answer = {"backend": "openai", "headers_ms": 0.2}
+    assert waterfall_of(metrics_from_dict(answer)) is None  # no first token
+    assert waterfall_of(metrics_from_dict({**answer, "ttft_ms": 0.0})) is None
+    short = waterfall_of(metrics_from_dict({**answer, "ttft_ms": 0.5, "sent_ms": 0.25}))
+    assert short is not None  # under a millisecond is still a wait
+    assert [(s.name, s.ms) for s in short.steps] == [(CONNECT, None), (SENT, 0.25), (REST, 0.25)]
+    assert (short.headers_ms, short.steps[-1].source) == (0.2, "measured here")
+    unsent = waterfall_of(metrics_from_dict({**answer, "ttft_ms": 5.0}))
+    assert unsent is not None and unsent.ms(REST) == 5.0  # no send's stamp: all of it
+    # without the send's stamp the rest is all the server left over
+    said = fall(100.0, queue_ms=10.0, prefill_ms=20.0)
+    assert [(s.name, s.ms) for s in said.steps][-1] == (REST, 70.0)
+
+
+def test_a_send_that_trailed_the_server_keeps_less_than_a_millisecond() -> None:
+    got = fall(50.0, connect_ms=0.0, sent_ms=49.5, queue_ms=49.5)
+    assert [(s.name, s.ms, s.source) for s in got.steps] == [
+        (CONNECT, 0.0, "measured here"),
+        (SENT, 0.5, "measured here"),  # what the server's 49.5 ms left of the 50
+        (QUEUED, 49.5, "the server"),
+        (REST, 0.0, "measured here"),
+    ]
