@@ -220,3 +220,33 @@ def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
         50,
     )
     assert "metrics" not in record
+
+
+class SaysThenFails(ScriptedBackend):
+    """Says its usage (100 prompt tokens, 40 of them cached), then fails: before its
+    first token on the first turn (a refusal), after one token on the second."""
+
+    def __init__(self) -> None:
+        super().__init__("server")
+        self.turn = 0
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        self.turn += 1
+        if self.turn == 2:
+            yield TextDelta("partial")
+        yield Usage(100, 1, 40)
+        yield StreamError("context_overflow", "the prompt is longer than the window")
+
+
+async def test_only_a_turn_refused_before_its_first_token_is_said_to_have_read_nothing() -> None:
+    result = await replay(SaysThenFails(), Script("", ("q1", "q2")), Settings(), trim=False)
+    refused, failed = result.rows
+    assert (refused.metrics.cached_tokens, refused.metrics.evaluated_prompt_tokens) == (40, 60)
+    t = refused.tokens  # the server's usage said 40 cached, but nothing was read
+    assert (t.prompt_tokens, t.cached_tokens, t.evaluated_prompt_tokens) == (100, None, None)
+    assert (refused.record()["cached_tokens"], refused.record()["prompt_tokens"]) == (None, 100)
+    t = failed.tokens  # it read the prompt and answered before it failed
+    assert (failed.error, t.cached_tokens, t.evaluated_prompt_tokens) == (refused.error, 40, 60)
+    assert failed.error == "the prompt is longer than the window"
