@@ -22,6 +22,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.types import Summary
 from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
@@ -250,3 +251,27 @@ async def test_only_a_turn_refused_before_its_first_token_is_said_to_have_read_n
     t = failed.tokens  # it read the prompt and answered before it failed
     assert (failed.error, t.cached_tokens, t.evaluated_prompt_tokens) == (refused.error, 40, 60)
     assert failed.error == "the prompt is longer than the window"
+
+
+def test_totals_without_a_figure_say_unknown_never_a_made_up_one() -> None:
+    empty = BenchResult()
+    t = empty.totals()
+    assert (t["cached_share"], t["ttft_ms_mean"], t["ttft_ms_max"], t["output_tok_s"]) == (
+        None, None, None, None,
+    )  # fmt: skip
+    # a turn whose server said no counts adds none; a summary without its e2e adds no time
+    unsaid = replace(row(1, 0, 0, None, 4), tokens=metrics_from_dict({"output_tokens": 4}).tokens)
+    summaries = [
+        Summary("s", frozenset({1}), "b", "m", metrics_from_dict({"e2e_ms": 1500.0})),
+        Summary("t", frozenset({2}), "b", "m", metrics_from_dict({})),
+    ]
+    result = BenchResult(rows=[unsaid], wall_s=2.0, summaries=summaries)
+    t = result.totals()
+    assert (t["prompt_tokens"], t["evaluated_prompt_tokens"], t["summary_ms"]) == (0, 0, 1500.0)
+    assert result.summary_line() == (
+        "total: 1 turns, 0 errors · prompt 0 · cached 0 · evaluated 0 · ttft mean - ms, max "
+        "- ms · 0 trims, 2 summaries (1.5 s, waited 0.0 s) · output 4 tokens in 2.0 s = "
+        "2.0 tok/s aggregate"
+    )
+    fast = replace(row(2, 10, 0, 5.0, 4), metrics=metrics_from_dict({"decode_tok_s": 12.34}))
+    assert "decode   12.3 tok/s" in fast.line() and "prompt      - " in unsaid.line()
