@@ -223,13 +223,9 @@ def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
     assert "metrics" not in record
 
 
-class SaysThenFails(ScriptedBackend):
+class SaysThenFails(Growing):
     """Says its usage (100 prompt tokens, 40 of them cached), then fails: before its
     first token on the first turn (a refusal), after one token on the second."""
-
-    def __init__(self) -> None:
-        super().__init__("server")
-        self.turn = 0
 
     async def stream(
         self, request: GenerationRequest, *, every_s: float | None = None
