@@ -70,18 +70,18 @@ def report(full: BenchResult, trimmed: BenchResult) -> None:
     fits = {r.turn for r in full.rows if r.error is None}
     t_rows = [r for r in trimmed.rows if r.turn in fits]
     f_rows = [r for r in full.rows if r.turn in fits]
-    t_eval = sum(r.evaluated_prompt_tokens or 0 for r in t_rows)
-    f_eval = sum(r.evaluated_prompt_tokens or 0 for r in f_rows)
-    f_prompt = sum(r.prompt_tokens or 0 for r in f_rows)
+    t_eval = sum(r.tokens.evaluated_prompt_tokens or 0 for r in t_rows)
+    f_eval = sum(r.tokens.evaluated_prompt_tokens or 0 for r in f_rows)
+    f_prompt = sum(r.tokens.prompt_tokens or 0 for r in f_rows)
     last_fit = max(fits) if fits else 0
     # every summary's own prefill (all of them, also those after the untrimmed run's end)
     s_eval = sum(s.metrics.evaluated_prompt_tokens or 0 for s in trimmed.summaries)
-    per_turn = [r.evaluated_prompt_tokens or 0 for r in trimmed.rows if r.error is None]
+    per_turn = [r.tokens.evaluated_prompt_tokens or 0 for r in trimmed.rows if r.error is None]
     plain = [r for r in trimmed.rows if not r.trimmed and r.error is None]
-    cached = sum(r.cached_tokens or 0 for r in plain)
-    prompt = sum(r.prompt_tokens or 0 for r in plain)
-    t_ttft = [r.ttft_ms for r in t_rows if r.ttft_ms]
-    f_ttft = [r.ttft_ms for r in f_rows if r.ttft_ms]
+    cached = sum(r.tokens.cached_tokens or 0 for r in plain)
+    prompt = sum(r.tokens.prompt_tokens or 0 for r in plain)
+    t_ttft = [r.timing.ttft_ms for r in t_rows if r.timing.ttft_ms]
+    f_ttft = [r.timing.ttft_ms for r in f_rows if r.timing.ttft_ms]
     print()
     print("== trimmer figures ==")
     print(f"overflows: untrimmed {overflows(full.rows)}, trimmed {overflows(trimmed.rows)}")
@@ -93,7 +93,7 @@ def report(full: BenchResult, trimmed: BenchResult) -> None:
     print(
         f"trimmed: evaluated prompt tokens per turn max {max(per_turn, default=0)}, mean "
         f"{sum(per_turn) / max(1, len(per_turn)):.0f}; prompt tokens max "
-        f"{max((r.prompt_tokens or 0 for r in trimmed.rows), default=0)}"
+        f"{max((r.tokens.prompt_tokens or 0 for r in trimmed.rows), default=0)}"
     )
     print(
         f"trims: {sum(r.trimmed for r in trimmed.rows)} (turns "

@@ -51,170 +51,26 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from phasechat.backends.remote.server_metrics import beyond
 from phasechat.backends.remote.servers import timings_source
 from phasechat.backends.tokens import estimate_text
 from phasechat.telemetry import figures
-from phasechat.telemetry.bounds import Bytes, Count, Cpus, GbS, Ms, PerToken, Rate, Share
 from phasechat.telemetry.figures import rate
+from phasechat.telemetry.metric_set import (
+    CpuFigures,
+    DraftFigures,
+    KvFigures,
+    ServerFigures,
+    TimingFigures,
+    TokenFigures,
+)
+from phasechat.telemetry.metric_set import Metrics as Metrics
+from phasechat.telemetry.metric_set import metrics_from_dict as metrics_from_dict
 from phasechat.telemetry.recorder import Trace
 
 _NS_PER_MS = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Metrics:
-    """The metric set of one request (None where not measurable)."""
-
-    backend: str
-    model: str
-    finish: str | None
-    ttft_ms: Ms | None
-    ttfo_ms: Ms | None
-    e2e_ms: Ms | None
-    first_byte_ms: Ms | None
-    prompt_tokens: Count | None
-    prompt_tokens_source: str
-    cached_tokens: Count | None
-    evaluated_prompt_tokens: Count | None
-    output_tokens: Count
-    output_tokens_estimated: bool
-    reasoning_tokens: Count | None
-    reasoning_tokens_source: str
-    reasoning_ms: Ms | None
-    answer_tokens: Count | None
-    prefill_tok_s: Rate | None
-    cache_reported: bool
-    decode_tok_s: Rate | None
-    tpot_ms: Ms | None
-    itl_ms_p50: Ms | None
-    itl_ms_p95: Ms | None
-    itl_ms_p99: Ms | None
-    itl_ms_max: Ms | None
-    chars: Count
-    chars_per_s: Rate | None
-    chars_per_token: PerToken | None
-    prefill_share: Share | None
-    decode_share: Share | None
-    kv_used_tokens: Count | None
-    kv_capacity_tokens: Count | None
-    kv_bytes: Bytes | None
-    implied_bandwidth_gb_s: GbS | None
-    server_prompt_n: Count | None
-    server_cache_n: Count | None
-    server_prompt_ms: Ms | None
-    server_predicted_n: Count | None
-    server_predicted_ms: Ms | None
-    server_prefill_tok_s: Rate | None
-    server_decode_tok_s: Rate | None
-    server_draft_n: Count | None
-    server_draft_accepted: Count | None
-    draft_acceptance: Share | None
-    context_window: Count | None
-    context_source: str | None
-    #: the local engine's decode threads at the end, how often they changed mid-answer,
-    #: and why the last change was made (None: a remote backend)
-    threads: Count | None
-    thread_changes: Count | None
-    threads_reason: str | None
-    warnings: tuple[str, ...]
-    #: remote: the request's own phases before its first token (connect: TCP and TLS,
-    #: 0 on a kept-alive connection; headers: the response's status line arrived)
-    connect_ms: Ms | None = None
-    headers_ms: Ms | None = None
-    #: the second token event, after the request was sent
-    time_to_second_token_ms: Ms | None = None
-    #: the part of `ttft_ms` spent waiting for the model to load (None: no such wait)
-    load_ms: Ms | None = None
-    #: where the `server_*` figures came from: "timings" (llama-server, per request),
-    #: "vLLM /metrics" (its counters read before and after), "llama.cpp" (the local
-    #: engine's counters); None: nowhere. With /metrics: the server's own time to first
-    #: token and queue time, and the transport's share of ours (ours - the server's).
-    server_source: str | None = None
-    server_ttft_ms: Ms | None = None
-    server_queue_ms: Ms | None = None
-    transport_ms: Ms | None = None
-    #: why the server's account of this request is unknown (requests overlapped)
-    server_unknown: str | None = None
-    #: the server's KV pool, shared by every request (not this request's window), how
-    #: full it was when the request was sent (0-1), and its block: KV and prefix-cache
-    #: hits come in whole blocks
-    server_kv_pool_tokens: Count | None = None
-    server_kv_used_share: Share | None = None
-    server_kv_block_tokens: Count | None = None
-    #: remote: when the request's body was all written (ms after the send), and what the
-    #: server said of the prompt's cache hit (0-1) and of the workers that ran its
-    #: prefill and its decode where it splits them (Dynamo): ids shown, never obeyed
-    sent_ms: Ms | None = None
-    server_kv_hit_share: Share | None = None
-    server_prefill_worker: str | None = None
-    server_decode_worker: str | None = None
-    #: the server's own names and definitions of its queue and prefill figures, where
-    #: they are not a queue and a prefill (Dynamo: its frontend's tokenizing and routing,
-    #: its worker's queue and prefill together); None: as named
-    server_queue_name: str | None = None
-    server_queue_means: str | None = None
-    server_prefill_name: str | None = None
-    server_prefill_means: str | None = None
-    #: the server's own wait for the model to load before this request (Ollama's
-    #: `load_duration`): part of the TTFT, apart from the prefill
-    server_load_ms: Ms | None = None
-    #: local, with layers on a GPU: the bytes a decode step reads from the GPU's memory
-    #: and from the host's (None: every layer on the CPU, or a server)
-    gpu_bytes_per_token: Bytes | None = None
-    cpu_bytes_per_token: Bytes | None = None
-    #: local: the CPUs' worth of other processes' work while the engine decoded, and the
-    #: CPUs it may run on (None: a server, or a span too short to tell)
-    busy_cpus: Cpus | None = None
-    cpus: Count | None = None
-    #: why `decode_tok_s` (and TPOT, chars/s) is unknown: the tokens came in a burst
-    decode_unknown: str | None = None
-    #: read back from disk (telemetry/read_back.py): the fields whose stored value was
-    #: not plausible, each named with it ("ttft_ms (nan)"); those fields are None
-    ignored: tuple[str, ...] = ()
-
-    @property
-    def ttft_ready_ms(self) -> float | None:
-        """TTFT from when the model was ready: the request's own wait (`ttft_ms` less
-        `load_ms`), what prefill and its forecasts are measured by."""
-        if self.ttft_ms is None or self.load_ms is None:
-            return self.ttft_ms
-        return max(0.0, self.ttft_ms - self.load_ms)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field (`ignored` only when a field was)."""
-        d = asdict(self)
-        d["warnings"] = list(self.warnings)
-        if self.ignored:
-            d["ignored"] = list(self.ignored)
-        else:
-            del d["ignored"]
-        return d
-
-
-@functools.cache
-def _metric_names() -> tuple[str, ...]:
-    return tuple(f.name for f in fields(Metrics))
-
-
-def metrics_from_dict(data: dict[str, Any]) -> Metrics:
-    """A `Metrics` back from `as_dict()` (e.g. from the chat database); unknown keys are
-    ignored and missing ones are None, so records from older versions still load."""
-    values: dict[str, Any] = {name: data.get(name) for name in _metric_names()}
-    values["warnings"] = tuple(data.get("warnings") or ())
-    values["ignored"] = tuple(data.get("ignored") or ())
-    values["output_tokens"] = int(data.get("output_tokens") or 0)
-    values["chars"] = int(data.get("chars") or 0)
-    values["output_tokens_estimated"] = bool(data.get("output_tokens_estimated"))
-    values["prompt_tokens_source"] = str(data.get("prompt_tokens_source") or "none")
-    values["cache_reported"] = bool(data.get("cache_reported", True))
-    values["reasoning_tokens_source"] = str(data.get("reasoning_tokens_source") or "none")
-    values["backend"] = str(data.get("backend") or "")
-    values["model"] = str(data.get("model") or "")
-    return Metrics(**values)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -268,14 +124,30 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
     kv_used = prompt_tokens + output if prompt_tokens is not None and trace.window else None
     if kv_used is not None and block:  # a server holds KV in whole blocks
         kv_used = -(-kv_used // block) * block
-    return Metrics(
-        backend=trace.backend,
-        model=trace.model,
-        finish=trace.finish,
+    timing = TimingFigures(
         ttft_ms=ttft,
         ttfo_ms=figures.ttfo_ms(trace),
         e2e_ms=e2e,
         first_byte_ms=ms(trace.t_first_byte),
+        reasoning_ms=figures.reasoning_ms(trace, now_ns),
+        prefill_tok_s=figures.prefill_rate(evaluated, ttft, load),
+        decode_tok_s=d.tok_s,
+        tpot_ms=d.tpot_ms,
+        itl_ms_p50=pick(50),
+        itl_ms_p95=pick(95),
+        itl_ms_p99=pick(99),
+        itl_ms_max=gaps[-1] if gaps else None,
+        chars_per_s=figures.chars_per_s(trace, d),
+        prefill_share=share,
+        decode_share=1 - ttft / e2e if ttft is not None and e2e else None,
+        connect_ms=trace.connect_ms,
+        headers_ms=ms(trace.t_first_byte),
+        time_to_second_token_ms=ms(trace.t_second_token),
+        load_ms=load,
+        sent_ms=ms(trace.t_body_sent),
+        decode_unknown=burst,
+    )
+    tokens = TokenFigures(
         prompt_tokens=prompt_tokens,
         prompt_tokens_source=prompt_source,
         cached_tokens=cached,
@@ -284,26 +156,12 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         output_tokens_estimated=out_estimated,
         reasoning_tokens=thought,
         reasoning_tokens_source=thought_source,
-        reasoning_ms=figures.reasoning_ms(trace, now_ns),
         answer_tokens=answer,
-        prefill_tok_s=figures.prefill_rate(evaluated, ttft, load),
         cache_reported=cached is not None,
-        decode_tok_s=d.tok_s,
-        tpot_ms=d.tpot_ms,
-        itl_ms_p50=pick(50),
-        itl_ms_p95=pick(95),
-        itl_ms_p99=pick(99),
-        itl_ms_max=gaps[-1] if gaps else None,
         chars=trace.chars,
-        chars_per_s=figures.chars_per_s(trace, d),
         chars_per_token=chars_per_token,
-        prefill_share=share,
-        decode_share=1 - ttft / e2e if ttft is not None and e2e else None,
-        # the engine's KV figures; for a server, what this chat holds of its window
-        kv_used_tokens=trace.kv.used_tokens if trace.kv else kv_used,
-        kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
-        kv_bytes=trace.kv.used_bytes if trace.kv else None,
-        implied_bandwidth_gb_s=_bandwidth(trace, d.tok_s),
+    )
+    server = ServerFigures(
         server_prompt_n=own.prompt_n,
         server_cache_n=own.cache_n,
         server_prompt_ms=own.prompt_ms,
@@ -311,23 +169,6 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         server_predicted_ms=own.predicted_ms,
         server_prefill_tok_s=own.prefill_tok_s,
         server_decode_tok_s=own.decode_tok_s,
-        server_draft_n=s.draft_n if s else None,
-        server_draft_accepted=s.draft_n_accepted if s else None,
-        draft_acceptance=s.draft_n_accepted / s.draft_n
-        if s and s.draft_n and s.draft_n_accepted is not None
-        else None,
-        context_window=trace.window,
-        context_source=trace.window_source,
-        threads=trace.threads.threads if trace.threads else None,
-        thread_changes=trace.thread_changes if trace.threads else None,
-        threads_reason=trace.threads.reason if trace.threads else None,
-        warnings=tuple(
-            _disagreements(trace, prompt_tokens) + contradictions + ([burst] if burst else [])
-        ),
-        connect_ms=trace.connect_ms,
-        headers_ms=ms(trace.t_first_byte),
-        time_to_second_token_ms=ms(trace.t_second_token),
-        load_ms=load,
         server_source=own.source,
         server_ttft_ms=known.ttft_ms if known else None,
         server_queue_ms=known.queue_ms if known else None,
@@ -335,24 +176,48 @@ def compute(trace: Trace, now_ns: int | None = None) -> Metrics:
         if known and known.ttft_ms is not None and ttft is not None and ttft >= known.ttft_ms
         else None,
         server_unknown=a.unknown if a else None,
-        server_kv_pool_tokens=a.pool_tokens if a else None,
-        server_kv_used_share=a.used_share if a else None,
-        server_kv_block_tokens=block,
-        sent_ms=ms(trace.t_body_sent),
         server_kv_hit_share=known.kv_hit_share if known else None,
-        server_load_ms=known.load_ms if known else None,
         server_prefill_worker=known.prefill_worker if known else None,
         server_decode_worker=known.decode_worker if known else None,
         server_queue_name=queue_means.name if queue_means else None,
         server_queue_means=queue_means.means if queue_means else None,
         server_prefill_name=prefill_means.name if prefill_means else None,
         server_prefill_means=prefill_means.means if prefill_means else None,
+        server_load_ms=known.load_ms if known else None,
+    )
+    kv = KvFigures(
+        # the engine's KV figures; for a server, what this chat holds of its window
+        kv_used_tokens=trace.kv.used_tokens if trace.kv else kv_used,
+        kv_capacity_tokens=trace.kv.capacity_tokens if trace.kv else trace.window,
+        kv_bytes=trace.kv.used_bytes if trace.kv else None,
+        implied_bandwidth_gb_s=_bandwidth(trace, d.tok_s),
+        context_window=trace.window,
+        context_source=trace.window_source,
+        server_kv_pool_tokens=a.pool_tokens if a else None,
+        server_kv_used_share=a.used_share if a else None,
+        server_kv_block_tokens=block,
         gpu_bytes_per_token=trace.kv.gpu_bytes if trace.kv else None,
         cpu_bytes_per_token=trace.kv.cpu_bytes if trace.kv else None,
+    )
+    cpu = CpuFigures(
+        threads=trace.threads.threads if trace.threads else None,
+        thread_changes=trace.thread_changes if trace.threads else None,
+        threads_reason=trace.threads.reason if trace.threads else None,
         busy_cpus=trace.cpu_busy.others if trace.cpu_busy else None,
         cpus=trace.cpu_busy.cpus if trace.cpu_busy else None,
-        decode_unknown=burst,
     )
+    draft = DraftFigures(
+        server_draft_n=s.draft_n if s else None,
+        server_draft_accepted=s.draft_n_accepted if s else None,
+        draft_acceptance=s.draft_n_accepted / s.draft_n
+        if s and s.draft_n and s.draft_n_accepted is not None
+        else None,
+    )
+    warnings = _disagreements(trace, prompt_tokens) + contradictions + ([burst] if burst else [])
+    return Metrics(
+        trace.backend, trace.model, trace.finish, timing, tokens, server, kv, cpu, draft,
+        tuple(warnings),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

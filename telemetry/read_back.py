@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from types import UnionType
 from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
@@ -34,7 +34,7 @@ from phasechat.telemetry.bounds import MAX_BYTES as MAX_BYTES
 from phasechat.telemetry.bounds import MAX_CHARS_PER_TOKEN as MAX_CHARS_PER_TOKEN
 from phasechat.telemetry.bounds import MAX_GB_S as MAX_GB_S
 from phasechat.telemetry.bounds import Bound
-from phasechat.telemetry.metrics import Metrics, metrics_from_dict
+from phasechat.telemetry.metric_set import Metrics, flat_names, metrics_from_dict
 
 #: Fields without which a metric set means nothing: not a count, and it is unreadable.
 _REQUIRED_COUNTS = ("output_tokens", "chars")
@@ -74,7 +74,8 @@ def _checks() -> dict[str, Callable[[object], object]]:
     """Each stored field of `Metrics` (in its order) and how a value read back for it is
     checked: worked out once from the field's declared type, not at every message of a
     5,000-message chat (it halved the opening of one: bench/long_chat.py)."""
-    return checks_of(Metrics, skip=("ignored",))
+    checks = checks_of(Metrics, skip=("ignored",))
+    return {name: checks[name] for name in flat_names()}
 
 
 def checks_of(
@@ -82,10 +83,19 @@ def checks_of(
 ) -> dict[str, Callable[[object], object]]:
     """The check of each field of the dataclass `record` (in its order, less `skip`):
     a number by the `Bound` its type declares (telemetry/bounds.py), whatever its name;
-    a flag, a text or a list of lines by its type. Raises `TypeError` for a number that
-    declares no bound, or a type no check reads."""
+    a flag, a text or a list of lines by its type; a field that is itself a record
+    (`Metrics.timing`) by its own fields' checks, in its place. Raises `TypeError` for
+    a number that declares no bound, or a type no check reads."""
     hints = get_type_hints(record, include_extras=True)
-    return {f.name: _check_for(f.name, hints[f.name]) for f in fields(record) if f.name not in skip}
+    out: dict[str, Callable[[object], object]] = {}
+    for f in fields(record):
+        if f.name in skip:
+            continue
+        if is_dataclass(hints[f.name]):
+            out |= checks_of(hints[f.name])
+        else:
+            out[f.name] = _check_for(f.name, hints[f.name])
+    return out
 
 
 def _check_for(name: str, hint: object) -> Callable[[object], object]:

@@ -8,16 +8,13 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import fields
 from typing import Any
 
-from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.metric_set import Metrics, flat_names
 from phasechat.telemetry.recorder import Trace
 
-#: CSV columns: every scalar metric, in the order Metrics declares them.
-CSV_FIELDS = ["request", "prompt"] + [
-    f.name for f in fields(Metrics) if f.name not in ("warnings", "ignored")
-]
+#: CSV columns: every scalar metric, in the order a metric set is stored.
+CSV_FIELDS = ["request", "prompt"] + [n for n in flat_names() if n != "warnings"]
 
 
 def answer_record(index: int, prompt: str, metrics: Metrics, trace: Trace) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from phasechat.backends.events import PartMeaning
 from phasechat.backends.remote.server_metrics import beyond
-from phasechat.telemetry.metrics import Metrics
+from phasechat.telemetry.metric_set import Metrics, ServerFigures, TimingFigures
 
 CONNECT, SENT, LOAD, QUEUED, PREFILL, OTHER, REST = (
     "connect",
@@ -115,33 +115,27 @@ class Waterfall:
         }
 
 
-def waterfall(
-    ttft_ms: float,
-    *,
-    connect_ms: float | None = None,
-    sent_ms: float | None = None,
-    headers_ms: float | None = None,
-    queue_ms: float | None = None,
-    prefill_ms: float | None = None,
-    server_ttft_ms: float | None = None,
-    source: str = "the server",
-    meanings: Mapping[str, PartMeaning] | None = None,
-    load_ms: float | None = None,
-) -> Waterfall:
-    """The waterfall of a TTFT of `ttft_ms`: `connect_ms` and `sent_ms` (the body all
-    written, from the send) measured here; `queue_ms`, `prefill_ms` and the server's own
-    time to first token `server_ttft_ms` as the server (`source`) said them, `meanings`
-    the server's own names for its parts (by QUEUED and PREFILL) where it has them;
-    `load_ms` its wait for the model to load, where it says it."""
+def waterfall(timing: TimingFigures, server: ServerFigures) -> Waterfall | None:
+    """The waterfall of an answer's TTFT (None: it had no first token), from its records
+    as the metric set holds them: the connection and the body's send (`sent_ms`, from
+    the send) measured here; the queue, the prefill (`server_prompt_ms`), the server's
+    own time to first token and its wait for the model to load as the server
+    (`server_source`) said them, under its own names for its parts where it has them."""
+    ttft_ms = timing.ttft_ms
+    if ttft_ms is None or ttft_ms <= 0:
+        return None
     here = "measured here"
-    meanings = meanings or {}
-    connect = connect_ms if connect_ms is not None else None
+    source = server.server_source or "the server"
+    meanings = _meanings(server)
+    connect, sent_ms = timing.connect_ms, timing.sent_ms
     sent = _zeroed(max(0.0, sent_ms - (connect or 0.0))) if sent_ms is not None else None
     budget = max(0.0, ttft_ms - (connect or 0.0))  # the most time the server can have had
     steps = [Step(CONNECT, connect, here), Step(SENT, sent, here)]
-    parts = {QUEUED: queue_ms, PREFILL: prefill_ms}
-    if load_ms is not None:
-        parts = {LOAD: load_ms, **parts}
+    parts = {QUEUED: server.server_queue_ms, PREFILL: server.server_prompt_ms}
+    if server.server_load_ms is not None:
+        parts = {LOAD: server.server_load_ms, **parts}
+    server_ttft_ms = server.server_ttft_ms
+    headers_ms = timing.headers_ms
     said = [v for v in (*parts.values(), server_ttft_ms) if v is not None]
     if not said:
         rest = max(0.0, budget - (sent or 0.0))
@@ -177,6 +171,18 @@ def waterfall(
     return Waterfall(ttft_ms, tuple(steps), headers_ms)
 
 
+def _meanings(server: ServerFigures) -> dict[str, PartMeaning]:
+    """The server's own names and definitions of its queue and prefill, where it has them."""
+    return {
+        part: PartMeaning(name, means or "")
+        for part, name, means in (
+            (QUEUED, server.server_queue_name, server.server_queue_means),
+            (PREFILL, server.server_prefill_name, server.server_prefill_means),
+        )
+        if name is not None
+    }
+
+
 def _said(name: str, ms: float | None, source: str, meanings: Mapping[str, PartMeaning]) -> Step:
     """A part the server said, under its own name and definition where it has them."""
     meaning = meanings.get(name)
@@ -191,26 +197,6 @@ def _zeroed(ms: float) -> float:
 
 
 def waterfall_of(m: Metrics) -> Waterfall | None:
-    """A remote answer's waterfall from its metrics (None: a local answer, or one
-    without a first token)."""
-    if m.headers_ms is None or m.ttft_ms is None or m.ttft_ms <= 0:
-        return None
-    return waterfall(
-        m.ttft_ms,
-        connect_ms=m.connect_ms,
-        sent_ms=m.sent_ms,
-        headers_ms=m.headers_ms,
-        queue_ms=m.server_queue_ms,
-        prefill_ms=m.server_prompt_ms,
-        server_ttft_ms=m.server_ttft_ms,
-        source=m.server_source or "the server",
-        meanings={
-            part: PartMeaning(name, means or "")
-            for part, name, means in (
-                (QUEUED, m.server_queue_name, m.server_queue_means),
-                (PREFILL, m.server_prefill_name, m.server_prefill_means),
-            )
-            if name is not None
-        },
-        load_ms=m.server_load_ms,
-    )
+    """A remote answer's waterfall from its metrics (None: a local answer, one whose
+    response had no headers, or one without a first token)."""
+    return waterfall(m.timing, m.server) if m.headers_ms is not None else None

@@ -22,7 +22,9 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.chat.config.settings import Settings
+from phasechat.chat.trim.types import Summary
 from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
+from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
 
 
@@ -56,21 +58,21 @@ async def test_the_wall_time_leaves_out_the_think_time_between_turns(
     totals = result.totals()
     assert totals["output_tokens"] == 60
     assert totals["output_tok_s"] == pytest.approx(60 / 4.98)
-    rows = [(r.turn, r.copy, r.prompt_tokens, r.cached_tokens, r.evaluated_prompt_tokens)
-            for r in result.rows]  # fmt: skip
+    rows = [(r.turn, r.copy, r.tokens.prompt_tokens, r.tokens.cached_tokens,
+             r.tokens.evaluated_prompt_tokens) for r in result.rows]  # fmt: skip
     assert rows == [(1, 0, 100, 0, 100), (2, 0, 200, 100, 100), (3, 0, 300, 200, 100)]
-    assert [(r.output_tokens, r.finish, r.error, r.trimmed) for r in result.rows] == [
+    assert [
+        (r.tokens.output_tokens, r.metrics.finish, r.error, r.trimmed) for r in result.rows
+    ] == [
         (10, "stop", None, False),
         (20, "stop", None, False),
         (30, "stop", None, False),
     ]
-    assert result.rows[1].metrics["prompt_tokens"] == 200
+    assert result.rows[1].metrics.prompt_tokens == 200
 
 
 def row(turn: int, prompt: int, cached: int, ttft: float | None, out: int, **kw: object) -> TurnRow:
-    fields: dict[str, object] = {
-        "turn": turn,
-        "copy": 0,
+    m = metrics_from_dict({
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "evaluated_prompt_tokens": prompt - cached,
@@ -78,12 +80,18 @@ def row(turn: int, prompt: int, cached: int, ttft: float | None, out: int, **kw:
         "e2e_ms": None,
         "decode_tok_s": None,
         "output_tokens": out,
+        "finish": "stop",
+    })  # fmt: skip
+    fields: dict[str, object] = {
+        "turn": turn,
+        "copy": 0,
+        "tokens": m.tokens,
         "trimmed": False,
         "tokens_cut": 0,
         "trim_wait_ms": None,
         "trim_note": None,
-        "finish": "stop",
         "error": None,
+        "metrics": m,
     }
     return TurnRow(**(fields | kw))  # type: ignore[arg-type]
 
@@ -162,12 +170,13 @@ async def test_a_refused_turn_read_nothing_and_is_left_out_of_the_totals() -> No
     refused = result.rows[1]
     # our own count of its prompt stands (the scripted count: 3 a message + len // 4),
     # but nothing was cached or evaluated
-    assert (refused.prompt_tokens, refused.cached_tokens, refused.evaluated_prompt_tokens) == (
-        refused.metrics["prompt_tokens"],
+    t = refused.tokens
+    assert (t.prompt_tokens, t.cached_tokens, t.evaluated_prompt_tokens) == (
+        refused.metrics.prompt_tokens,
         None,
         None,
     )
-    assert (refused.ttft_ms, refused.error, refused.finish) == (
+    assert (refused.timing.ttft_ms, refused.error, refused.metrics.finish) == (
         None,
         "the prompt is longer than the window",
         "error",
@@ -202,7 +211,7 @@ async def test_copies_of_the_chat_run_in_lockstep_each_row_numbered() -> None:
 
 
 def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
-    metrics = {"cached_tokens": 999, "server_source": "timings", "turn": 7}
+    metrics = metrics_from_dict({"cached_tokens": 999, "server_source": "timings"})
     r = replace(row(2, 200, 150, 90.0, 20), metrics=metrics)
     record = r.record()
     assert record["type"] == "turn" and record["server_source"] == "timings"
@@ -212,3 +221,53 @@ def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
         50,
     )
     assert "metrics" not in record
+
+
+class SaysThenFails(Growing):
+    """Says its usage (100 prompt tokens, 40 of them cached), then fails: before its
+    first token on the first turn (a refusal), after one token on the second."""
+
+    async def stream(
+        self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        self.turn += 1
+        if self.turn == 2:
+            yield TextDelta("partial")
+        yield Usage(100, 1, 40)
+        yield StreamError("context_overflow", "the prompt is longer than the window")
+
+
+async def test_only_a_turn_refused_before_its_first_token_is_said_to_have_read_nothing() -> None:
+    result = await replay(SaysThenFails(), Script("", ("q1", "q2")), Settings(), trim=False)
+    refused, failed = result.rows
+    assert (refused.metrics.cached_tokens, refused.metrics.evaluated_prompt_tokens) == (40, 60)
+    t = refused.tokens  # the server's usage said 40 cached, but nothing was read
+    assert (t.prompt_tokens, t.cached_tokens, t.evaluated_prompt_tokens) == (100, None, None)
+    assert (refused.record()["cached_tokens"], refused.record()["prompt_tokens"]) == (None, 100)
+    t = failed.tokens  # it read the prompt and answered before it failed
+    assert (failed.error, t.cached_tokens, t.evaluated_prompt_tokens) == (refused.error, 40, 60)
+    assert failed.error == "the prompt is longer than the window"
+
+
+def test_totals_without_a_figure_say_unknown_never_a_made_up_one() -> None:
+    empty = BenchResult()
+    t = empty.totals()
+    assert (t["cached_share"], t["ttft_ms_mean"], t["ttft_ms_max"], t["output_tok_s"]) == (
+        None, None, None, None,
+    )  # fmt: skip
+    # a turn whose server said no counts adds none; a summary without its e2e adds no time
+    unsaid = replace(row(1, 0, 0, None, 4), tokens=metrics_from_dict({"output_tokens": 4}).tokens)
+    summaries = [
+        Summary("s", frozenset({1}), "b", "m", metrics_from_dict({"e2e_ms": 1500.0})),
+        Summary("t", frozenset({2}), "b", "m", metrics_from_dict({})),
+    ]
+    result = BenchResult(rows=[unsaid], wall_s=2.0, summaries=summaries)
+    t = result.totals()
+    assert (t["prompt_tokens"], t["evaluated_prompt_tokens"], t["summary_ms"]) == (0, 0, 1500.0)
+    assert result.summary_line() == (
+        "total: 1 turns, 0 errors · prompt 0 · cached 0 · evaluated 0 · ttft mean - ms, max "
+        "- ms · 0 trims, 2 summaries (1.5 s, waited 0.0 s) · output 4 tokens in 2.0 s = "
+        "2.0 tok/s aggregate"
+    )
+    fast = replace(row(2, 10, 0, 5.0, 4), metrics=metrics_from_dict({"decode_tok_s": 12.34}))
+    assert "decode   12.3 tok/s" in fast.line() and "prompt      - " in unsaid.line()

@@ -74,8 +74,9 @@ async def test_a_tight_window_trims_rarely_not_every_turn() -> None:
     for i, r in enumerate(rows[:-1]):
         if r.trimmed and not rows[i + 1].trimmed:
             nxt = rows[i + 1]
-            assert nxt.cached_tokens is not None and nxt.prompt_tokens is not None
-            assert nxt.cached_tokens >= 0.6 * nxt.prompt_tokens
+            t = nxt.tokens
+            assert t.cached_tokens is not None and t.prompt_tokens is not None
+            assert t.cached_tokens >= 0.6 * t.prompt_tokens
 
 
 # -- 2. strict templates ----------------------------------------------------------------

@@ -285,17 +285,20 @@ def test_vllm_s_own_account_is_labelled_and_splits_the_ttft() -> None:
     # its frontend's tokenizing and routing, its worker's queue and prefill together)
     named = replace(
         m,
-        server_queue_name="frontend: tokenize + route",
-        server_prefill_name="worker: queue + prefill",
+        server=replace(
+            m.server,
+            server_queue_name="frontend: tokenize + route",
+            server_prefill_name="worker: queue + prefill",
+        ),
     )
     assert transport(named) == (
         "TTFT 420 ms: the server's own 380 ms (frontend: tokenize + route 2 ms, "
         "worker: queue + prefill 350 ms), the transport 40 ms (10%)"
     )
     # without its own time to first token (longer than ours: not believed)
-    assert transport(replace(named, server_ttft_ms=None, transport_ms=None)) == (
-        "TTFT 420 ms: the server's worker: queue + prefill 350 ms, the rest 70 ms (17%)"
-    )
+    assert transport(
+        replace(named, server=replace(named.server, server_ttft_ms=None, transport_ms=None))
+    ) == ("TTFT 420 ms: the server's worker: queue + prefill 350 ms, the rest 70 ms (17%)")
     overlapped = metrics_from_dict(
         {"backend": "openai", "model": "m", "server_source": None,
          "server_unknown": "other requests ran on the server at the same time"}
@@ -647,7 +650,7 @@ def test_near_the_roofline_the_weights_are_named_whatever_else_was_measured() ->
     )
     v = verdict(m, bandwidth_gb_s=31.5)
     assert v is not None and v.knob.startswith("smaller or more quantized weights")
-    below = verdict(replace(m, implied_bandwidth_gb_s=15.7), bandwidth_gb_s=31.5)
+    below = verdict(replace(m, kv=replace(m.kv, implied_bandwidth_gb_s=15.7)), bandwidth_gb_s=31.5)
     assert below is not None and below.knob.startswith("fewer other processes")
     # without a measured bandwidth there is no roofline to be far below
     unknown = verdict(m)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from phasechat.backends.events import PartMeaning
 from phasechat.telemetry.metrics import metrics_from_dict
 from phasechat.telemetry.verdict import wait
 from phasechat.telemetry.waterfall import (
     CONNECT,
+    LOAD,
     OTHER,
     PREFILL,
     QUEUED,
@@ -22,14 +24,33 @@ from phasechat.telemetry.waterfall import (
     waterfall_of,
 )
 
+#: the waterfall's names of the server's figures, as the metric set names them
+SERVER_NAMES = {"queue_ms": "server_queue_ms", "prefill_ms": "server_prompt_ms",
+                "load_ms": "server_load_ms", "source": "server_source"}  # fmt: skip
+
+
+def fall(ttft: float, meanings: dict[str, PartMeaning] | None = None, **kw: object) -> Waterfall:
+    """The waterfall of a TTFT of `ttft` ms with the figures `kw` (ours: `connect_ms`,
+    `sent_ms`; the server's: `queue_ms`, `prefill_ms`, `server_ttft_ms`, `load_ms`, its
+    `source`) and the server's own `meanings` of its parts, from a metric set's records."""
+    figures: dict[str, object] = {SERVER_NAMES.get(k, k): v for k, v in kw.items()}
+    for part, key in ((QUEUED, "queue"), (PREFILL, "prefill")):
+        if meanings and part in meanings:
+            figures |= {f"server_{key}_name": meanings[part].name,
+                        f"server_{key}_means": meanings[part].means}  # fmt: skip
+    m = metrics_from_dict({"ttft_ms": ttft, **figures})
+    got = waterfall(m.timing, m.server)
+    assert got is not None
+    return got
+
 
 def parts(ttft: float, **kw: float | None) -> dict[str, float | None]:
-    return {s.name: s.ms for s in waterfall(ttft, **kw).steps}  # type: ignore[arg-type]
+    return {s.name: s.ms for s in fall(ttft, **kw).steps}  # type: ignore[arg-type]
 
 
 def test_each_part_in_order_and_the_rest_is_after_the_send() -> None:
     # sent at 3 ms (connect 2, writing 1): the server had 247 ms, used 40 + 120
-    got = waterfall(250.0, connect_ms=2.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=120.0)
+    got = fall(250.0, connect_ms=2.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=120.0)
     assert [s.name for s in got.steps] == [CONNECT, SENT, QUEUED, PREFILL, REST]
     assert [s.ms for s in got.steps] == [2.0, 1.0, 40.0, 120.0, 87.0]  # not 90: the send
     assert sum(s.ms or 0 for s in got.steps) == 250.0
@@ -53,7 +74,7 @@ def test_without_the_servers_figures_the_rest_is_all_after_the_send() -> None:
 def test_server_parts_that_together_outlast_the_clients_wait_are_a_contradiction() -> None:
     # each fits in the 98 ms the server can have had from the connection's opening (with
     # the clocks' slack), together (120 ms) they do not: both are unknown, and so is the rest
-    got = waterfall(100.0, connect_ms=2.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=80.0)
+    got = fall(100.0, connect_ms=2.0, sent_ms=3.0, queue_ms=40.0, prefill_ms=80.0)
     assert got.contradiction is not None and "queued + prefill 120 ms" in got.contradiction
     assert "98 ms" in got.contradiction
     assert {s.name: s.ms for s in got.steps}[QUEUED] is None
@@ -62,7 +83,7 @@ def test_server_parts_that_together_outlast_the_clients_wait_are_a_contradiction
 
 
 def test_one_part_longer_than_the_whole_wait_is_named() -> None:
-    got = waterfall(250.0, sent_ms=3.0, queue_ms=300.0, prefill_ms=10.0, source="SGLang")
+    got = fall(250.0, sent_ms=3.0, queue_ms=300.0, prefill_ms=10.0, source="SGLang")
     assert got.contradiction is not None
     assert got.contradiction.startswith("contradiction: SGLang says queued 300 ms")
 
@@ -75,7 +96,7 @@ def test_a_part_within_the_clocks_slack_is_believed_and_leaves_no_rest() -> None
 @pytest.mark.parametrize(("queue", "dominant"), [(200.0, QUEUED), (110.0, None)])
 def test_a_part_of_half_the_ttft_or_more_dominates(queue: float, dominant: str | None) -> None:
     # 110 + 20 leaves 118 of the 248 after the send: no part reaches 125
-    got = waterfall(250.0, sent_ms=2.0, queue_ms=queue, prefill_ms=20.0)
+    got = fall(250.0, sent_ms=2.0, queue_ms=queue, prefill_ms=20.0)
     top = got.dominant()
     assert (top.name if top else None) == dominant
 
@@ -122,25 +143,23 @@ def test_float_noise_is_zero_not_a_part() -> None:
     # 21.76124 - (3.1881869999999997 + 18.573052999999998) is 3.6e-15 in floats
     queue, prefill, ttft = 3.1881869999999997, 18.573052999999998, 21.76124
     assert ttft - (queue + prefill) > 0  # the noise is there
-    got = waterfall(
+    got = fall(
         31.0, connect_ms=7.0, sent_ms=8.0, queue_ms=queue, prefill_ms=prefill, server_ttft_ms=ttft
     )
     assert [s.name for s in got.steps] == [CONNECT, SENT, QUEUED, PREFILL, REST]
     assert got.ms(REST) == pytest.approx(31.0 - 8.0 - ttft)
     # a thousandth of a millisecond left over is time (a microsecond): a part
-    said = waterfall(31.0, sent_ms=8.0, queue_ms=3.0, prefill_ms=18.0, server_ttft_ms=21.001)
+    said = fall(31.0, sent_ms=8.0, queue_ms=3.0, prefill_ms=18.0, server_ttft_ms=21.001)
     assert said.ms(OTHER) == pytest.approx(0.001)
     # a rest of noise is zero: the server's parts fill the time after the send
-    full = waterfall(21.76124 + 8.0, sent_ms=8.0, queue_ms=queue, prefill_ms=prefill)
+    full = fall(21.76124 + 8.0, sent_ms=8.0, queue_ms=queue, prefill_ms=prefill)
     assert full.ms(REST) == 0.0
 
 
 def test_a_server_s_own_parts_are_shown_under_its_names_and_definitions() -> None:
-    from phasechat.backends.events import PartMeaning
-
     route = PartMeaning("frontend: tokenize + route", "receipt to dispatch")
     worker = PartMeaning("worker: queue + prefill", "dispatch to first token")
-    got = waterfall(
+    got = fall(
         100.0,
         connect_ms=0.0,
         sent_ms=2.0,
@@ -175,7 +194,7 @@ def test_a_server_s_own_parts_are_shown_under_its_names_and_definitions() -> Non
     )
     assert "queue" not in said.replace("queue + prefill", "")
     # a contradiction names them too
-    bad = waterfall(10.0, sent_ms=1.0, queue_ms=50.0, meanings={QUEUED: route})
+    bad = fall(10.0, sent_ms=1.0, queue_ms=50.0, meanings={QUEUED: route})
     assert bad.contradiction is not None and "frontend: tokenize + route 50 ms" in bad.contradiction
     assert [s.shown for s in bad.steps][2] == route.name
 
@@ -185,9 +204,85 @@ def test_a_body_sent_stamp_that_trails_the_servers_receipt_is_no_contradiction()
     it can come after the server began (seen at load 8: 42 ms, with the server's own 74 ms
     in a TTFT of 94). The server's parts fit from the connection's opening: they stand,
     and the request's sending is what is left of the wait beside them."""
-    got = waterfall(94.0, connect_ms=0.0, sent_ms=42.0, queue_ms=4.0, prefill_ms=50.0,
+    got = fall(94.0, connect_ms=0.0, sent_ms=42.0, queue_ms=4.0, prefill_ms=50.0,
                     server_ttft_ms=74.0)  # fmt: skip
     assert got.contradiction is None
     steps = {s.name: s.ms for s in got.steps}
     assert (steps[QUEUED], steps[PREFILL], steps[OTHER]) == (4.0, 50.0, 20.0)
     assert steps[SENT] == 20.0 and steps[REST] == 0.0  # 94 - 74, nothing left after
+
+
+def test_a_metric_sets_waterfall_whole_each_part_with_who_said_it() -> None:
+    m = metrics_from_dict(
+        {
+            "ttft_ms": 250.0, "headers_ms": 240.0, "connect_ms": 2.0, "sent_ms": 5.0,
+            "server_load_ms": 100.0, "server_queue_ms": 40.0, "server_prompt_ms": 60.0,
+            "server_ttft_ms": 210.0, "server_source": "Ollama", "server_queue_name": "wait",
+        }
+    )  # fmt: skip
+    got = waterfall_of(m)
+    assert got is not None and got.as_dict() == {
+        "ttft_ms": 250.0,
+        "steps": [
+            {"name": CONNECT, "ms": 2.0, "source": "measured here"},
+            {"name": SENT, "ms": 3.0, "source": "measured here"},
+            {"name": LOAD, "ms": 100.0, "source": "Ollama"},
+            {"name": QUEUED, "ms": 40.0, "source": "Ollama", "label": "wait", "means": ""},
+            {"name": PREFILL, "ms": 60.0, "source": "Ollama"},
+            {"name": OTHER, "ms": 10.0, "source": "Ollama"},  # 210 - 200
+            {"name": REST, "ms": 35.0, "source": "measured here"},  # 248 - 210 - 3
+        ],
+        "headers_ms": 240.0,
+        "contradiction": None,
+    }
+
+
+def test_a_contradiction_whole_names_every_claim_and_leaves_each_server_part_unknown() -> None:
+    m = metrics_from_dict(
+        {"ttft_ms": 100.0, "headers_ms": 90.0, "sent_ms": 2.0, "server_queue_ms": 150.0,
+         "server_ttft_ms": 120.0, "server_source": "SGLang"}
+    )  # fmt: skip
+    got = waterfall_of(m)
+    assert got is not None and got.as_dict() == {
+        "ttft_ms": 100.0,
+        "steps": [
+            {"name": CONNECT, "ms": None, "source": "measured here"},
+            {"name": SENT, "ms": 2.0, "source": "measured here"},
+            {"name": QUEUED, "ms": None, "source": "SGLang"},
+            {"name": PREFILL, "ms": None, "source": "SGLang"},
+            {"name": REST, "ms": None, "source": "measured here"},
+        ],
+        "headers_ms": 90.0,
+        "contradiction": "contradiction: SGLang says queued 150 ms, time to first token 120 ms, "
+        "longer than the 100 ms from the request's send to its first token measured here: "
+        "its figures are unknown",
+    }
+    assert (
+        got.line()
+        == "TTFT 100 ms = connect ? · request sent 2 · queued ? · prefill ? · the rest ? ms"
+    )
+
+
+def test_a_waterfall_needs_a_first_token_and_the_response_s_headers() -> None:
+    answer = {"backend": "openai", "headers_ms": 0.2}
+    assert waterfall_of(metrics_from_dict(answer)) is None  # no first token
+    assert waterfall_of(metrics_from_dict({**answer, "ttft_ms": 0.0})) is None
+    short = waterfall_of(metrics_from_dict({**answer, "ttft_ms": 0.5, "sent_ms": 0.25}))
+    assert short is not None  # under a millisecond is still a wait
+    assert [(s.name, s.ms) for s in short.steps] == [(CONNECT, None), (SENT, 0.25), (REST, 0.25)]
+    assert (short.headers_ms, short.steps[-1].source) == (0.2, "measured here")
+    unsent = waterfall_of(metrics_from_dict({**answer, "ttft_ms": 5.0}))
+    assert unsent is not None and unsent.ms(REST) == 5.0  # no send's stamp: all of it
+    # without the send's stamp the rest is all the server left over
+    said = fall(100.0, queue_ms=10.0, prefill_ms=20.0)
+    assert [(s.name, s.ms) for s in said.steps][-1] == (REST, 70.0)
+
+
+def test_a_send_that_trailed_the_server_keeps_less_than_a_millisecond() -> None:
+    got = fall(50.0, connect_ms=0.0, sent_ms=49.5, queue_ms=49.5)
+    assert [(s.name, s.ms, s.source) for s in got.steps] == [
+        (CONNECT, 0.0, "measured here"),
+        (SENT, 0.5, "measured here"),  # what the server's 49.5 ms left of the 50
+        (QUEUED, 49.5, "the server"),
+        (REST, 0.0, "measured here"),
+    ]

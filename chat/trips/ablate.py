@@ -223,7 +223,9 @@ class Ablation:
         messages = self.full.messages
         rendered = await self.backend.render(messages)
         total = len(rendered.pieces) if rendered is not None else metrics.prompt_tokens
-        counted = replace(metrics, prompt_tokens=total, cache_reported=False)
+        counted = replace(
+            metrics, tokens=replace(metrics.tokens, prompt_tokens=total, cache_reported=False)
+        )
         return anatomy_of(messages, rendered, counted, None)
 
     @property

@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from phasechat.chat.config.settings import Settings
 from phasechat.chat.trim.summarize import Summary
 from phasechat.chat.turns import TurnController
 from phasechat.chat.user_file import read_user_file
+from phasechat.telemetry.metric_set import Metrics, TimingFigures, TokenFigures, flat
 
 #: the largest script read (a long chat of long turns is a few MB)
 MAX_SCRIPT_BYTES = 64 * 1024 * 1024
@@ -72,39 +73,49 @@ def load_script(path: Path) -> Script:
 
 @dataclass(frozen=True, slots=True)
 class TurnRow:
-    """One turn of one copy of the chat, as measured."""
+    """One turn of one copy of the chat, as measured: the answer's metric set, its
+    token counts as the turn met them (`tokens`: a request refused before its prefill
+    cached and evaluated nothing), and the turn's own figures."""
 
     turn: int
     copy: int
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    evaluated_prompt_tokens: int | None
-    ttft_ms: float | None
-    e2e_ms: float | None
-    decode_tok_s: float | None
-    output_tokens: int
+    tokens: TokenFigures
     trimmed: bool
     tokens_cut: int
     trim_wait_ms: float | None
     trim_note: str | None
-    finish: str | None
     error: str | None
     #: every metric of the answer, as `ask --json` prints them (warnings included)
-    metrics: dict[str, Any] = field(default_factory=dict, repr=False)
+    metrics: Metrics = field(repr=False)
+
+    @property
+    def timing(self) -> TimingFigures:
+        """The answer's times and rates."""
+        return self.metrics.timing
 
     def record(self) -> dict[str, Any]:
         """The turn as one JSON-ready object: every metric, then the turn's own fields
         (which win where they differ: a refused request evaluated nothing)."""
-        fields = {k: v for k, v in asdict(self).items() if k != "metrics"}
-        return {"type": "turn", **self.metrics, **fields}
+        own = {"turn": self.turn, "copy": self.copy, **flat(self.tokens)}
+        turn = {"trimmed": self.trimmed, "tokens_cut": self.tokens_cut}
+        trim = {"trim_wait_ms": self.trim_wait_ms, "trim_note": self.trim_note}
+        return {
+            "type": "turn",
+            **self.metrics.as_dict(),
+            **own,
+            **turn,
+            **trim,
+            "error": self.error,
+        }
 
     def line(self) -> str:
         """The human line: turn, prompt, cached, evaluated, TTFT, decode rate, trimmed."""
         copy = f"/{self.copy}" if self.copy else ""
+        t, time = self.tokens, self.timing
         text = (
-            f"turn {self.turn:>3}{copy}  prompt {_n(self.prompt_tokens):>6}  "
-            f"cached {_n(self.cached_tokens):>6}  evaluated {_n(self.evaluated_prompt_tokens):>6}"
-            f"  ttft {_f(self.ttft_ms, 0):>7} ms  decode {_f(self.decode_tok_s, 1):>6} tok/s"
+            f"turn {self.turn:>3}{copy}  prompt {_n(t.prompt_tokens):>6}  "
+            f"cached {_n(t.cached_tokens):>6}  evaluated {_n(t.evaluated_prompt_tokens):>6}"
+            f"  ttft {_f(time.ttft_ms, 0):>7} ms  decode {_f(time.decode_tok_s, 1):>6} tok/s"
             f"  trimmed {'yes' if self.trimmed else 'no'}"
         )
         extra = [x for x in (self.trim_note, self.error) if x]
@@ -123,10 +134,10 @@ class BenchResult:
         """The figures of the summary line."""
         rows = self.rows
         ok = [r for r in rows if r.error is None]
-        prompt = sum(r.prompt_tokens or 0 for r in ok)
-        cached = sum(r.cached_tokens or 0 for r in ok)
-        ttfts = sorted(r.ttft_ms for r in ok if r.ttft_ms is not None)
-        output = sum(r.output_tokens for r in ok)
+        prompt = sum(r.tokens.prompt_tokens or 0 for r in ok)
+        cached = sum(r.tokens.cached_tokens or 0 for r in ok)
+        ttfts = sorted(r.timing.ttft_ms for r in ok if r.timing.ttft_ms is not None)
+        output = sum(r.tokens.output_tokens for r in ok)
         return {
             "type": "summary",
             "turns": len(rows),
@@ -134,7 +145,7 @@ class BenchResult:
             "prompt_tokens": prompt,
             "cached_tokens": cached,
             "cached_share": cached / prompt if prompt else None,
-            "evaluated_prompt_tokens": sum(r.evaluated_prompt_tokens or 0 for r in ok),
+            "evaluated_prompt_tokens": sum(r.tokens.evaluated_prompt_tokens or 0 for r in ok),
             "ttft_ms_mean": sum(ttfts) / len(ttfts) if ttfts else None,
             "ttft_ms_max": ttfts[-1] if ttfts else None,
             "trims": sum(r.trimmed for r in rows),
@@ -220,20 +231,15 @@ async def _turn(turns: TurnController, prompt: str, turn: int, copy: int) -> Tur
     return TurnRow(
         turn=turn,
         copy=copy,
-        prompt_tokens=m.prompt_tokens,
-        cached_tokens=None if refused else m.cached_tokens,
-        evaluated_prompt_tokens=None if refused else m.evaluated_prompt_tokens,
-        ttft_ms=m.ttft_ms,
-        e2e_ms=m.e2e_ms,
-        decode_tok_s=m.decode_tok_s,
-        output_tokens=m.output_tokens,
+        tokens=replace(m.tokens, cached_tokens=None, evaluated_prompt_tokens=None)
+        if refused
+        else m.tokens,
         trimmed=e.trimmed,
         tokens_cut=e.tokens_cut,
         trim_wait_ms=e.trim_wait_ms,
         trim_note=e.trim_note,
-        finish=m.finish,
         error=e.answer.error,
-        metrics=m.as_dict(),
+        metrics=m,
     )
 
 
