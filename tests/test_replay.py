@@ -22,7 +22,7 @@ from phasechat.backends.events import (
     Usage,
 )
 from phasechat.chat.config.settings import Settings
-from phasechat.chat.trim.types import Summary
+from phasechat.chat.trim.summarize import Summary
 from phasechat.chat.trips.replay import BenchResult, Script, TurnRow, load_script, replay
 from phasechat.telemetry.metrics import metrics_from_dict
 from tests.scripted import ScriptedBackend
