@@ -5,9 +5,11 @@ Every backend turns a `GenerationRequest` into an async stream of `Event`s. Cons
 case when it uses `assert_never`.
 
 Backends never time themselves: the telemetry recorder stamps each event on arrival,
-with one exception: a backend that produces tokens in another thread (the local model)
-stamps each `TextDelta` where it was made (`t_ns`, the same process-wide
-`perf_counter_ns` clock), so a busy event loop cannot bunch the token times together.
+with one exception: a backend stamps each `TextDelta` and `ReasoningDelta` where it
+was made or received (`t_ns`, the same process-wide `perf_counter_ns` clock): the local
+model where its thread produced the token, the remote backend where the chunk's bytes
+were read from the socket. So a busy event loop or a slow reader of the stream cannot
+stretch or bunch the token times.
 What a server *reports* about its own timing travels as data (`ServerTimings`, `Usage`)
 and is kept beside the client's measurement, never instead of it.
 """

@@ -570,8 +570,8 @@ class RemoteBackend:
                         raw = await anext(reads, None)
                     if raw is None:
                         break
-                    batch = parser.feed(raw)
                     t_read = time.perf_counter_ns()
+                    batch = parser.feed(raw)
                 except TimeoutError:
                     if chunks:
                         msg = (
@@ -613,6 +613,11 @@ class RemoteBackend:
                         if isinstance(event, Finished):
                             finish = event.reason
                             continue
+                        if isinstance(event, TextDelta | ReasoningDelta):
+                            # stamped where its bytes were read: how fast this stream's
+                            # reader takes each event (a UI, a lock-step reader) moves
+                            # no token's time
+                            event = dataclasses.replace(event, t_ns=t_read)
                         yield event
                 if chunks and parser.payload_bytes > seen:
                     deadline = loop.time() + cfg.stall_timeout_s
