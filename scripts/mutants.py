@@ -225,7 +225,11 @@ def read_marks() -> list[Mark]:
     marks = []
     for line in MARKS.read_text().splitlines() if MARKS.exists() else []:
         if line.strip() and not line.startswith("#"):
-            name, lines, why = (part.strip() for part in line.split(" | ", 2))
+            # the changed lines may hold " | " themselves (`float | None`): the name is
+            # before the first, the reason after the last
+            name, rest = line.split(" | ", 1)
+            lines, why = rest.rsplit(" | ", 1)
+            name, lines, why = name.strip(), lines.strip(), why.strip()
             marks.append(Mark(name, lines, why))
     return marks
 

@@ -120,7 +120,8 @@ def otlp_receiver() -> Iterator[Receiver]:
     receiver = Receiver()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, after every test
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield receiver

@@ -5,9 +5,23 @@ port already asked, a URL that names no port, one that is no URL)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
 import pytest
 
-from phasechat.backends.remote.probe import Probe, base_url_of, local_urls, port_keys, shown_model
+from phasechat.backends.remote.probe import (
+    Probe,
+    base_url_of,
+    local_urls,
+    port_keys,
+    probe,
+    shown_model,
+)
 
 URL = "http://127.0.0.1:8080/v1"
 
@@ -115,3 +129,81 @@ def test_each_loopback_port_is_asked_with_the_first_profile_s_key() -> None:
         }
     )
     assert keys == {9000: "FIRST_KEY", 9001: "LOOPBACK_KEY", 9003: "LOCALHOST_KEY"}
+
+
+# -- a probe's answers, word for word ------------------------------------------------
+
+
+@contextlib.contextmanager
+def answering(status: int | None) -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A server on 127.0.0.1 whose every GET answers `status` (None: it takes the
+    connection and never answers): its base URL, and each request's headers."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            if status is None:
+                time.sleep(3)
+                return
+            body = b"<html>a web page</html>" if status == 200 else b"{}"
+            self.send_response(status)
+            self.send_header("content-type", "text/html" if status == 200 else "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    seen: list[dict[str, str]] = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_403_to_a_probe_without_a_key_says_to_add_one() -> None:
+    with answering(403) as (url, _):
+        said = await probe(url, None, timeout_s=2)
+    assert said.status == 403 and said.base_url == url
+    assert said.problem == (
+        f"HTTP 403 from {url}: no key was sent (add it by its URL with the name of the "
+        "variable that holds its key)"
+    )
+
+
+async def test_a_404_to_a_probe_without_a_key_is_not_said_to_want_one() -> None:
+    with answering(404) as (url, _):
+        said = await probe(url, None, timeout_s=2)
+    assert said.status == 404 and said.problem is not None
+    assert "no key was sent" not in said.problem
+
+
+async def test_a_web_page_is_said_not_to_be_an_api_with_its_status() -> None:
+    with answering(200) as (url, _):
+        said = await probe(url, None, timeout_s=2)
+    assert (said.base_url, said.status) == (url, 200)
+    assert said.problem == (
+        f"{url}/models answered with no model list: not an OpenAI-compatible server "
+        "(a web page? check the URL)"
+    )
+
+
+async def test_a_probe_sends_the_key_of_openai_api_key_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-probe-0123456789")
+    with answering(401) as (url, seen):
+        await probe(url, timeout_s=2)
+    assert seen[0]["authorization"] == "Bearer sk-probe-0123456789"
+
+
+async def test_a_server_that_never_answers_is_said_within_the_probe_s_time() -> None:
+    with answering(None) as (url, _):
+        said = await probe(url, None, timeout_s=0.3)
+    assert (said.base_url, said.status, said.ok) == (url, None, False)
+    assert said.problem is not None and "0.3 s" in said.problem, said.problem
