@@ -9,9 +9,11 @@ What it does is read from what it is given, so a test says it in the request:
 - a last user message `crash` writes `CRASH_STDERR` and exits with status 3 (a loader or
   a llama.cpp abort, with its own words last); `stop` sends one token and stops itself
   (SIGSTOP: a wedged driver call); `slow` sends a word every 20 ms until cancelled;
+  `raise` sends a token and raises (a defect in the engine's code);
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
-- `count_tokens` counts words; `cached_prefix` is the last answer's prompt in words;
-  `warm` and `prompt_ids` answer from the words too; `render` has no template (None).
+- `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`);
+  `cached_prefix` is the last answer's prompt in words; `warm` and `prompt_ids` answer
+  from the words too; `render` has no template (None).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ LOAD_FAILED = "scripted: not a model file"
 #: the crash's stderr: the last non-empty line is the one a crash message quotes
 CRASH_STDERR = "first: the loader starts\nsecond: a middle line\n\nthe last words\n\n"
 CRASH_STATUS = 3
+#: how long a count of `block` holds the child's loop (its heartbeat goes on)
+BLOCK_S = 4.0
 
 
 def words(messages: tuple[Message, ...]) -> list[str]:
@@ -86,6 +90,9 @@ class ScriptedEngine:
             yield [TextDelta("one", 1, time.perf_counter_ns())]
             await asyncio.sleep(0.05)  # the batch on its way before the stop
             os.kill(os.getpid(), signal.SIGSTOP)
+        if last == "raise":  # a defect in the engine: the answer fails, the engine stays up
+            yield [TextDelta("half", 1, time.perf_counter_ns())]
+            raise RuntimeError("scripted defect")
         if last == "slow":
             for i in range(request.max_tokens):
                 yield [TextDelta(f" w{i}", 1, time.perf_counter_ns())]
@@ -97,6 +104,8 @@ class ScriptedEngine:
         yield [Finished("stop")]
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
+        if messages and messages[-1].content == "block":  # the loop held, the heartbeat not
+            time.sleep(BLOCK_S)
         return TokenCount(len(words(messages)), estimated=False)
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:

@@ -50,9 +50,21 @@ from phasechat.backends.local.engine_process import (
     state_of,
     waits_for_load,
 )
-from tests.engine_child import CRASH_STATUS, LOAD_FAILED, ScriptedEngine
+from tests.engine_child import BLOCK_S, CRASH_STATUS, LOAD_FAILED, ScriptedEngine
 
 AGAIN = "send again to load the model again"
+
+
+class _AnyStamp(int):
+    """Equal to any stamp (an int): for the events whose time is the child's own."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+    __hash__ = int.__hash__
+
+
+ANY_NS = _AnyStamp()
 
 
 def ask(text: str, max_tokens: int = 64) -> GenerationRequest:
@@ -228,6 +240,23 @@ def test_a_cancel_stops_the_childs_answer_and_a_close_ends_it(child: Child) -> N
     child.send("stream", 2, ask("slow", 10_000), None)
     assert child.recv()[:2] == ("events", 2)
     child.send("close")  # ends the answer in flight, and the child
+    child.thread.join(10)
+    assert not child.thread.is_alive()
+
+
+def test_a_defect_in_the_engine_fails_the_answer_and_the_child_goes_on(child: Child) -> None:
+    child.recv()
+    child.send("stream", 1, ask("raise"), None)
+    assert child.recv() == ("events", 1, [TextDelta("half", 1, ANY_NS)])
+    assert child.recv() == ("events", 1, [StreamError("model", "engine process: scripted defect")])
+    assert child.recv()[:2] == ("end", 1)
+    child.send("stream", 2, ask("still here"), None)
+    assert child.recv()[:2] == ("events", 2)
+
+
+def test_a_child_whose_parent_is_gone_ends(child: Child) -> None:
+    child.recv()
+    child.conn.close()  # the app exited without a word
     child.thread.join(10)
     assert not child.thread.is_alive()
 
@@ -492,6 +521,55 @@ async def test_a_silent_child_is_not_waited_on_and_a_send_replaces_it(
     assert time.monotonic() - began < engine_process.CALL_TIMEOUT_S
     events = await answer(engine, "new child")
     assert isinstance(events[-1], Finished) and engines.pid(engine) != pid
+
+
+async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_s(
+    engines: Engines,
+) -> None:
+    """A child alive (its heartbeat goes on) but busy: the UI's count waits at most
+    `CALL_TIMEOUT_S`, then estimates."""
+    engine, _ = await engines.started()
+    began = time.monotonic()
+    count = engine.count_tokens((Message("user", "block"),))
+    waited = time.monotonic() - began
+    assert count.estimated
+    assert engine_process.CALL_TIMEOUT_S <= waited < BLOCK_S
+
+
+async def test_an_engine_defect_fails_the_answer_not_the_engine(engines: Engines) -> None:
+    engine, pid = await engines.started()
+    events = await answer(engine, "raise")
+    assert events[-1] == StreamError("model", "engine process: scripted defect")
+    assert engine.state == "ready" and engine.pid == pid
+
+
+def test_the_waits_are_those_the_docs_promise() -> None:
+    """docs/faults.md and docs/backends.md tell the user how long each wait is: the
+    heartbeat, a count asked of a silent child, any call, the kill of a silent one (and
+    of one that never started), the drain of a cancelled answer; the constants are those
+    numbers."""
+    docs = Path(__file__).parents[1] / "docs"
+    faults = " ".join((docs / "faults.md").read_text().split())
+    backends = " ".join((docs / "backends.md").read_text().split())
+    promised = re.search(
+        r"a count asked of a child silent for (\d+) s is estimated without asking, any call "
+        r"waits at most (\d+) s; .* left alone, the child is killed after (\d+) s",
+        faults,
+    )
+    assert promised is not None
+    silent, call, hang = (float(n) for n in promised.groups())
+    told = re.search(
+        r"It says it is alive (\w+) times a second .* ended is waited for by the next "
+        r"send, at most (\d+) s\).* still starting, is given a minute",
+        backends,
+    )
+    assert told is not None
+    beats, drain = told.groups()
+    assert (silent, call, hang) == (engine_process.SILENT_S, engine_process.CALL_TIMEOUT_S, HANG_S)
+    assert beats == "four" and engine_process.HEARTBEAT_S == 1 / 4
+    assert float(drain) == engine_process.DRAIN_TIMEOUT_S and START_S == 60  # a minute
+    # Ctrl+Q quits within 2 s (CLOSE_TIMEOUT_S, and the cancelled answer's wait before it)
+    assert engine_process.CLOSE_TIMEOUT_S + engine_process.CANCEL_WAIT_S <= 2.0
 
 
 async def test_closing_ends_the_child(engines: Engines) -> None:
