@@ -12,8 +12,8 @@ What it does is read from what it is given, so a test says it in the request:
   `raise` sends a token and raises (a defect in the engine's code);
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
 - `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`);
-  `cached_prefix` is the last answer's prompt in words; `warm` and `prompt_ids` answer
-  from the words too; `render` has no template (None).
+  `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
+  `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ CRASH_STDERR = "first: the loader starts\nsecond: a middle line\n\nthe last word
 CRASH_STATUS = 3
 #: how long a count of `block` holds the child's loop (its heartbeat goes on)
 BLOCK_S = 4.0
+#: how long a warm of `slow warm` takes (longer than a count may wait, not a warm)
+WARM_S = 2.5
 
 
 def words(messages: tuple[Message, ...]) -> list[str]:
@@ -112,6 +114,8 @@ class ScriptedEngine:
         return min(self._held, len(words(messages)))
 
     async def warm(self, messages: tuple[Message, ...]) -> int:
+        if messages and messages[-1].content == "slow warm":
+            await asyncio.sleep(WARM_S)
         self._held = len(words(messages))
         return self._held
 

@@ -50,7 +50,7 @@ from phasechat.backends.local.engine_process import (
     state_of,
     waits_for_load,
 )
-from tests.engine_child import BLOCK_S, CRASH_STATUS, LOAD_FAILED, ScriptedEngine
+from tests.engine_child import BLOCK_S, CRASH_STATUS, LOAD_FAILED, WARM_S, ScriptedEngine
 
 AGAIN = "send again to load the model again"
 
@@ -73,6 +73,28 @@ def ask(text: str, max_tokens: int = 64) -> GenerationRequest:
 
 async def answer(engine: EngineProcess, text: str) -> list[Event]:
     return [e async for e in engine.stream(ask(text))]
+
+
+#: a test here takes 3 s at most at load 4; one that hangs (a slip in the engine's waits)
+#: fails after this, not after the minutes a mutation run's own limit allows
+HUNG_S = 20
+
+
+@pytest.fixture(autouse=True)
+def _not_hung() -> Iterator[None]:
+    """SIGALRM after `HUNG_S` (then every 5 s, for the teardown): a hang is a failure."""
+
+    def hung(*_: object) -> None:
+        signal.alarm(5)
+        raise TimeoutError(f"the test did not end within {HUNG_S} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HUNG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 # -- pure pieces --------------------------------------------------------------------------
@@ -147,6 +169,10 @@ class Child:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(engine_process, "LocalBackend", ScriptedEngine)
+        #: what ended a thread of the child's with an error (none may: its reader, its
+        #: heartbeat and its loop each end quietly, also once the parent is gone)
+        self.died: list[BaseException | None] = []
+        monkeypatch.setattr(threading, "excepthook", lambda args: self.died.append(args.exc_value))
         ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
         self.beats = 0
@@ -179,6 +205,8 @@ def child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Child]:
         served.send("close")
     served.thread.join(10)
     served.conn.close()
+    time.sleep(2 * engine_process.HEARTBEAT_S)  # a heartbeat sent to no one: quietly
+    assert served.died == []
 
 
 def test_the_child_loads_then_says_ready_with_its_engines_state(child: Child) -> None:
@@ -534,6 +562,14 @@ async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_
     waited = time.monotonic() - began
     assert count.estimated
     assert engine_process.CALL_TIMEOUT_S <= waited < BLOCK_S
+
+
+async def test_a_call_off_the_ui_thread_waits_longer_than_a_count(engines: Engines) -> None:
+    """A warm (or a render) waits behind the answer in flight up to `ASYNC_CALL_TIMEOUT_S`,
+    not the UI's `CALL_TIMEOUT_S`: a warm that takes longer than a count may is answered."""
+    assert engine_process.CALL_TIMEOUT_S < WARM_S < engine_process.ASYNC_CALL_TIMEOUT_S
+    engine, _ = await engines.started()
+    assert await engine.warm((Message("user", "slow warm"),)) == 2
 
 
 async def test_an_engine_defect_fails_the_answer_not_the_engine(engines: Engines) -> None:
