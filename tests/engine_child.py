@@ -11,7 +11,8 @@ What it does is read from what it is given, so a test says it in the request:
   (SIGSTOP: a wedged driver call); `slow` sends a word every 20 ms until cancelled;
   `raise` sends a token and raises (a defect in the engine's code);
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
-- `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`);
+- `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of
+  `unpicklable`, it answers what cannot be sent: a ctypes pointer);
   `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
   `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None).
 """
@@ -19,6 +20,7 @@ What it does is read from what it is given, so a test says it in the request:
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import sys
@@ -108,6 +110,8 @@ class ScriptedEngine:
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
         if messages and messages[-1].content == "block":  # the loop held, the heartbeat not
             time.sleep(BLOCK_S)
+        if messages and messages[-1].content == "unpicklable":  # pickle raises ValueError
+            return ctypes.pointer(ctypes.c_int(1))  # type: ignore[return-value]
         return TokenCount(len(words(messages)), estimated=False)
 
     def cached_prefix(self, messages: tuple[Message, ...]) -> int | None:
