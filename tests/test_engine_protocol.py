@@ -561,8 +561,14 @@ async def test_a_silent_child_is_not_waited_on_and_a_send_replaces_it(
     assert engine.count_tokens(msgs).estimated
     assert engine.cached_prefix(msgs) is None
     assert time.monotonic() - began < engine_process.CALL_TIMEOUT_S
-    events = await answer(engine, "new child")
-    assert isinstance(events[-1], Finished) and engines.pid(engine) != pid
+    events, said = [], ""
+    async for event in engine.stream(ask("new child")):
+        said = said or engine.state_detail  # as the send found it, named
+        events.append(event)
+    assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+    assert engines.pid(engine) != pid
+    # named by its silence (1.5 s and the calls above), not the machine's uptime
+    assert re.fullmatch(rf"the engine did not answer for [1-4] s: ended; {AGAIN}", said)
 
 
 async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_s(

@@ -590,7 +590,13 @@ class EngineProcess(LocalEngine):
             return
         if self._silent() <= SILENT_S and self._idle.is_set():
             return
-        self._end_hung(max(self._silent(), time.monotonic() - self._cancelled))
+        # not answered for: its silence, or (an answer cancelled and never ended) since the
+        # cancel; never since 0.0, which named the machine's uptime ("did not answer for
+        # 23359 s") when a send found the child silent and nothing cancelled
+        unanswered = self._silent()
+        if not self._idle.is_set():
+            unanswered = max(unanswered, time.monotonic() - self._cancelled)
+        self._end_hung(unanswered)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(subprocess.TimeoutExpired):
             await loop.run_in_executor(None, self._proc.wait, CLOSE_TIMEOUT_S)
