@@ -4,7 +4,9 @@ for tests of its protocol that need no model: `install()` puts `ScriptedEngine` 
 phasechat.backends.local.engine_process`, the real `serve`, the real wire) answers without
 llama.cpp, in a fraction of a second.
 
-What it does is read from what it is given, so a test says it in the request:
+It loads at once (its stdout written to, as llama.cpp's loader may: the terminal the UI
+draws on must never see it). What it does is read from what it is given, so a test says
+it in the request:
 - a model file that starts with `FAIL` fails to load, with `LOAD_FAILED` as its words;
 - a last user message `crash` writes `CRASH_STDERR` and exits with status 3 (a loader or
   a llama.cpp abort, with its own words last); `stop` sends one token and stops itself
@@ -74,7 +76,10 @@ class ScriptedEngine:
         if data.startswith(b"FAIL"):
             self.state, self.state_detail = "failed", LOAD_FAILED
             return
+        print("scripted: words on stdout, never the terminal's", flush=True)
         self.state, self.state_detail = "ready", f"scripted {self.model}"
+        if self.config.own_process:  # the child's engine is a plain one: no third process
+            self.state_detail += ", asked for a process of its own"
         self.context_window = self.config.n_ctx
         self.model_bytes = len(data)
         self.flash_attn = bool(self.config.flash_attn)

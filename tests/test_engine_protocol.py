@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -50,9 +51,11 @@ from phasechat.backends.local.engine_process import (
     state_of,
     waits_for_load,
 )
+from phasechat.backends.local.gguf import Geometry
 from tests.engine_child import BLOCK_S, CRASH_STATUS, LOAD_FAILED, WARM_S, ScriptedEngine
 
 AGAIN = "send again to load the model again"
+GEOMETRY = Geometry("llama", "x", 30, 9, 3, 64, 64, 8192, None, 0, 99)
 
 
 class _AnyStamp(int):
@@ -156,8 +159,9 @@ def test_the_state_read_from_the_childs_engine_is_every_field_its_own() -> None:
     engine = ScriptedEngine(LocalConfig(model_path=Path("/m/x.gguf"), gpu_layers=7, threads=5))
     engine.state, engine.state_detail, engine.context_window = "ready", "detail", 321
     engine.model_bytes, engine.ready_ns, engine.flash_attn = 99, 12345, True
+    engine.geometry = GEOMETRY
     assert state_of(engine) == EngineState(  # type: ignore[arg-type]
-        "ready", "detail", "x.gguf", Path("/m/x.gguf"), 321, None, 7, 5, 99,
+        "ready", "detail", "x.gguf", Path("/m/x.gguf"), 321, GEOMETRY, 7, 5, 99,
         "scripted: no flash measurement", 12345, True,
     )  # fmt: skip
 
@@ -399,10 +403,17 @@ async def test_before_its_load_the_engine_says_what_it_will_load(engines: Engine
     assert EngineProcess(name="other").name == "other"
 
 
-async def test_a_loaded_engine_reports_what_its_child_said(engines: Engines) -> None:
-    engine = engines(b"GGUF twelve!", n_ctx=1234, threads=3, flash_attn=True)
+async def test_a_loaded_engine_reports_what_its_child_said(
+    engines: Engines, capfd: pytest.CaptureFixture[str]
+) -> None:
+    engine = engines(b"GGUF twelve!", n_ctx=1234, threads=3, flash_attn=True, own_process=True)
     await engine.start()
-    engines.pid(engine)
+    pid = engines.pid(engine)
+    # the child's own session (Ctrl+C in the terminal is the app's), its stdout and
+    # stderr not the terminal's
+    assert os.getsid(pid) == pid != os.getsid(0)
+    out, err = capfd.readouterr()
+    assert "scripted" not in out + err
     assert (engine.state, engine.state_detail) == ("ready", "scripted model.gguf")
     assert engine.context_window == 1234 and engine.threads == 3
     assert engine.model_bytes == len(b"GGUF twelve!") and engine.flash_attn is True
@@ -441,6 +452,32 @@ async def test_an_answer_comes_through_as_the_child_stamped_it(engines: Engines)
     assert await engine.warm(msgs) == 4
     assert await engine.prompt_ids(msgs) == [3, 5, 4, 6]
     assert await engine.render(msgs) is None
+
+
+async def test_the_load_says_what_it_waits_for(engines: Engines) -> None:
+    engine = engines()
+    starting = asyncio.ensure_future(engine.start())
+    for _ in range(10):  # the start runs to its first wait: the process's start
+        await asyncio.sleep(0)
+    assert (engine.state, engine.state_detail) == ("loading", "starting the engine process")
+    async with asyncio.timeout(10):  # a generous limit: nothing is timed
+        while engine.state_detail != "loading model":  # noqa: ASYNC110 - a wait of the load's
+            await asyncio.sleep(0.001)
+    assert engine.state == "loading"
+    await starting
+    assert engine.state == "ready"
+
+
+async def test_an_engine_process_that_cannot_start_says_why(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engines()
+    monkeypatch.setattr(sys, "executable", "/no/such/python")
+    await engine.start()
+    assert engine.state == "failed" and engine.pid is None
+    assert engine.state_detail == (
+        "the engine process did not start: [Errno 2] No such file or directory: '/no/such/python'"
+    )
 
 
 async def test_an_answer_sent_before_the_load_waits_for_it_as_its_own_phase(
