@@ -11,7 +11,8 @@ it in the request:
 - a last user message `crash` writes `CRASH_STDERR` and exits with status 3 (a loader or
   a llama.cpp abort, with its own words last); `stop` sends one token and stops itself
   (SIGSTOP: a wedged driver call); `slow` sends a word every 20 ms until cancelled;
-  `raise` sends a token and raises (a defect in the engine's code);
+  `raise` sends a token and raises (a defect in the engine's code); `linger` shuts its
+  end of the socket and exits (status 0) `LINGER_S` later;
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
 - `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of
   `unpicklable`, it answers what cannot be sent: a ctypes pointer);
@@ -25,6 +26,7 @@ import asyncio
 import ctypes
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncGenerator
@@ -43,6 +45,9 @@ CRASH_STATUS = 3
 BLOCK_S = 4.0
 #: how long a warm of `slow warm` takes (longer than a count may wait, not a warm)
 WARM_S = 2.5
+#: how long a child whose socket is shut lives on (longer than the parent waits for its
+#: exit status, 2 s; shorter than 3)
+LINGER_S = 2.5
 
 
 def words(messages: tuple[Message, ...]) -> list[str]:
@@ -99,6 +104,12 @@ class ScriptedEngine:
             yield [TextDelta("one", 1, time.perf_counter_ns())]
             await asyncio.sleep(0.05)  # the batch on its way before the stop
             os.kill(os.getpid(), signal.SIGSTOP)
+        if last == "linger":  # its end of the socket shut, the process on for LINGER_S
+            wire = socket.socket(fileno=os.dup(int(sys.argv[-1])))
+            wire.shutdown(socket.SHUT_RDWR)
+            wire.close()
+            time.sleep(LINGER_S)  # noqa: ASYNC251 - the loop held: nothing of serve's runs
+            os._exit(0)
         if last == "raise":  # a defect in the engine: the answer fails, the engine stays up
             yield [TextDelta("half", 1, time.perf_counter_ns())]
             raise RuntimeError("scripted defect")

@@ -52,7 +52,14 @@ from phasechat.backends.local.engine_process import (
     waits_for_load,
 )
 from phasechat.backends.local.gguf import Geometry
-from tests.engine_child import BLOCK_S, CRASH_STATUS, LOAD_FAILED, WARM_S, ScriptedEngine
+from tests.engine_child import (
+    BLOCK_S,
+    CRASH_STATUS,
+    LINGER_S,
+    LOAD_FAILED,
+    WARM_S,
+    ScriptedEngine,
+)
 
 AGAIN = "send again to load the model again"
 GEOMETRY = Geometry("llama", "x", 30, 9, 3, 64, 64, 8192, None, 0, 99)
@@ -513,6 +520,17 @@ async def test_a_crash_is_told_by_its_status_and_last_words_and_the_reload_is_a_
     assert sent < events[1].t_ns
     assert events[2:] == [TextDelta(" after", 1, events[2].t_ns), Finished("stop")]  # type: ignore[union-attr]
     assert engine.state == "ready" and engines.pid(engine) != first
+
+
+async def test_a_child_that_shuts_its_socket_but_lives_on_is_told_without_its_status(
+    engines: Engines,
+) -> None:
+    """Its exit status is waited for 2 s, not until it ends (`LINGER_S` later, status 0)."""
+    assert 2 < LINGER_S < 3
+    engine, _ = await engines.started()
+    events = await answer(engine, "linger")
+    assert events == [StreamError("model", "the engine process ended (no exit status)")]
+    assert engine.state_detail == f"the engine process ended (no exit status): {AGAIN}"
 
 
 async def test_a_child_killed_between_answers_is_found_at_the_next_send(
