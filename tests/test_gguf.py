@@ -349,6 +349,10 @@ def test_tensor_sizes_are_the_distances_between_sorted_offsets(tmp_path: Path) -
     table = [tensor("b", (4,), 0, 64), tensor("a", (4,), 0, 0), tensor("c", (4,), 0, 96)]
     _, sizes = read_header(write(tmp_path, with_tensors(table, 100)))
     assert sizes == {"a": 64, "b": 32, "c": 4}
+    # a tensor of one byte (a scalar of type i8) is a size, not "does not add up"
+    table = [tensor("a", (4,), 0, 0), tensor("one", (1,), 24, 4)]
+    _, sizes = read_header(write(tmp_path, with_tensors(table, 5), "one.gguf"))
+    assert sizes == {"a": 4, "one": 1}
 
 
 def test_tensor_sizes_that_do_not_add_up_are_unknown(tmp_path: Path) -> None:
@@ -654,4 +658,68 @@ def test_a_vocabulary_count_past_2_to_the_63_is_damaged_not_negative(tmp_path: P
     assert refused(write(tmp_path, gguf([huge]))) == (
         f"model file is damaged (a vocabulary of {2**64 - 1:,} tokens with 0 bytes left "
         "in the file)"
+    )
+
+
+def test_lengths_and_counts_past_2_to_the_63_are_damaged_not_negative(tmp_path: Path) -> None:
+    """Every u64 of the header is read unsigned: a length or a count of 2**64 - 1 (a
+    damaged file) is past the file's end, never -1 (which would read backwards or nothing)."""
+    most = 2**64 - 1
+    token = kv("tokenizer.ggml.tokens", ARRAY, struct.pack("<IQ", STRING, 1))
+    token += struct.pack("<Q", most)
+    assert refused(write(tmp_path, gguf([token]), "token.gguf")) == (
+        f"model file is damaged (token 0 of {most:,} bytes with 0 left in the file)"
+    )
+    merges = kv("k", ARRAY, struct.pack("<IQ", STRING, 1) + struct.pack("<Q", most))
+    assert refused(write(tmp_path, gguf([merges]), "merges.gguf")) == (
+        f"model file is damaged (a string of {most:,} bytes past the file's end)"
+    )
+    many = kv("k", ARRAY, struct.pack("<IQ", STRING, most))
+    assert refused(write(tmp_path, gguf([many]), "many.gguf")) == (
+        f"model file is damaged (an array of {most:,} values with 0 bytes left)"
+    )
+    # an element type of 2**32 - 1 is no type, named as written
+    odd = kv("k", ARRAY, struct.pack("<IQ", 2**32 - 1, 1) + struct.pack("<I", 0) * 2)
+    assert refused(write(tmp_path, gguf([odd]), "odd.gguf")) == (
+        f"unknown GGUF value type {2**32 - 1}"
+    )
+
+
+def test_an_array_of_empty_strings_that_ends_the_file_is_read(tmp_path: Path) -> None:
+    """Each element takes its 8-byte length at least: two empty strings are exactly the 16
+    bytes left, which is enough."""
+    path = write(tmp_path, gguf([strings("k", [b"", b""])]))
+    assert read_metadata(path)["k"] == "<array of 2>"
+
+
+def test_every_header_integer_is_read_unsigned(tmp_path: Path) -> None:
+    """The header's u32 and u64 fields at their largest (a damaged file) are named as
+    written, or found past the file's end; never read as -1 (GGUF's integers are unsigned)."""
+    u32_max, u64_max = 2**32 - 1, 2**64 - 1
+
+    def said(data: bytes) -> str:
+        return refused(write(tmp_path, data, f"{len(list(tmp_path.iterdir()))}.gguf"))
+
+    version = b"GGUF" + struct.pack("<IQQ", u32_max, 0, 0)
+    assert said(version) == f"unsupported GGUF version {u32_max}"
+    many = b"GGUF" + struct.pack("<IQQ", 3, 0, u64_max)  # no key follows: past the end
+    assert said(many) == "model file is truncated (ends inside its header)"
+    tensors = b"GGUF" + struct.pack("<IQQ", 3, u64_max, 0)
+    assert said(tensors) == "model file is truncated (ends inside its header)"
+    assert said(gguf([kv("k", u32_max, b"")])) == f"unknown GGUF value type {u32_max}"
+    key = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", u64_max) + b"abc"
+    assert (
+        said(key)
+        == f"model file is damaged (a string of {u64_max:,} bytes with 3 left in the file)"
+    )
+    dims = s("w") + struct.pack("<I", u32_max)
+    assert said(gguf([], [dims])) == f"tensor 'w' has {u32_max} dimensions: not a GGUF tensor table"
+    # a tensor's offset past 2**63 is past the file's end, not before its start
+    far = gguf([], [tensor("w", (4,), 0, 2**63)])
+    start = len(aligned(far))
+    with pytest.raises(GGUFError) as caught:
+        check_model(write(tmp_path, aligned(far) + b"\1" * 16, "far.gguf"))
+    assert str(caught.value).startswith(
+        f"model file is truncated: its tensors need {start + 2**63 + 16:,} bytes, "
+        f"it has {start + 16:,} (a download not finished?)"
     )

@@ -347,7 +347,7 @@ class EngineProcess(LocalEngine):
         silent = time.monotonic() - self._heard
         if proc is None or self._hung_s is not None or proc.poll() is not None:
             return
-        if silent > (HANG_S if self._alive else START_S):
+        if overdue(silent, self._alive):
             self._hung_s = silent
             with contextlib.suppress(OSError):
                 proc.kill()
@@ -404,9 +404,7 @@ class EngineProcess(LocalEngine):
         why = self._why()
         self._crashed = True
         self._state = "failed"
-        # "...(killed by SIGKILL): send again", "...did not answer for 5 s: ended; send again"
-        mark = ":" if self._hung_s is None else ";"
-        self._detail = f"{why}{mark} send again to load the model again"
+        self._detail = send_again(why, hung=self._hung_s is not None)
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(EngineGone(why))
         for queue in self._streams.values():
@@ -421,19 +419,8 @@ class EngineProcess(LocalEngine):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=2)
         if self._hung_s is not None:
-            return f"the engine did not answer for {self._hung_s:.0f} s: ended"
-        if code is None:
-            how = "no exit status"
-        elif code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exit status {code}"
-        last = self._errors.last_line() if self._errors is not None else ""
-        how = f"{how}: {last}" if last else how
-        return f"the engine process ended ({how})"
+            return silent_end(self._hung_s)
+        return ended(code, self._errors.last_line() if self._errors is not None else "")
 
     async def aclose(self) -> None:
         """Close the model and end the engine process (killed if it does not end)."""
@@ -544,7 +531,7 @@ class EngineProcess(LocalEngine):
         if self._state == "failed" and not self._crashed and self._changed():
             await self.aclose()  # the model file changed since the load failed: again
         if self._state != "ready":
-            loads = self._state == "loading" or self._crashed or self._start_task is None
+            loads = waits_for_load(self._state, self._crashed, self._start_task is not None)
             if loads:
                 # The wait for the model is its own phase (the recorder keeps it out of
                 # the prefill), as in LocalBackend.
@@ -603,7 +590,13 @@ class EngineProcess(LocalEngine):
             return
         if self._silent() <= SILENT_S and self._idle.is_set():
             return
-        self._end_hung(max(self._silent(), time.monotonic() - self._cancelled))
+        # not answered for: its silence, or (an answer cancelled and never ended) since the
+        # cancel; never since 0.0, which named the machine's uptime ("did not answer for
+        # 23359 s") when a send found the child silent and nothing cancelled
+        unanswered = self._silent()
+        if not self._idle.is_set():
+            unanswered = max(unanswered, time.monotonic() - self._cancelled)
+        self._end_hung(unanswered)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(subprocess.TimeoutExpired):
             await loop.run_in_executor(None, self._proc.wait, CLOSE_TIMEOUT_S)
@@ -612,6 +605,48 @@ class EngineProcess(LocalEngine):
     def _changed(self) -> bool:
         """Whether the model file is not as the last load saw it (size, change time)."""
         return _file_stamp(self._path) != self._stamp
+
+
+# -- the protocol's arithmetic and words (pure: tests/test_engine_protocol.py) ----------
+def overdue(silent_s: float, alive: bool) -> bool:
+    """Whether a child silent for `silent_s` is to be killed: `HANG_S` once it has said
+    it is alive, `START_S` while it has not (still importing)."""
+    return silent_s > (HANG_S if alive else START_S)
+
+
+def silent_end(silent_s: float) -> str:
+    """The end of a child the watchdog killed, in words."""
+    return f"the engine did not answer for {silent_s:.0f} s: ended"
+
+
+def ended(code: int | None, last_line: str) -> str:
+    """The end of a child that exited (`code`: its status, negative for a signal; None
+    if it could not be read), with the last line it wrote to stderr."""
+    if code is None:
+        how = "no exit status"
+    elif code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exit status {code}"
+    how = f"{how}: {last_line}" if last_line else how
+    return f"the engine process ended ({how})"
+
+
+def send_again(why: str, *, hung: bool) -> str:
+    """The engine's state after its child ended: why, and what the user does next.
+    "...(killed by SIGKILL): send again", "...did not answer for 5 s: ended; send again"."""
+    mark = ";" if hung else ":"
+    return f"{why}{mark} send again to load the model again"
+
+
+def waits_for_load(state: LoadState, crashed: bool, started: bool) -> bool:
+    """Whether a send to an engine that is not ready waits for a load (its own phase,
+    `ModelLoading`, kept out of TTFT and prefill): one under way, the reload after a
+    crash, or the first; not a load that failed and is not tried again."""
+    return state == "loading" or crashed or not started
 
 
 def _file_stamp(path: Path | None) -> tuple[int, int] | None:

@@ -180,19 +180,18 @@ def read_header(path: Path, whole: bool = False) -> tuple[dict[str, object], dic
         raise GGUFError(f"model file is damaged ({exc}): {path}") from None
     except _NotModel as exc:
         raise GGUFError(f"{exc}: {path}") from None
-    except IsADirectoryError:
-        raise GGUFError(f"model path is a directory, not a GGUF file: {path}") from None
-    except OSError as exc:
+    except OSError as exc:  # (a directory was refused above, by its descriptor's mode)
         raise GGUFError(f"model file cannot be read ({exc.strerror or exc}): {path}") from None
     finally:
         os.close(fd)
     data_bytes = size - data_start
-    need = max((offset + (nbytes or 1) for _, offset, nbytes in infos), default=0)
-    if whole and infos and need > data_bytes:  # no tensors: none ends past the file
-        raise GGUFError(
-            f"model file is truncated: its tensors need {data_start + need:,} bytes, "
-            f"it has {size:,} (a download not finished?): {path}"
-        )
+    if whole and infos:  # no tensors: none ends past the file
+        need = max(offset + (nbytes or 1) for _, offset, nbytes in infos)
+        if need > data_bytes:
+            raise GGUFError(
+                f"model file is truncated: its tensors need {data_start + need:,} bytes, "
+                f"it has {size:,} (a download not finished?): {path}"
+            )
     return meta, _tensor_sizes([(name, offset) for name, offset, _ in infos], data_bytes)
 
 
@@ -238,7 +237,7 @@ def _read(
         dims = _unpack(f, f"<{n_dims}Q")
         (ttype, offset) = _unpack(f, "<IQ")
         infos.append((name, offset, _tensor_bytes(dims, ttype)))
-    align = meta.get("general.alignment", 32)
+    align = meta.get("general.alignment")
     align = align if isinstance(align, int) and align > 0 else 32
     return meta, infos, -(-f.tell() // align) * align
 

@@ -1,0 +1,703 @@
+"""The engine process's protocol without the model (backends/local/engine_process.py): its
+words and arithmetic as pure functions (a crash told by its status and its last stderr
+line, the watchdog's two limits, the reload after a crash waited for as a load); the
+child's `serve` in this process over a real socket pair; and the parent driving the real
+child (`python -m phasechat.backends.local.engine_process`, the real wire) whose engine is
+scripted (tests/engine_child.py), so that each exchange takes a fraction of a second.
+What only llama.cpp shows (the same answer as in this process, a real crash mid-decode)
+stays in test_engine_process.py and test_engine_hang.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import phasechat
+from phasechat.backends.base import TokenCount
+from phasechat.backends.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    Message,
+    ModelLoaded,
+    ModelLoading,
+    StreamError,
+    TextDelta,
+)
+from phasechat.backends.local import engine_process
+from phasechat.backends.local.backend import LocalConfig
+from phasechat.backends.local.engine_process import (
+    HANG_S,
+    START_S,
+    EngineProcess,
+    EngineState,
+    ended,
+    overdue,
+    send_again,
+    silent_end,
+    state_of,
+    waits_for_load,
+)
+from phasechat.backends.local.gguf import Geometry
+from tests.engine_child import (
+    BLOCK_S,
+    CRASH_STATUS,
+    LINGER_S,
+    LOAD_FAILED,
+    WARM_S,
+    ScriptedEngine,
+)
+
+AGAIN = "send again to load the model again"
+GEOMETRY = Geometry("llama", "x", 30, 9, 3, 64, 64, 8192, None, 0, 99)
+
+
+class _AnyStamp(int):
+    """Equal to any stamp (an int): for the events whose time is the child's own."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+    __hash__ = int.__hash__
+
+
+ANY_NS = _AnyStamp()
+
+
+def ask(text: str, max_tokens: int = 64) -> GenerationRequest:
+    return GenerationRequest((Message("user", text),), max_tokens=max_tokens, temperature=0)
+
+
+async def answer(engine: EngineProcess, text: str) -> list[Event]:
+    return [e async for e in engine.stream(ask(text))]
+
+
+#: a test here takes 5 s at most at load 5; one that hangs (a slip in the engine's waits)
+#: fails after this, not after the minutes a mutation run's own limit allows
+HUNG_S = 15
+
+
+@pytest.fixture(autouse=True)
+def _not_hung() -> Iterator[None]:
+    """SIGALRM after `HUNG_S` (then every 5 s, for the teardown): a hang is a failure."""
+
+    def hung(*_: object) -> None:
+        signal.alarm(5)
+        raise TimeoutError(f"the test did not end within {HUNG_S} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HUNG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# -- pure pieces --------------------------------------------------------------------------
+def test_the_watchdog_gives_a_live_child_hang_s_and_a_starting_one_start_s() -> None:
+    assert HANG_S < START_S
+    assert not overdue(HANG_S, alive=True)
+    assert overdue(HANG_S + 0.01, alive=True)
+    assert not overdue(HANG_S + 0.01, alive=False)  # still importing: not yet
+    assert not overdue(START_S, alive=False)
+    assert overdue(START_S + 0.01, alive=False)
+    assert not overdue(0.0, alive=True)
+
+
+@pytest.mark.parametrize(
+    ("code", "last", "said"),
+    [
+        (3, "the last words", "the engine process ended (exit status 3: the last words)"),
+        (0, "", "the engine process ended (exit status 0)"),
+        (1, "", "the engine process ended (exit status 1)"),
+        (-9, "", "the engine process ended (killed by SIGKILL)"),
+        (-11, "segv", "the engine process ended (killed by SIGSEGV: segv)"),
+        (-1, "", "the engine process ended (killed by SIGHUP)"),
+        (-200, "", "the engine process ended (killed by signal 200)"),
+        (None, "", "the engine process ended (no exit status)"),
+        (None, "oom", "the engine process ended (no exit status: oom)"),
+    ],
+)
+def test_a_crash_is_told_by_its_exit_and_the_last_line_it_wrote(
+    code: int | None, last: str, said: str
+) -> None:
+    assert ended(code, last) == said
+
+
+def test_a_killed_silent_child_is_named_with_its_seconds_and_what_to_do() -> None:
+    assert silent_end(5.4) == "the engine did not answer for 5 s: ended"
+    assert silent_end(61.6) == "the engine did not answer for 62 s: ended"
+    assert send_again("why", hung=False) == f"why: {AGAIN}"
+    assert send_again("why", hung=True) == f"why; {AGAIN}"
+
+
+@pytest.mark.parametrize(
+    ("state", "crashed", "started", "waits"),
+    [
+        ("idle", False, False, True),  # the first send: the first load
+        ("loading", False, True, True),  # a load under way
+        ("failed", True, True, True),  # the reload after a crash is a load too
+        ("failed", False, True, False),  # a load that failed: not tried again
+        ("idle", False, True, False),
+        ("ready", False, True, False),
+    ],
+)
+def test_a_send_waits_for_a_load_as_its_own_phase_only_when_one_runs(
+    state: Any, crashed: bool, started: bool, waits: bool
+) -> None:
+    assert waits_for_load(state, crashed, started) is waits
+
+
+def test_the_state_read_from_the_childs_engine_is_every_field_its_own() -> None:
+    engine = ScriptedEngine(LocalConfig(model_path=Path("/m/x.gguf"), gpu_layers=7, threads=5))
+    engine.state, engine.state_detail, engine.context_window = "ready", "detail", 321
+    engine.model_bytes, engine.ready_ns, engine.flash_attn = 99, 12345, True
+    engine.geometry = GEOMETRY
+    assert state_of(engine) == EngineState(  # type: ignore[arg-type]
+        "ready", "detail", "x.gguf", Path("/m/x.gguf"), 321, GEOMETRY, 7, 5, 99,
+        "scripted: no flash measurement", 12345, True,
+    )  # fmt: skip
+
+
+# -- the child's side, in this process ----------------------------------------------------
+#: the in-process child answers in milliseconds (its engine scripted): silent this long,
+#: it never will
+WORD_S = 3.0
+
+
+class Child:
+    """`serve` in a thread of this process, its engine scripted, and the parent's end of
+    the socket for the test to speak on (skipping the heartbeats)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(engine_process, "LocalBackend", ScriptedEngine)
+        #: what ended a thread of the child's with an error (none may: its reader, its
+        #: heartbeat and its loop each end quietly, also once the parent is gone)
+        self.died: list[BaseException | None] = []
+        monkeypatch.setattr(threading, "excepthook", lambda args: self.died.append(args.exc_value))
+        ours, theirs = socket.socketpair()
+        self.conn = Connection(ours.detach())
+        self.beats = 0
+        child = Connection(theirs.detach())
+        self.thread = threading.Thread(
+            target=lambda: asyncio.run(engine_process.serve(child)), daemon=True
+        )
+        self.thread.start()
+
+    def send(self, *message: Any) -> None:
+        self.conn.send(message)
+
+    def recv(self) -> tuple[Any, ...]:
+        while True:
+            assert self.conn.poll(WORD_S), f"the child said nothing for {WORD_S} s"
+            message: tuple[Any, ...] = self.conn.recv()
+            if message != ("alive",):
+                return message
+            self.beats += 1
+
+
+@pytest.fixture
+def child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Child]:
+    served = Child(monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF 12345")
+    served.send("load", LocalConfig(model_path=model, n_ctx=333, gpu_layers=4), "mine")
+    yield served
+    with contextlib.suppress(OSError):
+        served.send("close")
+    served.thread.join(WORD_S)
+    served.conn.close()
+    time.sleep(2 * engine_process.HEARTBEAT_S)  # a heartbeat sent to no one: quietly
+    assert served.died == []
+
+
+def test_the_child_loads_then_says_ready_with_its_engines_state(child: Child) -> None:
+    kind, said = child.recv()
+    assert kind == "ready"
+    assert isinstance(said, EngineState)
+    assert (said.state, said.model, said.context_window, said.gpu_layers) == (
+        "ready", "m.gguf", 333, 4,
+    )  # fmt: skip
+    assert said.model_bytes == len(b"GGUF 12345") and said.ready_ns is not None
+
+
+def test_the_child_streams_batches_then_ends_with_its_state(child: Child) -> None:
+    child.recv()
+    child.send("stream", 7, ask("one two three"), None)
+    batches = []
+    while (message := child.recv())[0] == "events":
+        assert message[1] == 7
+        batches.append(message[2])
+    assert [[type(e).__name__ for e in b] for b in batches] == [
+        ["TextDelta", "TextDelta"], ["TextDelta"], ["Finished"],
+    ]  # fmt: skip
+    assert [e.text for b in batches for e in b if isinstance(e, TextDelta)] == [
+        " one", " two", " three",
+    ]  # fmt: skip
+    assert message[:2] == ("end", 7) and isinstance(message[2], EngineState)
+    assert message[2].state == "ready"
+
+
+def test_the_child_answers_its_calls_and_refuses_any_other(child: Child) -> None:
+    child.recv()
+    msgs = (Message("user", "a bb ccc"),)
+    child.send("call", 1, "count_tokens", (msgs,))
+    assert child.recv() == ("result", 1, True, TokenCount(3, estimated=False))
+    child.send("call", 2, "warm", (msgs,))  # on a task of its own
+    assert child.recv() == ("result", 2, True, 3)
+    child.send("call", 3, "prompt_ids", (msgs,))
+    assert child.recv() == ("result", 3, True, [1, 2, 3])
+    child.send("call", 4, "cached_prefix", (msgs,))
+    assert child.recv() == ("result", 4, True, 3)
+    child.send("call", 5, "aclose", ())  # the engine's, but not the parent's to call
+    kind, cid, ok, value = child.recv()
+    assert (kind, cid, ok) == ("result", 5, False)
+    assert isinstance(value, ValueError) and str(value) == "not an engine call: aclose"
+    child.send("call", 6, "count_tokens", ())  # a call that raises is answered too
+    kind, cid, ok, value = child.recv()
+    assert (kind, cid, ok) == ("result", 6, False) and isinstance(value, TypeError)
+
+
+def test_an_answer_that_cannot_be_sent_is_dropped_and_the_child_goes_on(child: Child) -> None:
+    """pickle refuses a ctypes pointer (ValueError): that result never leaves the child
+    (the parent's wait for it ends, `CALL_TIMEOUT_S`), and the next one does."""
+    child.recv()
+    child.send("call", 1, "count_tokens", ((Message("user", "unpicklable"),),))
+    child.send("call", 2, "count_tokens", ((Message("user", "a b"),),))
+    assert child.recv() == ("result", 2, True, TokenCount(2, estimated=False))
+
+
+def test_a_cancel_stops_the_childs_answer_and_a_close_ends_it(child: Child) -> None:
+    child.recv()
+    child.send("stream", 1, ask("slow", 10_000), 0.01)
+    assert child.recv()[0] == "events"
+    child.send("cancel", 99)  # no such answer: nothing happens
+    child.send("cancel", 1)
+    while (message := child.recv())[0] == "events":
+        pass
+    assert message[:2] == ("end", 1)
+    child.send("stream", 2, ask("slow", 10_000), None)
+    assert child.recv()[:2] == ("events", 2)
+    child.send("close")  # ends the answer in flight, and the child
+    child.thread.join(WORD_S)
+    assert not child.thread.is_alive()
+
+
+def test_a_defect_in_the_engine_fails_the_answer_and_the_child_goes_on(child: Child) -> None:
+    child.recv()
+    child.send("stream", 1, ask("raise"), None)
+    assert child.recv() == ("events", 1, [TextDelta("half", 1, ANY_NS)])
+    assert child.recv() == ("events", 1, [StreamError("model", "engine process: scripted defect")])
+    assert child.recv()[:2] == ("end", 1)
+    child.send("stream", 2, ask("still here"), None)
+    assert child.recv()[:2] == ("events", 2)
+
+
+def test_a_child_whose_parent_is_gone_ends(child: Child) -> None:
+    child.recv()
+    child.conn.close()  # the app exited without a word
+    child.thread.join(WORD_S)
+    assert not child.thread.is_alive()
+
+
+def test_the_child_says_it_is_alive_while_its_loop_is_busy(child: Child) -> None:
+    child.recv()
+    time.sleep(0.1 + 3 * engine_process.HEARTBEAT_S)
+    child.send("call", 1, "count_tokens", ((),))
+    assert child.recv()[0] == "result"
+    assert 2 <= child.beats <= 6
+
+
+# -- the parent, with the real child, its engine scripted ---------------------------------
+#: where this test's `phasechat` and `tests` come from (the work tree, or mutmut's copy)
+ROOTS = sorted({str(Path(phasechat.__file__).resolve().parents[1]), str(Path(__file__).parents[1])})
+SCRIPTED = "import tests.engine_child as child\nchild.install()\n"
+#: a child that never says it is alive (wedged while importing)
+MUTE = "import time\ntime.sleep(120)\n"
+#: longer than a child may be silent and still be asked (its heartbeats stopped)
+SILENT_FOR = engine_process.SILENT_S + 2 * engine_process.HEARTBEAT_S
+#: a scripted child loads faster than its first heartbeat: until one, it is a child
+#: still starting (given `START_S`, never called silent), which a real load never is
+ALIVE_AFTER = 3 * engine_process.HEARTBEAT_S
+
+
+class Engines:
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tmp_path, self.monkeypatch = tmp_path, monkeypatch
+        self.made: list[EngineProcess] = []
+        self.pids: list[int] = []
+        self.site(SCRIPTED)
+
+    def site(self, text: str) -> None:
+        site = self.tmp_path / "site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(text)
+        path = [str(site), *ROOTS, os.environ.get("PYTHONPATH", "")]
+        self.monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+
+    def model(self, content: bytes = b"GGUF scripted") -> Path:
+        path = self.tmp_path / "model.gguf"
+        path.write_bytes(content)
+        return path
+
+    def __call__(self, content: bytes = b"GGUF scripted", **config: Any) -> EngineProcess:
+        engine = EngineProcess(LocalConfig(model_path=self.model(content), **config))
+        self.made.append(engine)
+        return engine
+
+    def pid(self, engine: EngineProcess) -> int:
+        pid = engine.pid
+        assert pid is not None
+        self.pids.append(pid)
+        return pid
+
+    async def started(self) -> tuple[EngineProcess, int]:
+        """An engine loaded (its child scripted), and its child's pid."""
+        engine = self()
+        await engine.start()
+        return engine, self.pid(engine)
+
+    async def silenced(self) -> tuple[EngineProcess, int]:
+        """An engine loaded whose child was alive, then stopped (SIGSTOP) and silent
+        longer than `SILENT_S`; its child's pid."""
+        engine, pid = await self.started()
+        await asyncio.sleep(ALIVE_AFTER)
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(SILENT_FOR)  # the silence is the event
+        return engine, pid
+
+
+@pytest.fixture
+async def engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Engines]:
+    made = Engines(tmp_path, monkeypatch)
+    try:
+        yield made
+    finally:
+        for pid in made.pids:  # a stopped child let go, whatever the test did
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for engine in made.made:
+            await engine.aclose()
+
+
+async def test_before_its_load_the_engine_says_what_it_will_load(engines: Engines) -> None:
+    engine = engines(n_ctx=777)
+    assert (engine.state, engine.state_detail) == ("idle", "not loaded")
+    assert engine.model == "model.gguf" and engine.model_path == engines.model()
+    assert engine.context_window == 777 and engine.context_source == "llama.cpp n_ctx"
+    assert (engine.gpu_layers, engine.threads, engine.model_bytes) == (0, 0, 0)
+    assert engine.geometry is None and engine.flash_attn is None and engine.flash_note == ""
+    assert engine.pid is None and engine.name == "local"
+    assert engine.cached_prefix((Message("user", "a b"),)) is None
+    assert engine.count_tokens((Message("user", "a b"),)).estimated
+    assert await engine.warm((Message("user", "a b"),)) == 0
+    assert await engine.render((Message("user", "a b"),)) is None
+    assert await engine.prompt_ids((Message("user", "a b"),)) is None
+    assert EngineProcess(name="other").name == "other"
+
+
+async def test_a_loaded_engine_reports_what_its_child_said(
+    engines: Engines, capfd: pytest.CaptureFixture[str]
+) -> None:
+    engine = engines(b"GGUF twelve!", n_ctx=1234, threads=3, flash_attn=True, own_process=True)
+    await engine.start()
+    pid = engines.pid(engine)
+    # the child's own session (Ctrl+C in the terminal is the app's), its stdout and
+    # stderr not the terminal's
+    assert os.getsid(pid) == pid != os.getsid(0)
+    out, err = capfd.readouterr()
+    assert "scripted" not in out + err
+    assert (engine.state, engine.state_detail) == ("ready", "scripted model.gguf")
+    assert engine.context_window == 1234 and engine.threads == 3
+    assert engine.model_bytes == len(b"GGUF twelve!") and engine.flash_attn is True
+    assert engine.flash_note == "scripted: no flash measurement"
+    assert engine.model == "model.gguf" and engine.model_path == engines.model(b"GGUF twelve!")
+    await engine.start()  # again: the same child
+    assert engine.pid == engines.pids[0]
+
+
+@pytest.mark.parametrize(("layers", "shares"), [(None, True), (0, True), (5, True), (-1, False)])
+async def test_it_shares_the_cpu_unless_every_layer_is_on_a_gpu(
+    engines: Engines, layers: int | None, shares: bool
+) -> None:
+    """No offload and a partial one (5 layers) run on this machine's cores; -1, every
+    layer on the GPU, does not (the UI then draws at its full rate)."""
+    engine = engines(gpu_layers=layers)
+    assert engine.shares_cpu  # before the load: as if on the CPU
+    await engine.start()
+    assert engine.gpu_layers == (layers or 0)
+    assert engine.shares_cpu is shares
+
+
+async def test_an_answer_comes_through_as_the_child_stamped_it(engines: Engines) -> None:
+    engine = engines()
+    await engine.start()
+    sent = time.perf_counter_ns()
+    events = await answer(engine, "red green blue")
+    received = time.perf_counter_ns()
+    assert [e.text for e in events if isinstance(e, TextDelta)] == [" red", " green", " blue"]
+    assert isinstance(events[-1], Finished) and events[-1].reason == "stop"
+    stamps = [e.t_ns for e in events if isinstance(e, TextDelta) and e.t_ns is not None]
+    assert len(stamps) == 3 and sent < stamps[0] <= stamps[-1] < received
+    msgs = (Message("user", "red green blue yellow"),)
+    assert engine.count_tokens(msgs) == TokenCount(4, estimated=False)
+    assert engine.cached_prefix(msgs) == 3  # the last answer's prompt
+    assert await engine.warm(msgs) == 4
+    assert await engine.prompt_ids(msgs) == [3, 5, 4, 6]
+    assert await engine.render(msgs) is None
+
+
+async def test_the_load_says_what_it_waits_for(engines: Engines) -> None:
+    engine = engines()
+    starting = asyncio.ensure_future(engine.start())
+    for _ in range(10):  # the start runs to its first wait: the process's start
+        await asyncio.sleep(0)
+    assert (engine.state, engine.state_detail) == ("loading", "starting the engine process")
+    async with asyncio.timeout(10):  # a generous limit: nothing is timed
+        while engine.state_detail != "loading model":  # noqa: ASYNC110 - a wait of the load's
+            await asyncio.sleep(0.001)
+    assert engine.state == "loading"
+    await starting
+    state: str = engine.state  # read again (mypy keeps the "loading" asserted above)
+    assert state == "ready"
+
+
+async def test_an_engine_process_that_cannot_start_says_why(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engines()
+    monkeypatch.setattr(sys, "executable", "/no/such/python")
+    await engine.start()
+    assert engine.state == "failed" and engine.pid is None
+    assert engine.state_detail == (
+        "the engine process did not start: [Errno 2] No such file or directory: '/no/such/python'"
+    )
+
+
+async def test_an_answer_sent_before_the_load_waits_for_it_as_its_own_phase(
+    engines: Engines,
+) -> None:
+    engine = engines()
+    sent = time.perf_counter_ns()
+    events = await answer(engine, "hello")
+    assert isinstance(events[0], ModelLoading)
+    assert isinstance(events[1], ModelLoaded) and events[1].t_ns is not None
+    assert sent < events[1].t_ns
+    assert isinstance(events[2], TextDelta) and isinstance(events[-1], Finished)
+    events = await answer(engine, "hello")  # loaded: no wait
+    assert isinstance(events[0], TextDelta)
+
+
+async def test_a_crash_is_told_by_its_status_and_last_words_and_the_reload_is_a_load(
+    engines: Engines,
+) -> None:
+    engine, first = await engines.started()
+    events = await answer(engine, "crash")
+    why = f"the engine process ended (exit status {CRASH_STATUS}: the last words)"
+    assert events == [StreamError("model", why)]
+    assert (engine.state, engine.state_detail) == ("failed", f"{why}: {AGAIN}")
+    assert engine.cached_prefix((Message("user", "a"),)) is None  # a dead engine: not asked
+    assert engine.count_tokens((Message("user", "a b"),)).estimated
+    # the next send loads the model again in a new child, as its own phase
+    sent = time.perf_counter_ns()
+    events = await answer(engine, "after")
+    assert isinstance(events[0], ModelLoading)
+    assert isinstance(events[1], ModelLoaded) and events[1].t_ns is not None
+    assert sent < events[1].t_ns
+    assert events[2:] == [TextDelta(" after", 1, events[2].t_ns), Finished("stop")]  # type: ignore[union-attr]
+    assert engine.state == "ready" and engines.pid(engine) != first
+
+
+async def test_a_child_that_shuts_its_socket_but_lives_on_is_told_without_its_status(
+    engines: Engines,
+) -> None:
+    """Its exit status is waited for 2 s, not until it ends (`LINGER_S` later, status 0)."""
+    assert 2 < LINGER_S < 3
+    engine, _ = await engines.started()
+    events = await answer(engine, "linger")
+    assert events == [StreamError("model", "the engine process ended (no exit status)")]
+    assert engine.state_detail == f"the engine process ended (no exit status): {AGAIN}"
+
+
+async def test_a_child_killed_between_answers_is_found_at_the_next_send(
+    engines: Engines,
+) -> None:
+    engine, pid = await engines.started()
+    os.kill(pid, signal.SIGKILL)
+    async with asyncio.timeout(60):  # a generous limit: nothing is timed
+        while engine.state == "ready":  # noqa: ASYNC110 - set when the reader's word arrives
+            await asyncio.sleep(0.01)
+    assert engine.state_detail == f"the engine process ended (killed by SIGKILL): {AGAIN}"
+    events = await answer(engine, "again")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+
+
+async def test_a_failed_load_says_why_and_is_tried_again_once_the_file_changes(
+    engines: Engines,
+) -> None:
+    engine = engines(b"FAIL")
+    await engine.start()
+    assert (engine.state, engine.state_detail) == ("failed", LOAD_FAILED)
+    # not a crash: the send is refused at once, no load waited for
+    events = await answer(engine, "hi")
+    assert events == [StreamError("model", f"local model not ready: {LOAD_FAILED}")]
+    engines.model(b"GGUF finished downloading")
+    events = await answer(engine, "hi")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert isinstance(events[-1], Finished) and engine.state == "ready"
+
+
+async def test_a_cancelled_answer_frees_the_engine_for_the_next(engines: Engines) -> None:
+    engine = engines()
+    await engine.start()
+    got = 0
+    async for event in engine.stream(ask("slow", 10_000)):
+        got += isinstance(event, TextDelta)
+        if got == 3:
+            break
+    events = await answer(engine, "next one")
+    assert [e.text for e in events if isinstance(e, TextDelta)] == [" next", " one"]
+    assert engine.state == "ready"
+
+
+async def test_a_child_that_stops_answering_is_killed_and_named(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_process, "HANG_S", 0.5)
+    engine, pid = await engines.started()
+    await asyncio.sleep(ALIVE_AFTER)
+    events = await answer(engine, "stop")
+    assert isinstance(events[0], TextDelta)
+    last = events[-1]
+    assert isinstance(last, StreamError)
+    assert re.fullmatch(r"the engine did not answer for [01] s: ended", last.message)
+    assert engine.state == "failed"
+    assert engine.state_detail == f"{last.message}; {AGAIN}"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
+    events = await answer(engine, "alive again")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+
+
+async def test_a_child_that_never_starts_is_given_start_s_then_named(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_process, "START_S", 0.5)
+    engines.site(MUTE)
+    engine = engines()
+    began = time.monotonic()
+    await engine.start()
+    assert time.monotonic() - began < START_S
+    assert engine.state == "failed"
+    assert re.fullmatch(
+        rf"the engine did not answer for [01] s: ended; {AGAIN}", engine.state_detail
+    )
+
+
+async def test_a_silent_child_is_not_waited_on_and_a_send_replaces_it(
+    engines: Engines,
+) -> None:
+    engine, pid = await engines.silenced()
+    began = time.monotonic()
+    msgs = (Message("user", "a b c"),)
+    assert engine.count_tokens(msgs).estimated
+    assert engine.cached_prefix(msgs) is None
+    assert time.monotonic() - began < engine_process.CALL_TIMEOUT_S
+    events, said = [], ""
+    async for event in engine.stream(ask("new child")):
+        said = said or engine.state_detail  # as the send found it, named
+        events.append(event)
+    assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+    assert engines.pid(engine) != pid
+    # named by its silence (1.5 s and the calls above), not the machine's uptime
+    assert re.fullmatch(rf"the engine did not answer for [1-4] s: ended; {AGAIN}", said)
+
+
+async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_s(
+    engines: Engines,
+) -> None:
+    """A child alive (its heartbeat goes on) but busy: the UI's count waits at most
+    `CALL_TIMEOUT_S`, then estimates."""
+    engine, _ = await engines.started()
+    began = time.monotonic()
+    count = engine.count_tokens((Message("user", "block"),))
+    waited = time.monotonic() - began
+    assert count.estimated
+    assert engine_process.CALL_TIMEOUT_S <= waited < BLOCK_S
+
+
+async def test_a_call_off_the_ui_thread_waits_longer_than_a_count(engines: Engines) -> None:
+    """A warm (or a render) waits behind the answer in flight up to `ASYNC_CALL_TIMEOUT_S`,
+    not the UI's `CALL_TIMEOUT_S`: a warm that takes longer than a count may is answered."""
+    assert engine_process.CALL_TIMEOUT_S < WARM_S < engine_process.ASYNC_CALL_TIMEOUT_S
+    engine, _ = await engines.started()
+    assert await engine.warm((Message("user", "slow warm"),)) == 2
+
+
+async def test_an_engine_defect_fails_the_answer_not_the_engine(engines: Engines) -> None:
+    engine, pid = await engines.started()
+    events = await answer(engine, "raise")
+    assert events[-1] == StreamError("model", "engine process: scripted defect")
+    assert engine.state == "ready" and engine.pid == pid
+
+
+def test_the_waits_are_those_the_docs_promise() -> None:
+    """docs/faults.md and docs/backends.md tell the user how long each wait is: the
+    heartbeat, a count asked of a silent child, any call, the kill of a silent one (and
+    of one that never started), the drain of a cancelled answer; the constants are those
+    numbers."""
+    docs = Path(__file__).parents[1] / "docs"
+    faults = " ".join((docs / "faults.md").read_text().split())
+    backends = " ".join((docs / "backends.md").read_text().split())
+    promised = re.search(
+        r"a count asked of a child silent for (\d+) s is estimated without asking, any call "
+        r"waits at most (\d+) s; .* left alone, the child is killed after (\d+) s",
+        faults,
+    )
+    assert promised is not None
+    silent, call, hang = (float(n) for n in promised.groups())
+    told = re.search(
+        r"It says it is alive (\w+) times a second .* ended is waited for by the next "
+        r"send, at most (\d+) s\).* still starting, is given a minute",
+        backends,
+    )
+    assert told is not None
+    beats, drain = told.groups()
+    assert (silent, call, hang) == (engine_process.SILENT_S, engine_process.CALL_TIMEOUT_S, HANG_S)
+    assert beats == "four" and engine_process.HEARTBEAT_S == 1 / 4
+    assert float(drain) == engine_process.DRAIN_TIMEOUT_S and START_S == 60  # a minute
+    # Ctrl+Q quits within 2 s (CLOSE_TIMEOUT_S, and the cancelled answer's wait before it)
+    assert engine_process.CLOSE_TIMEOUT_S + engine_process.CANCEL_WAIT_S <= 2.0
+
+
+async def test_closing_ends_the_child(engines: Engines) -> None:
+    engine, pid = await engines.started()
+    await engine.aclose()
+    assert (engine.state, engine.state_detail, engine.pid) == ("idle", "closed", None)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: gone, not a zombie
+    events = await answer(engine, "reopened")  # a closed engine loads again on a send
+    assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+
+
+async def test_closing_a_silent_child_kills_it_without_waiting(engines: Engines) -> None:
+    engine, pid = await engines.silenced()
+    began = time.monotonic()
+    await engine.aclose()
+    assert time.monotonic() - began < engine_process.CLOSE_TIMEOUT_S
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
