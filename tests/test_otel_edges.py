@@ -441,16 +441,18 @@ def test_a_server_s_wait_on_the_prefill_span_with_its_meaning_and_a_contradictio
     t.t_first_token = t.t_last_token = sent + 100_000_000
     t.t_done = sent + 110_000_000
     exporter.request_sent(t, GenerationRequest(messages=(Message("user", "hi"),)), Counted())
+    computed = compute(t)
     m = replace(
-        compute(t),
-        connect_ms=10.0,
-        sent_ms=12.0,
-        headers_ms=50.0,
-        server_source="Dynamo",
-        server_queue_ms=5.0,
-        server_queue_name="frontend: tokenize + route",
-        server_queue_means="the frontend's tokenizing and routing",
-        server_prompt_ms=prefill_ms,
+        computed,
+        timing=replace(computed.timing, connect_ms=10.0, sent_ms=12.0, headers_ms=50.0),
+        server=replace(
+            computed.server,
+            server_source="Dynamo",
+            server_queue_ms=5.0,
+            server_queue_name="frontend: tokenize + route",
+            server_queue_means="the frontend's tokenizing and routing",
+            server_prompt_ms=prefill_ms,
+        ),
     )
     exporter.request_ended(t, m)
     assert exporter.close(wait_s=30)
@@ -509,7 +511,9 @@ def test_a_figure_that_is_no_duration_is_no_metric_point(otlp: Receiver) -> None
     t = Trace("scripted", "m", t_sent=time.perf_counter_ns())
     exporter.request_sent(t, GenerationRequest(messages=(Message("user", "hi"),)), Silent())
     t.t_done = time.perf_counter_ns()
-    exporter.request_ended(t, replace(compute(t), ttft_ms=-5.0, e2e_ms=float("nan")))
+    computed = compute(t)
+    timing = replace(computed.timing, ttft_ms=-5.0, e2e_ms=float("nan"))
+    exporter.request_ended(t, replace(computed, timing=timing))
     assert exporter.close(wait_s=30)
     assert exporter.problem is None and exporter.notes == []  # the SDK was not given one
     metrics = otlp.metrics()
