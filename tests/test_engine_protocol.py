@@ -463,14 +463,18 @@ async def test_an_answer_comes_through_as_the_child_stamped_it(engines: Engines)
 
 async def test_the_load_says_what_it_waits_for(engines: Engines) -> None:
     engine = engines()
+    seen = [(engine.state, engine.state_detail)]
     starting = asyncio.ensure_future(engine.start())
-    for _ in range(10):  # the start runs to its first wait: the process's start
-        await asyncio.sleep(0)
-    assert (engine.state, engine.state_detail) == ("loading", "starting the engine process")
+    # each word as it changes, in order (how soon the child gets to its load varies
+    # with the machine: a count of the loop's turns is no clock)
     async with asyncio.timeout(10):  # a generous limit: nothing is timed
-        while engine.state_detail != "loading model":  # noqa: ASYNC110 - a wait of the load's
-            await asyncio.sleep(0.001)
-    assert engine.state == "loading"
+        while not starting.done():
+            await asyncio.sleep(0)
+            if (now := (engine.state, engine.state_detail)) != seen[-1]:
+                seen.append(now)
+    start, load = ("loading", "starting the engine process"), ("loading", "loading model")
+    assert seen[0][0] == "idle" and start in seen and load in seen, seen
+    assert seen.index(start) < seen.index(load), seen
     await starting
     state: str = engine.state  # read again (mypy keeps the "loading" asserted above)
     assert state == "ready"
