@@ -223,6 +223,37 @@ def test_a_rows_record_is_every_metric_then_its_own_fields_which_win() -> None:
     assert "metrics" not in record
 
 
+def test_a_rows_own_fields_are_in_its_record_and_its_line_under_their_names() -> None:
+    """What `bench.trim --json` and the human line give a reader: each of the turn's own
+    fields under its own name, with a value no other field has."""
+    r = row(
+        3,
+        300,
+        100,
+        80.0,
+        12,
+        copy=2,
+        trimmed=True,
+        tokens_cut=41,
+        trim_wait_ms=7.5,
+        trim_note="summary waited",
+        error="refused",
+    )
+    record = r.record()
+    own = {k: record[k] for k in ("turn", "copy", "trimmed", "tokens_cut")}
+    assert own == {"turn": 3, "copy": 2, "trimmed": True, "tokens_cut": 41}
+    assert (record["trim_wait_ms"], record["trim_note"], record["error"]) == (
+        7.5,
+        "summary waited",
+        "refused",
+    )
+    line = r.line()
+    assert line.startswith("turn   3/2  prompt    300  cached    100  evaluated    200")
+    assert line.endswith("  trimmed yes  · summary waited · refused")
+    plain = replace(r, trimmed=False, trim_note=None, error=None).line()
+    assert plain.endswith("  trimmed no")
+
+
 class SaysThenFails(Growing):
     """Says its usage (100 prompt tokens, 40 of them cached), then fails: before its
     first token on the first turn (a refusal), after one token on the second."""
