@@ -6,7 +6,8 @@ Run: .venv/bin/python -m bench.speed [--rounds 3] [--reps 2] [--threads N] [--mo
 Issue 13, item 1: `ask` decode >= 0.95 x llama-bench's best configuration (flash
 attention on or off, whichever is faster here) on the same model and threads. In
 interleaved rounds (each: llama-bench tg128 with `-fa 0,1`, then `phasechat ask --json`
-as a user runs it, a fresh process each time, default flags and `--threads N`), it
+as a user runs it, a fresh process each time, default flags and `--threads N`, then
+llama-bench again: the round's reference brackets ask's runs), it
 prints best and median tok/s of each, the ratios to llama-bench's faster flash-attention
 setting, llama-bench off vs on, the flash attention phasechat chose (backends/local/flash.py)
 and the load average beside each round. `ask`'s rate is its telemetry's
@@ -124,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         loads.append(load())
         print(f"round {r + 1}: {loads[-1]}", flush=True)
+        # llama-bench before and after ask's runs, both halves its reference for the
+        # round: this VM's speed drifts within a round too (one round's llama-bench fell
+        # 15% from its best), and a reference taken on one side only of ask's runs
+        # measured the drift as ask's.
         tg = llama_bench(binary, model, threads, args.reps, depth)
-        for key, samples in tg.items():
-            ref.setdefault(key, []).extend(samples)
         rounds.append((tg, []))
         fixed_rounds.append([])
         for _ in range(args.reps):
@@ -138,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     fixed_rounds[-1].append(ours[name][-1])
                     threads_seen.append(f"{m['threads']} ({m['threads_reason']})")
+        for key, samples in llama_bench(binary, model, threads, args.reps, depth).items():
+            tg.setdefault(key, []).extend(samples)
+        for key, samples in tg.items():
+            ref.setdefault(key, []).extend(samples)
 
     def fastest(d: int) -> bool:
         return statistics.median(ref[True, d]) >= statistics.median(ref[False, d])
