@@ -12,28 +12,44 @@
 # PHASECHAT_SKIP_SERVER_TESTS=1 skips the server tests for a quick edit loop (the end of
 # the run says how many it skipped). PHASECHAT_LLAMA_SERVER=PATH names any binary,
 # PHASECHAT_VLLM and PHASECHAT_DYNAMO set-ups made elsewhere.
-# The end of the run says how long each phase took, and pytest's last lines how many
+# The end of the run says how long each phase took and the CPU seconds it used (2 cores: a
+# phase takes at least half of those), and pytest's last lines how many
 # tests of each kind ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 phases=$(mktemp -d)
 trap 'rm -rf "$phases"' EXIT
 now() { date +%s; }
-# `timed NAME CMD...`: run CMD, noting how long it took under NAME (also when it fails)
+# CPU seconds (user + system) of this shell's children that have ended, in $1: bash's
+# `times`, second line ("0m1.250s 0m0.300s"), written from this shell (in a pipe or a
+# $(...) it would count a subshell's children)
+cpu() {
+    local file="$phases/cpu.$BASHPID"
+    times > "$file"
+    printf -v "$1" '%s' "$(awk 'NR == 2 { split($1 " " $2, t, "[ms]")
+        printf "%d", t[1] * 60 + t[2] + t[3] * 60 + t[4] }' "$file")"
+}
+# `timed NAME CMD...`: run CMD, noting how long it took under NAME (also when it fails),
+# and the CPU seconds it used: on a 2-core machine a phase cannot take less than half
+# of those, so they say what a phase costs apart from what runs beside it
 timed() {
-    local name=$1 start rc=0
+    local name=$1 start rc=0 before after
     shift
     start=$(now)
+    cpu before
     "$@" || rc=$?
-    echo "$name $(( $(now) - start ))" >> "$phases/times"
+    cpu after
+    echo "$name $(( $(now) - start )) $(( after - before ))" >> "$phases/times"
     return $rc
 }
 report() {
-    echo "== phases (seconds)"
-    [ -f "$phases/times" ] && while read -r name secs; do
-        printf '  %-40s %5d\n' "${name//_/ }" "$secs"
+    printf '== phases %38s %9s\n' "seconds" "CPU s"
+    [ -f "$phases/times" ] && while read -r name secs used; do
+        printf '  %-40s %5d %9d\n' "${name//_/ }" "$secs" "$used"
     done < "$phases/times"
-    printf '  %-40s %5d\n' "in all" "$(( $(now) - begin ))"
+    local used
+    cpu used
+    printf '  %-40s %5d %9d\n' "in all" "$(( $(now) - begin ))" "$used"
 }
 begin=$(now)
 trap 'report; rm -rf "$phases"' EXIT
