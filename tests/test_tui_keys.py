@@ -174,17 +174,21 @@ async def test_a_key_typed_in_a_flood_is_drawn_before_the_answers_next_lines(
     monkeypatch: pytest.MonkeyPatch, gap_s: float
 ) -> None:
     # One paragraph of 220,000 characters, faster than the screen draws it (FRAME_CHARS a
-    # frame). A key typed meanwhile is shown by the next frame, which moves none of the
-    # answer's new text in (its layout was what the key waited for), whether the backlog
-    # is drawn by the refresh timer (still streaming) or by the finishing worker (the
-    # stream has ended).
+    # frame). A key typed meanwhile is shown by the next frame, and from when the app
+    # reads it until then none of the answer's new text is moved in (its layout was what
+    # the key waited for), whether the backlog is drawn by the refresh timer (still
+    # streaming) or by the finishing worker (the stream has ended).
     words = [f"tok{i}" for i in range(25_000)]
     app = PhasechatApp(backend=Flood(words, 1_500, gap_s))
     appended: list[int] = []  # the answer's characters drawn, at each draw
     at_key: list[int] = []
     at_echo: list[int] = []
     streaming: list[bool] = []  # at the key: whether the stream was still coming
-    append, on_key, echo_drawn = MessageView.append, PromptInput._on_key, PromptInput._echo_drawn
+    append, key_coming, echo_drawn = (
+        MessageView.append,
+        PromptInput.key_coming,
+        PromptInput._echo_drawn,
+    )
 
     async def drawn(self: MessageView, text: str, step: int) -> None:
         appended.append(self.shown)
@@ -192,11 +196,11 @@ async def test_a_key_typed_in_a_flood_is_drawn_before_the_answers_next_lines(
             app.post_message(key("Z"))
         await append(self, text, step)
 
-    async def keyed(self: PromptInput, event: events.Key) -> None:
-        if event.character == "Z":
+    def keyed(self: PromptInput) -> None:  # the app has read a key
+        if appended:  # "Z", not the question's keys
             at_key.append(len(appended))
             streaming.append(app.turns.busy)
-        await on_key(self, event)
+        key_coming(self)
 
     def echoed(self: PromptInput, keys: int) -> None:
         if at_key and not at_echo:
@@ -204,12 +208,12 @@ async def test_a_key_typed_in_a_flood_is_drawn_before_the_answers_next_lines(
         echo_drawn(self, keys)
 
     monkeypatch.setattr(MessageView, "append", drawn)
-    monkeypatch.setattr(PromptInput, "_on_key", keyed)
+    monkeypatch.setattr(PromptInput, "key_coming", keyed)
     monkeypatch.setattr(PromptInput, "_echo_drawn", echoed)
     async with app.run_test(size=(120, 40)) as pilot:
         await typed(pilot, app, [key(c) for c in "go"], "go")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: bool(at_echo) and not app.chat.generating)
+        await wait_for(pilot, lambda: bool(at_echo) and not app.chat.generating, limit_s=30)
         answer = app.turns.exchanges[-1]
         assert answer.text.rstrip().endswith(words[-1])
         assert "Z" in app.query_one(PromptInput).text

@@ -279,6 +279,12 @@ class PromptInput(TextArea):
         a repaint of this box, not a layout of the answer's new lines)."""
         return self._echoed < self._keys and time.monotonic() - self._key_at < ECHO_FIRST_S
 
+    def key_coming(self) -> None:
+        """A printable key for this box has reached the app (`PhasechatApp.on_event`):
+        waiting for its echo from now on."""
+        self._keys += 1
+        self._key_at = time.monotonic()
+
     def _echo_drawn(self, keys: int) -> None:
         self._echoed = max(self._echoed, keys)
 
@@ -289,8 +295,6 @@ class PromptInput(TextArea):
             if not self._typed:
                 self.call_later(self.insert_typed)  # behind the keys already queued
             self._typed.append(event.character or "")
-            self._keys += 1
-            self._key_at = time.monotonic()
             return
         self.insert_typed()  # any other key acts on the text typed before it
         if event.key == "enter":
