@@ -281,7 +281,9 @@ class PromptInput(TextArea):
 
     def key_coming(self) -> None:
         """A printable key for this box has reached the app (`PhasechatApp.on_event`):
-        waiting for its echo from now on."""
+        waiting for its echo from now on (a read-only box draws none)."""
+        if self.read_only:
+            return
         self._keys += 1
         self._key_at = time.monotonic()
 
