@@ -12,12 +12,15 @@ it in the request:
   a llama.cpp abort, with its own words last); `stop` sends one token and stops itself
   (SIGSTOP: a wedged driver call); `slow` sends a word every 20 ms until cancelled;
   `raise` sends a token and raises (a defect in the engine's code); `linger` shuts its
-  end of the socket and exits (status 0) `LINGER_S` later;
+  end of the socket and exits (status 0) `LINGER_S` later; `every` answers the hand-over
+  interval it was given (`every_s`), as its one word;
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
-- `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of
-  `unpicklable`, it answers what cannot be sent: a ctypes pointer);
+- `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of `hold`,
+  `HOLD_S`; of `unpicklable`, it answers what cannot be sent: a ctypes pointer; of `die`,
+  it exits with `CRASH_STATUS`, the call unanswered);
   `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
-  `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None).
+  `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None);
+  `warm`, `render` and `prompt_ids` of `later` answer after `LATER_S` (the loop free).
 """
 
 from __future__ import annotations
@@ -48,10 +51,20 @@ WARM_S = 2.5
 #: how long a child whose socket is shut lives on (longer than the parent waits for its
 #: exit status, 2 s; shorter than 3)
 LINGER_S = 2.5
+#: how long a count of `hold` holds the child's loop (what the parent sends meanwhile
+#: waits in its inbox)
+HOLD_S = 1.0
+#: how long a warm, render or prompt_ids of `later` takes (its loop free meanwhile)
+LATER_S = 1.0
 
 
 def words(messages: tuple[Message, ...]) -> list[str]:
     return [w for m in messages for w in m.content.split()]
+
+
+async def later(messages: tuple[Message, ...]) -> None:
+    if messages and messages[-1].content == "later":
+        await asyncio.sleep(LATER_S)
 
 
 class ScriptedEngine:
@@ -113,6 +126,10 @@ class ScriptedEngine:
         if last == "raise":  # a defect in the engine: the answer fails, the engine stays up
             yield [TextDelta("half", 1, time.perf_counter_ns())]
             raise RuntimeError("scripted defect")
+        if last == "every":
+            yield [TextDelta(f" {every_s}", 1, time.perf_counter_ns())]
+            yield [Finished("stop")]
+            return
         if last == "slow":
             for i in range(request.max_tokens):
                 yield [TextDelta(f" w{i}", 1, time.perf_counter_ns())]
@@ -124,8 +141,11 @@ class ScriptedEngine:
         yield [Finished("stop")]
 
     def count_tokens(self, messages: tuple[Message, ...]) -> TokenCount:
-        if messages and messages[-1].content == "block":  # the loop held, the heartbeat not
-            time.sleep(BLOCK_S)
+        last = messages[-1].content if messages else ""
+        if last in ("block", "hold"):  # the loop held, the heartbeat not
+            time.sleep(BLOCK_S if last == "block" else HOLD_S)
+        if last == "die":
+            os._exit(CRASH_STATUS)
         if messages and messages[-1].content == "unpicklable":  # pickle raises ValueError
             return ctypes.pointer(ctypes.c_int(1))  # type: ignore[return-value]
         return TokenCount(len(words(messages)), estimated=False)
@@ -136,13 +156,16 @@ class ScriptedEngine:
     async def warm(self, messages: tuple[Message, ...]) -> int:
         if messages and messages[-1].content == "slow warm":
             await asyncio.sleep(WARM_S)
+        await later(messages)
         self._held = len(words(messages))
         return self._held
 
     async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
+        await later(messages)
         return None
 
     async def prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:
+        await later(messages)
         return [len(w) for w in words(messages)]
 
     async def aclose(self) -> None:
