@@ -644,6 +644,25 @@ def test_an_engine_driven_from_a_new_loop_each_time_answers_and_finds_its_childs
         asyncio.run(engine.aclose())
 
 
+async def test_answers_that_ended_leave_nothing_held_in_the_parent(engines: Engines) -> None:
+    """Each answer's queue goes with it, ended or cancelled (a crash would otherwise
+    post its end to every answer the engine ever gave)."""
+    engine, _ = await engines.started()
+    await answer(engine, "first")
+
+    def queues() -> int:
+        gc.collect()
+        return sum(isinstance(o, asyncio.Queue) for o in gc.get_objects())
+
+    before = queues()
+    for text in ("a b", "c d e"):
+        await answer(engine, text)
+    async with contextlib.aclosing(engine.stream(ask("slow", 10_000))) as cancelled:
+        async for _ in cancelled:
+            break
+    assert queues() == before
+
+
 async def test_the_load_says_what_it_waits_for(engines: Engines) -> None:
     engine = engines()
     seen = [(engine.state, engine.state_detail)]
