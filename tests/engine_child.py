@@ -13,7 +13,8 @@ it in the request:
   (SIGSTOP: a wedged driver call); `slow` sends a word every 20 ms until cancelled;
   `raise` sends a token and raises (a defect in the engine's code); `linger` shuts its
   end of the socket and exits (status 0) `LINGER_S` later; `every` answers the hand-over
-  interval it was given (`every_s`), as its one word;
+  interval it was given (`every_s`), as its one word; `deaf` sends a word every 20 ms
+  and never hears a cancel (a llama.cpp call that does not return);
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
 - `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of `hold`,
   `HOLD_S`; of `unpicklable`, it answers what cannot be sent: a ctypes pointer; of `die`,
@@ -26,6 +27,7 @@ it in the request:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
@@ -129,6 +131,13 @@ class ScriptedEngine:
         if last == "every":
             yield [TextDelta(f" {every_s}", 1, time.perf_counter_ns())]
             yield [Finished("stop")]
+            return
+        if last == "deaf":
+            for i in range(request.max_tokens):
+                yield [TextDelta(f" d{i}", 1, time.perf_counter_ns())]
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0.02)
+            yield [Finished("length")]
             return
         if last == "slow":
             for i in range(request.max_tokens):

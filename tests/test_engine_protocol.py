@@ -518,6 +518,9 @@ async def test_a_loaded_engine_reports_what_its_child_said(
     assert os.getsid(pid) == pid != os.getsid(0)
     out, err = capfd.readouterr()
     assert "scripted" not in out + err
+    # nor does it hold the terminal: it reads nothing, writes to nothing, its stderr a pipe
+    fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)]
+    assert fds[:2] == ["/dev/null", "/dev/null"] and fds[2].startswith("pipe:"), fds
     assert (engine.state, engine.state_detail) == ("ready", "scripted model.gguf")
     assert engine.context_window == 1234 and engine.threads == 3
     assert engine.model_bytes == len(b"GGUF twelve!") and engine.flash_attn is True
@@ -779,6 +782,28 @@ async def test_a_cancelled_answer_frees_the_engine_for_the_next(engines: Engines
     events = await answer(engine, "next one")
     assert events == [TextDelta(" next", 1, ANY_NS), TextDelta(" one", 1, ANY_NS), Finished("stop")]
     assert engine.state == "ready" and engine.pid == pid
+
+
+async def test_a_cancelled_answer_the_child_never_ends_is_waited_for_then_replaced(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child alive (its heartbeat goes on, its words too) that does not end a cancelled
+    answer: the next send waits `DRAIN_TIMEOUT_S` for it, then kills the child, names it,
+    and loads a new one for its own answer."""
+    monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
+    engine, pid = await engines.started()
+    async with contextlib.aclosing(engine.stream(ask("deaf", 10_000))) as deaf:
+        async for _ in deaf:
+            break
+    events, said = [], ""
+    async for event in engine.stream(ask("next")):
+        said = said or engine.state_detail  # as the send found it, named
+        events.append(event)
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert events[2:] == [TextDelta(" next", 1, ANY_NS), Finished("stop")]
+    # since the cancel: its wait (CANCEL_WAIT_S) and the drain's
+    assert re.fullmatch(rf"the engine did not answer for [1-4] s: ended; {AGAIN}", said), said
+    assert engines.pid(engine) != pid
 
 
 async def test_a_child_that_stops_answering_is_killed_and_named(
