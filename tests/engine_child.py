@@ -14,7 +14,8 @@ it in the request:
   `raise` sends a token and raises (a defect in the engine's code); `linger` shuts its
   end of the socket and exits (status 0) `LINGER_S` later; `every` answers the hand-over
   interval it was given (`every_s`), as its one word; `deaf` sends a word every 20 ms
-  and never hears a cancel (a llama.cpp call that does not return);
+  and never hears a cancel (a llama.cpp call that does not return); `die` sends a word,
+  then exits with `CRASH_STATUS` 50 ms later, without a word on stderr;
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
 - `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of `hold`,
   `HOLD_S`; of `unpicklable`, it answers what cannot be sent: a ctypes pointer; of `die`,
@@ -132,6 +133,10 @@ class ScriptedEngine:
             yield [TextDelta(f" {every_s}", 1, time.perf_counter_ns())]
             yield [Finished("stop")]
             return
+        if last == "die":
+            yield [TextDelta(" half", 1, time.perf_counter_ns())]
+            await asyncio.sleep(0.05)  # the batch on its way before the end
+            os._exit(CRASH_STATUS)
         if last == "deaf":
             for i in range(request.max_tokens):
                 yield [TextDelta(f" d{i}", 1, time.perf_counter_ns())]

@@ -806,6 +806,21 @@ async def test_a_cancelled_answer_the_child_never_ends_is_waited_for_then_replac
     assert engines.pid(engine) != pid
 
 
+async def test_an_answer_closed_after_its_child_ended_ends_quietly(engines: Engines) -> None:
+    """Esc after the crash, its word not yet read: the answer ends without an error of
+    its own (the cancel has no child to go to); the crash is named as any other."""
+    engine, _ = await engines.started()
+    async with contextlib.aclosing(engine.stream(ask("die"))) as dying:
+        async for event in dying:
+            assert event == TextDelta(" half", 1, ANY_NS)
+            async with asyncio.timeout(10):  # a generous limit: nothing is timed
+                while engine.state == "ready":  # noqa: ASYNC110 - set when the reader's word arrives
+                    await asyncio.sleep(0.01)
+            break
+    why = f"the engine process ended (exit status {CRASH_STATUS})"
+    assert (engine.state, engine.state_detail) == ("failed", f"{why}: {AGAIN}")
+
+
 async def test_a_child_that_stops_answering_is_killed_and_named(
     engines: Engines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -872,6 +887,11 @@ async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_
     waited = time.monotonic() - began
     assert count.estimated
     assert engine_process.CALL_TIMEOUT_S <= waited < BLOCK_S
+    # its answer, when it comes, is for no one: dropped, and the engine goes on
+    events = await answer(engine, "still here")
+    assert events == [
+        TextDelta(" still", 1, ANY_NS), TextDelta(" here", 1, ANY_NS), Finished("stop"),
+    ]  # fmt: skip
 
 
 async def test_a_call_off_the_ui_thread_waits_longer_than_a_count(engines: Engines) -> None:
