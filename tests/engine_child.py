@@ -23,6 +23,7 @@ it in the request:
   `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
   `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None);
   `warm`, `render` and `prompt_ids` of `later` answer after `LATER_S` (the loop free).
+- closed while an answer runs, it raises (llama.cpp would free the model under it).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class ScriptedEngine:
         self.ready_ns: int | None = None
         self.flash_attn: bool | None = None
         self._held = 0
+        #: answers under way (llama.cpp's model may not be freed under one)
+        self._running = 0
 
     async def start(self) -> None:
         path = self.model_path
@@ -108,6 +111,16 @@ class ScriptedEngine:
 
     async def batches(
         self, request: GenerationRequest, *, every_s: float | None = None
+    ) -> AsyncGenerator[list[Event], None]:
+        self._running += 1
+        try:
+            async for batch in self._answer(request, every_s):
+                yield batch
+        finally:
+            self._running -= 1
+
+    async def _answer(
+        self, request: GenerationRequest, every_s: float | None
     ) -> AsyncGenerator[list[Event], None]:
         said = words(request.messages)
         self._held = len(said)
@@ -183,6 +196,8 @@ class ScriptedEngine:
         return [len(w) for w in words(messages)]
 
     async def aclose(self) -> None:
+        if self._running:  # llama.cpp would free the model under the answer's decode
+            raise RuntimeError("scripted: closed while an answer runs")
         self.state, self.state_detail = "idle", "closed"
 
 
