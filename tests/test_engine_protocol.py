@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -804,6 +805,25 @@ async def test_a_cancelled_answer_the_child_never_ends_is_waited_for_then_replac
     # since the cancel: its wait (CANCEL_WAIT_S) and the drain's
     assert re.fullmatch(rf"the engine did not answer for [1-4] s: ended; {AGAIN}", said), said
     assert engines.pid(engine) != pid
+
+
+async def test_a_child_the_kill_does_not_end_at_once_is_left_behind(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL takes effect only when a driver call returns (a process in state D): the
+    send that killed the child waits `CLOSE_TIMEOUT_S` for its end, no longer, and goes
+    on with a new one."""
+    monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
+    engine, pid = await engines.started()
+    async with contextlib.aclosing(engine.stream(ask("deaf", 10_000))) as deaf:
+        async for _ in deaf:
+            break
+    monkeypatch.setattr(subprocess.Popen, "kill", lambda self: None)  # not taken yet
+    events = await answer(engine, "next")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert events[2:] == [TextDelta(" next", 1, ANY_NS), Finished("stop")]
+    assert engines.pid(engine) != pid
+    os.kill(pid, 0)  # the old child lives on (the fixture ends it)
 
 
 async def test_an_answer_closed_after_its_child_ended_ends_quietly(engines: Engines) -> None:
