@@ -21,7 +21,8 @@ it in the request:
   `HOLD_S`; of `unpicklable`, it answers what cannot be sent: a ctypes pointer; of `die`,
   it exits with `CRASH_STATUS`, the call unanswered);
   `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
-  `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None);
+  `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None)
+  but for `templated` (`TEMPLATED`);
   `warm`, `render` and `prompt_ids` of `later` answer after `LATER_S` (the loop free).
 - closed while an answer runs, it raises (llama.cpp would free the model under it).
 """
@@ -64,6 +65,10 @@ LATER_S = 1.0
 
 def words(messages: tuple[Message, ...]) -> list[str]:
     return [w for m in messages for w in m.content.split()]
+
+
+#: what `render` answers for `templated` (anything else has no template: None)
+TEMPLATED = RenderedPrompt("<t>templated</t>", (b"<t>", b"templated", b"</t>"), "tokenizer")
 
 
 async def later(messages: tuple[Message, ...]) -> None:
@@ -189,6 +194,8 @@ class ScriptedEngine:
 
     async def render(self, messages: tuple[Message, ...]) -> RenderedPrompt | None:
         await later(messages)
+        if words(messages) == ["templated"]:
+            return TEMPLATED
         return None
 
     async def prompt_ids(self, messages: tuple[Message, ...]) -> list[int] | None:

@@ -55,12 +55,14 @@ from phasechat.backends.local.engine_process import (
     waits_for_load,
 )
 from phasechat.backends.local.gguf import Geometry
+from phasechat.backends.local.models import ModelNotFound
 from phasechat.backends.tokens import estimate_messages
 from tests.engine_child import (
     BLOCK_S,
     CRASH_STATUS,
     LINGER_S,
     LOAD_FAILED,
+    TEMPLATED,
     WARM_S,
     ScriptedEngine,
 )
@@ -508,6 +510,29 @@ async def test_before_its_load_the_engine_says_what_it_will_load(engines: Engine
     assert EngineProcess(name="other").name == "other"
 
 
+async def test_an_engine_given_no_model_names_the_default_or_none(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named from the start, as LocalBackend is: the bundled model where it is installed;
+    where it is not, "(default model)" until the child says (its engine finds none, or
+    one of its own)."""
+    bundled = engines.model()
+    monkeypatch.setattr(engine_process, "default_model_path", lambda: bundled)
+    assert EngineProcess(LocalConfig()).model_path == bundled
+    assert EngineProcess(LocalConfig(model_path=Path("/m/own.gguf"))).model == "own.gguf"
+
+    def missing() -> Path:
+        raise ModelNotFound("not installed")
+
+    monkeypatch.setattr(engine_process, "default_model_path", missing)
+    engine = EngineProcess(LocalConfig())
+    engines.made.append(engine)
+    assert (engine.model, engine.model_path) == ("(default model)", None)
+    await engine.start()
+    assert (engine.state, engine.state_detail) == ("ready", "scripted (none)")
+    assert engine.model == "(none)"
+
+
 async def test_a_loaded_engine_reports_what_its_child_said(
     engines: Engines, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -560,6 +585,7 @@ async def test_an_answer_comes_through_as_the_child_stamped_it(engines: Engines)
     assert await engine.warm(msgs) == 4
     assert await engine.prompt_ids(msgs) == [3, 5, 4, 6]
     assert await engine.render(msgs) is None
+    assert await engine.render((Message("user", "templated"),)) == TEMPLATED
 
 
 async def test_the_engine_hands_the_child_the_interval_it_was_asked_for(
