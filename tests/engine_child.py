@@ -19,7 +19,7 @@ it in the request:
   anything else is answered with its own words, two to a batch, then `Finished("stop")`.
 - `count_tokens` counts words (of `block`: after holding the loop `BLOCK_S`; of `hold`,
   `HOLD_S`; of `unpicklable`, it answers what cannot be sent: a ctypes pointer; of `die`,
-  it exits with `CRASH_STATUS`, the call unanswered);
+  it exits with `CRASH_STATUS`, the call unanswered; of `linger`, as an answer of it);
   `cached_prefix` is the last answer's prompt in words; `warm` (of `slow warm`: after
   `WARM_S`) and `prompt_ids` answer from the words too; `render` has no template (None)
   but for `templated` (`TEMPLATED`);
@@ -65,6 +65,16 @@ LATER_S = 1.0
 
 def words(messages: tuple[Message, ...]) -> list[str]:
     return [w for m in messages for w in m.content.split()]
+
+
+def linger() -> None:
+    """Its end of the socket shut, the process on for `LINGER_S` (the loop held: nothing
+    of serve's runs meanwhile), then its exit, status 0."""
+    wire = socket.socket(fileno=os.dup(int(sys.argv[-1])))
+    wire.shutdown(socket.SHUT_RDWR)
+    wire.close()
+    time.sleep(LINGER_S)
+    os._exit(0)
 
 
 #: what `render` answers for `templated` (anything else has no template: None)
@@ -138,12 +148,8 @@ class ScriptedEngine:
             yield [TextDelta("one", 1, time.perf_counter_ns())]
             await asyncio.sleep(0.05)  # the batch on its way before the stop
             os.kill(os.getpid(), signal.SIGSTOP)
-        if last == "linger":  # its end of the socket shut, the process on for LINGER_S
-            wire = socket.socket(fileno=os.dup(int(sys.argv[-1])))
-            wire.shutdown(socket.SHUT_RDWR)
-            wire.close()
-            time.sleep(LINGER_S)  # noqa: ASYNC251 - the loop held: nothing of serve's runs
-            os._exit(0)
+        if last == "linger":
+            linger()
         if last == "raise":  # a defect in the engine: the answer fails, the engine stays up
             yield [TextDelta("half", 1, time.perf_counter_ns())]
             raise RuntimeError("scripted defect")
@@ -178,6 +184,8 @@ class ScriptedEngine:
             time.sleep(BLOCK_S if last == "block" else HOLD_S)
         if last == "die":
             os._exit(CRASH_STATUS)
+        if last == "linger":
+            linger()
         if messages and messages[-1].content == "unpicklable":  # pickle raises ValueError
             return ctypes.pointer(ctypes.c_int(1))  # type: ignore[return-value]
         return TokenCount(len(words(messages)), estimated=False)

@@ -642,6 +642,29 @@ async def test_a_call_in_flight_when_the_child_ends_is_estimated(engines: Engine
     assert (engine.state, engine.state_detail) == ("failed", f"{why}: {AGAIN}")
 
 
+def test_a_send_to_a_child_whose_socket_is_shut_ends_the_answer_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that shut its end of the socket and lives on, its end not yet heard by a
+    loop (the reader's word went to a closed one): the answer sent to it ends at once,
+    saying the engine is not running and why, not waiting for a reply that cannot come."""
+    engines = Engines(tmp_path, monkeypatch)
+    engine = engines()
+    try:
+        asyncio.run(engine.start())
+        engines.pid(engine)
+        assert engine.count_tokens((Message("user", "linger"),)).estimated  # its end read
+        assert engine.state == "ready" and engine.pid is not None  # no loop heard it
+        events = asyncio.run(answer(engine, "hello"))
+        why = "the engine process is not running: [Errno 32] Broken pipe"
+        assert events == [StreamError("model", why)]
+    finally:
+        for pid in engines.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        asyncio.run(engine.aclose())
+
+
 def test_an_engine_driven_from_a_new_loop_each_time_answers_and_finds_its_childs_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
