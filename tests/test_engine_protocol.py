@@ -21,10 +21,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -88,6 +88,12 @@ ANY_NS = _AnyStamp()
 
 def ask(text: str, max_tokens: int = 64) -> GenerationRequest:
     return GenerationRequest((Message("user", text),), max_tokens=max_tokens, temperature=0)
+
+
+def closing(stream: AsyncIterator[Event]) -> contextlib.aclosing[AsyncGenerator[Event, None]]:
+    """An answer's stream closed on leaving the block (Esc), not when the loop finds it
+    dropped: `EngineProcess.stream` is an async generator."""
+    return contextlib.aclosing(cast(AsyncGenerator[Event, None], stream))
 
 
 async def answer(engine: EngineProcess, text: str) -> list[Event]:
@@ -711,7 +717,7 @@ async def test_answers_that_ended_leave_nothing_held_in_the_parent(engines: Engi
     before = queues()
     for text in ("a b", "c d e"):
         await answer(engine, text)
-    async with contextlib.aclosing(engine.stream(ask("slow", 10_000))) as cancelled:
+    async with closing(engine.stream(ask("slow", 10_000))) as cancelled:
         async for _ in cancelled:
             break
     assert queues() == before
@@ -843,7 +849,7 @@ async def test_a_cancelled_answer_the_child_never_ends_is_waited_for_then_replac
     and loads a new one for its own answer."""
     monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
     engine, pid = await engines.started()
-    async with contextlib.aclosing(engine.stream(ask("deaf", 10_000))) as deaf:
+    async with closing(engine.stream(ask("deaf", 10_000))) as deaf:
         async for _ in deaf:
             break
     events, said = [], ""
@@ -865,7 +871,7 @@ async def test_a_child_the_kill_does_not_end_at_once_is_left_behind(
     on with a new one."""
     monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
     engine, pid = await engines.started()
-    async with contextlib.aclosing(engine.stream(ask("deaf", 10_000))) as deaf:
+    async with closing(engine.stream(ask("deaf", 10_000))) as deaf:
         async for _ in deaf:
             break
     monkeypatch.setattr(subprocess.Popen, "kill", lambda self: None)  # not taken yet
@@ -880,7 +886,7 @@ async def test_an_answer_closed_after_its_child_ended_ends_quietly(engines: Engi
     """Esc after the crash, its word not yet read: the answer ends without an error of
     its own (the cancel has no child to go to); the crash is named as any other."""
     engine, _ = await engines.started()
-    async with contextlib.aclosing(engine.stream(ask("die"))) as dying:
+    async with closing(engine.stream(ask("die"))) as dying:
         async for event in dying:
             assert event == TextDelta(" half", 1, ANY_NS)
             async with asyncio.timeout(10):  # a generous limit: nothing is timed
