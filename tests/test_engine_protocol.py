@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import logging
 import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -52,14 +55,20 @@ from phasechat.backends.local.engine_process import (
     waits_for_load,
 )
 from phasechat.backends.local.gguf import Geometry
+from phasechat.backends.local.models import ModelNotFound
+from phasechat.backends.tokens import estimate_messages
 from tests.engine_child import (
     BLOCK_S,
     CRASH_STATUS,
     LINGER_S,
     LOAD_FAILED,
+    TEMPLATED,
     WARM_S,
     ScriptedEngine,
 )
+
+#: where the engine process's own code is (its tasks are told by their coroutine's file)
+ENGINE_FILE = Path(engine_process.__file__).name
 
 AGAIN = "send again to load the model again"
 GEOMETRY = Geometry("llama", "x", 30, 9, 3, 64, 64, 8192, None, 0, 99)
@@ -79,6 +88,12 @@ ANY_NS = _AnyStamp()
 
 def ask(text: str, max_tokens: int = 64) -> GenerationRequest:
     return GenerationRequest((Message("user", text),), max_tokens=max_tokens, temperature=0)
+
+
+def closing(stream: AsyncIterator[Event]) -> contextlib.aclosing[AsyncGenerator[Event, None]]:
+    """An answer's stream closed on leaving the block (Esc), not when the loop finds it
+    dropped: `EngineProcess.stream` is an async generator."""
+    return contextlib.aclosing(cast(AsyncGenerator[Event, None], stream))
 
 
 async def answer(engine: EngineProcess, text: str) -> list[Event]:
@@ -193,9 +208,11 @@ class Child:
         self.conn = Connection(ours.detach())
         self.beats = 0
         child = Connection(theirs.detach())
-        self.thread = threading.Thread(
-            target=lambda: asyncio.run(engine_process.serve(child)), daemon=True
-        )
+        #: the threads before the child's: what it starts is told apart from them
+        self.before = set(threading.enumerate())
+        # not a daemon, as the real child's main thread is not: the threads `serve` starts
+        # inherit nothing from it
+        self.thread = threading.Thread(target=lambda: asyncio.run(engine_process.serve(child)))
         self.thread.start()
 
     def send(self, *message: Any) -> None:
@@ -211,7 +228,10 @@ class Child:
 
 
 @pytest.fixture
-def child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Child]:
+def child(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> Iterator[Child]:
+    caplog.set_level(logging.ERROR, "asyncio")
     served = Child(monkeypatch)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF 12345")
@@ -223,6 +243,10 @@ def child(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Child]:
     served.conn.close()
     time.sleep(2 * engine_process.HEARTBEAT_S)  # a heartbeat sent to no one: quietly
     assert served.died == []
+    # nor did its loop log an error (a callback that failed, a task's exception never
+    # retrieved): in the real child that is a traceback on stderr, whose last line a
+    # crash message would quote as the engine's last words
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 def test_the_child_loads_then_says_ready_with_its_engines_state(child: Child) -> None:
@@ -322,6 +346,88 @@ def test_the_child_says_it_is_alive_while_its_loop_is_busy(child: Child) -> None
     assert 2 <= child.beats <= 6
 
 
+def test_the_childs_threads_are_named_daemons(child: Child) -> None:
+    """Its heartbeat and its inbox are daemons: a child whose `serve` returned (closed, or
+    its parent gone) exits, not held for ever by a heartbeat sent to no one; and named,
+    for a stack dump of a stuck engine (py-spy, faulthandler)."""
+    child.recv()
+    started = {t.name: t.daemon for t in set(threading.enumerate()) - child.before}
+    assert started.pop("engine-alive") is True
+    assert started.pop("engine-inbox") is True
+    assert list(started.values()) == [False]  # the test's own, running `serve`
+
+
+def test_the_child_hands_its_engine_the_interval_it_was_given(child: Child) -> None:
+    """`every_s`, how often a batch is handed over (the app's redraw rate), reaches the
+    child's engine as sent."""
+    child.recv()
+    child.send("stream", 1, ask("every"), 0.125)
+    assert child.recv() == ("events", 1, [TextDelta(" 0.125", 1, ANY_NS)])
+    assert child.recv() == ("events", 1, [Finished("stop")])
+    assert child.recv()[:2] == ("end", 1)
+
+
+def test_warm_render_and_prompt_ids_wait_off_the_childs_loop(child: Child) -> None:
+    """They wait for the llama thread (behind an answer, for as long as it takes), so the
+    child reads on meanwhile: a count sent after them (the UI's, waited for at most
+    `CALL_TIMEOUT_S`) is answered first, and so is a cancel."""
+    child.recv()
+    later = ((Message("user", "later"),),)
+    child.send("call", 1, "warm", later)
+    child.send("call", 2, "render", later)
+    child.send("call", 3, "prompt_ids", later)
+    child.send("call", 4, "count_tokens", ((Message("user", "a b"),),))
+    assert child.recv() == ("result", 4, True, TokenCount(2, estimated=False))
+    rest = sorted(child.recv() for _ in range(3))
+    assert rest == [("result", 1, True, 1), ("result", 2, True, None), ("result", 3, True, [5])]
+
+
+def test_a_close_that_finds_an_answer_not_begun_ends_the_child_quietly(child: Child) -> None:
+    """An answer asked for and closed before its task first ran (both read while the
+    loop was busy): the close ends the child as any other, without a traceback."""
+    child.recv()
+    child.send("call", 1, "count_tokens", ((Message("user", "hold"),),))  # holds the loop
+    child.send("stream", 2, ask("never begun"), None)
+    child.send("close")
+    assert child.recv() == ("result", 1, True, TokenCount(1, estimated=False))
+    child.thread.join(WORD_S)
+    assert not child.thread.is_alive()
+    assert child.died == []  # serve returned, not raised (a CancelledError from its close)
+
+
+def _held_tasks() -> int:
+    """How many of the engine process's tasks (answers, calls) ended and are held still."""
+    gc.collect()
+    held = 0
+    for o in gc.get_objects():
+        if isinstance(o, asyncio.Task) and o.done():
+            code = getattr(o.get_coro(), "cr_code", None)
+            held += code is not None and Path(code.co_filename).name == ENGINE_FILE
+    return held
+
+
+def test_an_answer_or_a_call_that_ended_leaves_nothing_held_in_the_child(child: Child) -> None:
+    """An answer's task holds its request, the whole chat: one kept per answer would
+    grow the child by a copy of the chat each turn."""
+    child.recv()
+    warm = ((Message("user", "a b"),),)
+    child.send("call", 1, "warm", warm)
+    assert child.recv() == ("result", 1, True, 2)
+    child.send("call", 2, "count_tokens", ((),))  # a turn of the loop after the warm's end
+    assert child.recv()[:3] == ("result", 2, True)
+    before = _held_tasks()  # the last call's, named by serve until the next
+    for rid in (3, 4, 5):
+        child.send("stream", rid, ask("a b c"), None)
+        while child.recv()[0] != "end":
+            pass
+    for cid in (6, 7):
+        child.send("call", cid, "warm", warm)
+        assert child.recv() == ("result", cid, True, 2)
+    child.send("call", 8, "count_tokens", ((),))
+    assert child.recv()[:3] == ("result", 8, True)
+    assert _held_tasks() == before
+
+
 # -- the parent, with the real child, its engine scripted ---------------------------------
 #: where this test's `phasechat` and `tests` come from (the work tree, or mutmut's copy)
 ROOTS = sorted({str(Path(phasechat.__file__).resolve().parents[1]), str(Path(__file__).parents[1])})
@@ -403,11 +509,35 @@ async def test_before_its_load_the_engine_says_what_it_will_load(engines: Engine
     assert engine.geometry is None and engine.flash_attn is None and engine.flash_note == ""
     assert engine.pid is None and engine.name == "local"
     assert engine.cached_prefix((Message("user", "a b"),)) is None
-    assert engine.count_tokens((Message("user", "a b"),)).estimated
+    msgs = (Message("user", "a b"),)
+    assert engine.count_tokens(msgs) == TokenCount(estimate_messages(msgs), estimated=True)
     assert await engine.warm((Message("user", "a b"),)) == 0
     assert await engine.render((Message("user", "a b"),)) is None
     assert await engine.prompt_ids((Message("user", "a b"),)) is None
     assert EngineProcess(name="other").name == "other"
+
+
+async def test_an_engine_given_no_model_names_the_default_or_none(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named from the start, as LocalBackend is: the bundled model where it is installed;
+    where it is not, "(default model)" until the child says (its engine finds none, or
+    one of its own)."""
+    bundled = engines.model()
+    monkeypatch.setattr(engine_process, "default_model_path", lambda: bundled)
+    assert EngineProcess(LocalConfig()).model_path == bundled
+    assert EngineProcess(LocalConfig(model_path=Path("/m/own.gguf"))).model == "own.gguf"
+
+    def missing() -> Path:
+        raise ModelNotFound("not installed")
+
+    monkeypatch.setattr(engine_process, "default_model_path", missing)
+    engine = EngineProcess(LocalConfig())
+    engines.made.append(engine)
+    assert (engine.model, engine.model_path) == ("(default model)", None)
+    await engine.start()
+    assert (engine.state, engine.state_detail) == ("ready", "scripted (none)")
+    assert engine.model == "(none)"
 
 
 async def test_a_loaded_engine_reports_what_its_child_said(
@@ -421,6 +551,9 @@ async def test_a_loaded_engine_reports_what_its_child_said(
     assert os.getsid(pid) == pid != os.getsid(0)
     out, err = capfd.readouterr()
     assert "scripted" not in out + err
+    # nor does it hold the terminal: it reads nothing, writes to nothing, its stderr a pipe
+    fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)]
+    assert fds[:2] == ["/dev/null", "/dev/null"] and fds[2].startswith("pipe:"), fds
     assert (engine.state, engine.state_detail) == ("ready", "scripted model.gguf")
     assert engine.context_window == 1234 and engine.threads == 3
     assert engine.model_bytes == len(b"GGUF twelve!") and engine.flash_attn is True
@@ -459,6 +592,135 @@ async def test_an_answer_comes_through_as_the_child_stamped_it(engines: Engines)
     assert await engine.warm(msgs) == 4
     assert await engine.prompt_ids(msgs) == [3, 5, 4, 6]
     assert await engine.render(msgs) is None
+    assert await engine.render((Message("user", "templated"),)) == TEMPLATED
+
+
+async def test_the_engine_hands_the_child_the_interval_it_was_asked_for(
+    engines: Engines,
+) -> None:
+    engine, _ = await engines.started()
+    events = [e async for e in engine.stream(ask("every"), every_s=0.125)]
+    assert events == [TextDelta(" 0.125", 1, ANY_NS), Finished("stop")]
+
+
+async def test_the_readers_thread_is_a_named_daemon(engines: Engines) -> None:
+    """A daemon: an app that quits without closing the engine is not held by it; named,
+    for a stack dump of the app."""
+    before = set(threading.enumerate())
+    await engines.started()
+    started = {t.name: t.daemon for t in set(threading.enumerate()) - before}
+    assert started.get("engine-reader") is True, started
+
+
+async def test_a_send_while_the_load_runs_waits_for_it_as_its_own_phase(
+    engines: Engines,
+) -> None:
+    engine = engines()
+    starting = asyncio.ensure_future(engine.start())
+    async with asyncio.timeout(10):  # a generous limit: nothing is timed
+        while engine.state != "loading":  # noqa: ASYNC110 - set by the task started above
+            await asyncio.sleep(0)
+    events = await answer(engine, "hello")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert events[2:] == [TextDelta(" hello", 1, ANY_NS), Finished("stop")]
+    await starting
+
+
+async def test_a_model_file_that_changes_under_a_loaded_engine_is_not_loaded_again(
+    engines: Engines,
+) -> None:
+    """Only a load that failed is tried again when its file changes; a loaded engine
+    keeps its model (and its KV cache) until it is closed."""
+    engine, pid = await engines.started()
+    engines.model(b"GGUF a newer download")
+    events = await answer(engine, "same child")
+    assert events[0] == TextDelta(" same", 1, ANY_NS)
+    assert engine.pid == pid
+
+
+async def test_a_call_in_flight_when_the_child_ends_is_estimated(engines: Engines) -> None:
+    engine, _ = await engines.started()
+    count = engine.count_tokens((Message("user", "die"),))
+    assert count.estimated
+    async with asyncio.timeout(10):  # a generous limit: nothing is timed
+        while engine.state == "ready":  # noqa: ASYNC110 - set when the reader's word arrives
+            await asyncio.sleep(0.01)
+    why = f"the engine process ended (exit status {CRASH_STATUS})"
+    assert (engine.state, engine.state_detail) == ("failed", f"{why}: {AGAIN}")
+
+
+def test_a_send_to_a_child_whose_socket_is_shut_ends_the_answer_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that shut its end of the socket and lives on, its end not yet heard by a
+    loop (the reader's word went to a closed one): the answer sent to it ends at once,
+    saying the engine is not running and why, not waiting for a reply that cannot come."""
+    engines = Engines(tmp_path, monkeypatch)
+    engine = engines()
+    try:
+        asyncio.run(engine.start())
+        engines.pid(engine)
+        assert engine.count_tokens((Message("user", "linger"),)).estimated  # its end read
+        assert engine.state == "ready" and engine.pid is not None  # no loop heard it
+        events = asyncio.run(answer(engine, "hello"))
+        why = "the engine process is not running: [Errno 32] Broken pipe"
+        assert events == [StreamError("model", why)]
+    finally:
+        for pid in engines.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        asyncio.run(engine.aclose())
+
+
+def test_an_engine_driven_from_a_new_loop_each_time_answers_and_finds_its_childs_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller may run each request in a loop of its own (`asyncio.run`, as a command
+    does): the answer comes through on the loop that asked for it, and a child that
+    ended while no loop listened is found by the next send, which loads again."""
+    engines = Engines(tmp_path, monkeypatch)
+    engine = engines()
+    died: list[BaseException | None] = []  # the reader thread ends quietly, word unheard
+    monkeypatch.setattr(threading, "excepthook", lambda args: died.append(args.exc_value))
+    try:
+        asyncio.run(engine.start())
+        pid = engines.pid(engine)
+        assert asyncio.run(answer(engine, "own loop")) == [
+            TextDelta(" own", 1, ANY_NS), TextDelta(" loop", 1, ANY_NS), Finished("stop"),
+        ]  # fmt: skip
+        os.kill(pid, signal.SIGKILL)
+        while engine.pid is not None:  # reaped (the test's alarm bounds the wait)
+            time.sleep(0.01)
+        assert engine.state == "ready"  # the reader's word went to a closed loop
+        events = asyncio.run(answer(engine, "again"))
+        assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+        assert events[2:] == [TextDelta(" again", 1, ANY_NS), Finished("stop")]
+        assert engines.pid(engine) != pid
+        assert died == []
+    finally:
+        for pid in engines.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        asyncio.run(engine.aclose())
+
+
+async def test_answers_that_ended_leave_nothing_held_in_the_parent(engines: Engines) -> None:
+    """Each answer's queue goes with it, ended or cancelled (a crash would otherwise
+    post its end to every answer the engine ever gave)."""
+    engine, _ = await engines.started()
+    await answer(engine, "first")
+
+    def queues() -> int:
+        gc.collect()
+        return sum(isinstance(o, asyncio.Queue) for o in gc.get_objects())
+
+    before = queues()
+    for text in ("a b", "c d e"):
+        await answer(engine, text)
+    async with closing(engine.stream(ask("slow", 10_000))) as cancelled:
+        async for _ in cancelled:
+            break
+    assert queues() == before
 
 
 async def test_the_load_says_what_it_waits_for(engines: Engines) -> None:
@@ -566,16 +828,73 @@ async def test_a_failed_load_says_why_and_is_tried_again_once_the_file_changes(
 
 
 async def test_a_cancelled_answer_frees_the_engine_for_the_next(engines: Engines) -> None:
-    engine = engines()
-    await engine.start()
+    """The child is told, and stops: the next answer comes from it at once (not from a
+    new child after the drain's `DRAIN_TIMEOUT_S` and a load)."""
+    engine, pid = await engines.started()
     got = 0
     async for event in engine.stream(ask("slow", 10_000)):
         got += isinstance(event, TextDelta)
         if got == 3:
             break
     events = await answer(engine, "next one")
-    assert [e.text for e in events if isinstance(e, TextDelta)] == [" next", " one"]
-    assert engine.state == "ready"
+    assert events == [TextDelta(" next", 1, ANY_NS), TextDelta(" one", 1, ANY_NS), Finished("stop")]
+    assert engine.state == "ready" and engine.pid == pid
+
+
+async def test_a_cancelled_answer_the_child_never_ends_is_waited_for_then_replaced(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child alive (its heartbeat goes on, its words too) that does not end a cancelled
+    answer: the next send waits `DRAIN_TIMEOUT_S` for it, then kills the child, names it,
+    and loads a new one for its own answer."""
+    monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
+    engine, pid = await engines.started()
+    async with closing(engine.stream(ask("deaf", 10_000))) as deaf:
+        async for _ in deaf:
+            break
+    events, said = [], ""
+    async for event in engine.stream(ask("next")):
+        said = said or engine.state_detail  # as the send found it, named
+        events.append(event)
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert events[2:] == [TextDelta(" next", 1, ANY_NS), Finished("stop")]
+    # since the cancel: its wait (CANCEL_WAIT_S) and the drain's
+    assert re.fullmatch(rf"the engine did not answer for [1-4] s: ended; {AGAIN}", said), said
+    assert engines.pid(engine) != pid
+
+
+async def test_a_child_the_kill_does_not_end_at_once_is_left_behind(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL takes effect only when a driver call returns (a process in state D): the
+    send that killed the child waits `CLOSE_TIMEOUT_S` for its end, no longer, and goes
+    on with a new one."""
+    monkeypatch.setattr(engine_process, "DRAIN_TIMEOUT_S", 0.5)
+    engine, pid = await engines.started()
+    async with closing(engine.stream(ask("deaf", 10_000))) as deaf:
+        async for _ in deaf:
+            break
+    monkeypatch.setattr(subprocess.Popen, "kill", lambda self: None)  # not taken yet
+    events = await answer(engine, "next")
+    assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
+    assert events[2:] == [TextDelta(" next", 1, ANY_NS), Finished("stop")]
+    assert engines.pid(engine) != pid
+    os.kill(pid, 0)  # the old child lives on (the fixture ends it)
+
+
+async def test_an_answer_closed_after_its_child_ended_ends_quietly(engines: Engines) -> None:
+    """Esc after the crash, its word not yet read: the answer ends without an error of
+    its own (the cancel has no child to go to); the crash is named as any other."""
+    engine, _ = await engines.started()
+    async with closing(engine.stream(ask("die"))) as dying:
+        async for event in dying:
+            assert event == TextDelta(" half", 1, ANY_NS)
+            async with asyncio.timeout(10):  # a generous limit: nothing is timed
+                while engine.state == "ready":  # noqa: ASYNC110 - set when the reader's word arrives
+                    await asyncio.sleep(0.01)
+            break
+    why = f"the engine process ended (exit status {CRASH_STATUS})"
+    assert (engine.state, engine.state_detail) == ("failed", f"{why}: {AGAIN}")
 
 
 async def test_a_child_that_stops_answering_is_killed_and_named(
@@ -618,8 +937,10 @@ async def test_a_silent_child_is_not_waited_on_and_a_send_replaces_it(
     engine, pid = await engines.silenced()
     began = time.monotonic()
     msgs = (Message("user", "a b c"),)
-    assert engine.count_tokens(msgs).estimated
+    assert engine.count_tokens(msgs) == TokenCount(estimate_messages(msgs), estimated=True)
     assert engine.cached_prefix(msgs) is None
+    assert await engine.warm(msgs) == 0
+    assert await engine.render(msgs) is None and await engine.prompt_ids(msgs) is None
     assert time.monotonic() - began < engine_process.CALL_TIMEOUT_S
     events, said = [], ""
     async for event in engine.stream(ask("new child")):
@@ -642,6 +963,11 @@ async def test_a_call_the_child_does_not_answer_is_estimated_after_call_timeout_
     waited = time.monotonic() - began
     assert count.estimated
     assert engine_process.CALL_TIMEOUT_S <= waited < BLOCK_S
+    # its answer, when it comes, is for no one: dropped, and the engine goes on
+    events = await answer(engine, "still here")
+    assert events == [
+        TextDelta(" still", 1, ANY_NS), TextDelta(" here", 1, ANY_NS), Finished("stop"),
+    ]  # fmt: skip
 
 
 async def test_a_call_off_the_ui_thread_waits_longer_than_a_count(engines: Engines) -> None:
@@ -696,6 +1022,23 @@ async def test_closing_ends_the_child(engines: Engines) -> None:
         os.kill(pid, 0)  # reaped: gone, not a zombie
     events = await answer(engine, "reopened")  # a closed engine loads again on a send
     assert isinstance(events[0], ModelLoading) and isinstance(events[-1], Finished)
+
+
+async def test_closing_a_busy_child_kills_it_after_close_timeout_s(engines: Engines) -> None:
+    """A child whose loop is held (a count of `block`, `BLOCK_S`) reads the close too late:
+    it is killed after `CLOSE_TIMEOUT_S` (Ctrl+Q quits within 2 s), not waited for."""
+    assert engine_process.CLOSE_TIMEOUT_S < BLOCK_S - 1
+    engine, pid = await engines.started()
+    await asyncio.sleep(ALIVE_AFTER)  # alive: asked to close, not killed at once
+    loop = asyncio.get_running_loop()
+    counting = loop.run_in_executor(None, engine.count_tokens, (Message("user", "block"),))
+    await asyncio.sleep(0.2)  # the count read by the child, its loop held
+    began = time.monotonic()
+    await engine.aclose()
+    assert time.monotonic() - began < BLOCK_S - 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
+    assert (await counting).estimated
 
 
 async def test_closing_a_silent_child_kills_it_without_waiting(engines: Engines) -> None:
