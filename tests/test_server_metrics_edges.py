@@ -6,15 +6,24 @@ and how long the watch waits for a server to count a request, on a clock of its 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
 
 import httpx
 import pytest
 
-from phasechat.backends.events import ServerAccount, Usage
+from phasechat.backends.events import (
+    Finished,
+    GenerationRequest,
+    Message,
+    ServerAccount,
+    Usage,
+)
 from phasechat.backends.remote import server_metrics
+from phasechat.backends.remote.backend import RemoteBackend, RemoteConfig
 from phasechat.backends.remote.server_metrics import MetricsWatch, Span, joined, parse
 from phasechat.backends.remote.servers.llama_server import FAMILY as LLAMA
 from phasechat.backends.remote.servers.sglang import FAMILY as SGLANG
+from phasechat.backends.remote.wire_numbers import MAX_TOKENS
 
 SPAN = Span(1000.0, 4000, 100)
 
@@ -298,3 +307,275 @@ async def test_after_a_read_that_failed_the_next_request_has_no_before(clock: Cl
         second = await watch.finished(watch.begin(), client, "http://h", {}, Usage(None, 12))
         watch.end()
     assert second is not None and second.unknown == "no earlier read of /metrics to compare with"
+
+
+# -- a counter first written after the send (issue 49, item 3: mutants of _start) -----
+
+
+def test_a_counter_first_written_after_the_send_counts_from_zero() -> None:
+    # SGLang writes its cached and finished counts once they first count something
+    before = parse("sglang:num_running_reqs 0\nsglang:prompt_tokens_total 100\n")
+    one = parse(
+        "sglang:num_running_reqs 0\nsglang:prompt_tokens_total 130\n"
+        "sglang:cached_tokens_total 24\nsglang:num_requests_total 1\n"
+    )
+    assert one is not None
+    a = server_metrics.account(before, one, None)
+    assert a.unknown is None and (a.prompt_tokens, a.cached_tokens) == (30, 24)
+    # two finished since the send, the first count written meanwhile: not this request's
+    two = parse("sglang:num_running_reqs 0\nsglang:num_requests_total 2\n")
+    assert two is not None
+    crowd = server_metrics.account(before, two, None)
+    assert crowd.unknown == "2 requests finished on the server meanwhile, not 1"
+
+
+# -- one account of two sources keeps both sources' doubts, in order ----------------
+
+
+def test_an_account_of_both_sources_keeps_the_doubts_of_each() -> None:
+    own = ServerAccount("vLLM per-request metrics", prefill_ms=2_000.0, queue_ms=5.0)
+    scraped = ServerAccount(
+        "vLLM /metrics", decode_ms=10.0, doubts=("vLLM /metrics: 9 tokens: not believed",)
+    )
+    a = joined(own, scraped, SPAN)
+    assert a is not None and (a.queue_ms, a.prefill_ms, a.decode_ms) == (5.0, None, 10.0)
+    assert a.doubts == (
+        "vLLM per-request metrics: 2,000 ms of prefill in a request of 1,000 ms measured "
+        "here: not believed",
+        "vLLM /metrics: 9 tokens: not believed",
+    )
+
+
+# -- a scrape's page: where, how long, how large, what bytes ------------------------
+
+VLLM_LINE = "vllm:prompt_tokens_total 7\n"
+Handler = (
+    Callable[[httpx.Request], httpx.Response]
+    | Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
+)
+
+
+async def read_page(handle: Handler) -> server_metrics.Scrape | None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        return await server_metrics.scrape(client, "http://h", {})
+
+
+async def test_a_page_that_trickles_past_the_deadline_is_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # each piece comes well within any read timeout; the whole page does not
+    monkeypatch.setattr(server_metrics, "DEADLINE_S", 0.2)
+    sent: list[int] = []
+
+    async def trickle() -> AsyncIterator[bytes]:
+        for n in range(20):
+            sent.append(n)
+            yield VLLM_LINE.encode() if n == 0 else b"# more\n"
+            await asyncio.sleep(0.05)
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=trickle())
+
+    assert await read_page(handle) is None
+    assert len(sent) < 20  # given up on before its end
+
+
+@pytest.mark.parametrize(
+    ("size", "read"), [(1_500_000, True), (4 << 20, True), ((4 << 20) + 1, False)]
+)
+async def test_a_page_of_up_to_4_mib_is_read_and_a_longer_one_is_none(
+    size: int, read: bool
+) -> None:
+    page = VLLM_LINE + "#" * (size - len(VLLM_LINE) - 1) + "\n"
+    assert len(page) == size
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=page)
+
+    s = await read_page(handle)
+    assert (s is not None and s.values == {"prompt": 7.0}) is read
+    assert read or s is None
+
+
+async def test_bytes_that_are_no_utf_8_are_replaced_not_fatal() -> None:
+    raw = b'vllm:num_requests_running{model_name="caf\xff"} 0\n# \xc3\n' + VLLM_LINE.encode()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=raw)
+
+    s = await read_page(handle)
+    assert s is not None and s.values == {"running": 0.0, "prompt": 7.0}
+
+
+# -- the last of a client's requests at once reads the next "before" ----------------
+
+
+async def test_the_last_of_requests_at_once_reads_with_the_key_and_the_family_s_names(
+    clock: Clock,
+) -> None:
+    # llama-server's page behind a key, holding none of llama.cpp's names yet: read
+    # without the key, or without the family's names, it is no "before"
+    pages = Pages("process_open_fds 12\n", key="Bearer k")
+    headers = {"authorization": "Bearer k"}
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(pages.handle)) as client:
+        await watch.start(client, "http://h", headers, names=LLAMA.metrics)
+        first, second = watch.begin(), watch.begin()
+        crowded = await watch.finished(first, client, "http://h", headers, None)
+        watch.end()
+        assert crowded is not None and crowded.unknown == server_metrics.CROWDED
+        assert pages.reads == 1  # another is still running: not read for
+        await watch.finished(second, client, "http://h", headers, None)
+        watch.end()
+        assert pages.reads == 2 and watch.last is not None
+        alone = await watch.finished(watch.begin(), client, "http://h", headers, None)
+        watch.end()
+    assert alone is not None and alone.unknown is None
+    assert alone.source == "llama-server /metrics"
+
+
+# -- a server of no family with a page: not read for ---------------------------------
+
+
+async def test_a_server_whose_family_has_no_page_is_never_read_for_one() -> None:
+    asked: list[str] = []
+
+    async def stream(text: str) -> AsyncIterator[bytes]:
+        yield text.encode()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        asked.append(path)
+        if path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "m", "owned_by": "someone"}]})
+        if path == "/metrics":  # a vLLM page, though nothing said it serves one
+            return httpx.Response(200, text="vllm:num_requests_running 0\n" + VLLM_LINE)
+        if path.endswith("/chat/completions"):
+            sse = (
+                'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}'
+                '\n\ndata: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+                "\n\ndata: [DONE]\n\n"
+            )
+            return httpx.Response(
+                200, headers={"content-type": "text/event-stream"}, content=stream(sse)
+            )
+        return httpx.Response(404)
+
+    config = RemoteConfig(base_url="http://plain.test/v1", model="m")
+    backend = RemoteBackend(config, transport=httpx.MockTransport(handle))
+    await backend.start()
+    request = GenerationRequest((Message("user", "hi"),), max_tokens=8)
+    events = [e async for e in backend.stream(request)]
+    await backend.aclose()
+    assert any(isinstance(e, Finished) for e in events)
+    assert not any(isinstance(e, ServerAccount) for e in events)
+    assert "/metrics" not in asked
+
+
+# -- a page's lines and a count's bounds, each at its value and one past it ----------
+
+
+def vllm(**figures: float) -> server_metrics.Scrape:
+    """A vLLM page of these figures (`prompt=...`: vllm:prompt_tokens_total), nothing
+    running."""
+    names = {
+        "finished": "vllm:e2e_request_latency_seconds_count",
+        "prompt": "vllm:prompt_tokens_total",
+        "cached": "vllm:prompt_tokens_cached_total",
+        "generated": "vllm:generation_tokens_total",
+        "prefill": "vllm:request_prefill_time_seconds_sum",
+    }
+    lines = ["vllm:num_requests_running 0"] + [f"{names[k]} {v!r}" for k, v in figures.items()]
+    s = parse("\n".join(lines) + "\n")
+    assert s is not None
+    return s
+
+
+def test_a_line_that_is_no_sample_is_skipped_and_the_page_read_on() -> None:
+    s = parse("vllm:num_requests_running 0\nvllm:prompt_tokens_total\nvllm:prompt_tokens_total 7\n")
+    assert s is not None and s.values == {"running": 0.0, "prompt": 7.0}
+
+
+@pytest.mark.parametrize(("digits", "read"), [(12, True), (13, False)])
+def test_a_block_size_of_12_digits_is_read_and_of_13_is_not(digits: int, read: bool) -> None:
+    size = 10 ** (digits - 1)
+    info = f'vllm:cache_config_info{{block_size="{size}",num_gpu_blocks="2"}} 1\n'
+    s = parse(info + "vllm:num_requests_running 0\n")
+    assert s is not None and s.block_tokens == (size if read else None)
+    assert s.pool_tokens is None  # two blocks of that size: past MAX_POOL either way
+
+
+def test_no_cached_token_is_a_count_of_zero_not_unknown() -> None:
+    before = vllm(finished=5, prompt=100, cached=40, generated=50)
+    after = vllm(finished=6, prompt=130, cached=40, generated=62)
+    a = server_metrics.account(before, after, Usage(30, 12))
+    assert (a.prompt_tokens, a.cached_tokens, a.generated_tokens) == (30, 0, 12)
+
+
+@pytest.mark.parametrize(("more", "kept"), [(0, True), (1, False)])
+def test_a_count_of_up_to_max_tokens_is_kept(more: int, kept: bool) -> None:
+    prompt = MAX_TOKENS + more
+    a = server_metrics.account(vllm(finished=5, prompt=0), vllm(finished=6, prompt=prompt), None)
+    assert a.prompt_tokens == (prompt if kept else None)
+
+
+@pytest.mark.parametrize(("seconds", "kept"), [(86_399.5, True), (86_400.0, False)])
+def test_a_phase_of_under_a_day_is_kept_and_of_a_day_is_not(seconds: float, kept: bool) -> None:
+    a = server_metrics.account(
+        vllm(finished=5, prefill=10.0), vllm(finished=6, prefill=10.0 + seconds), None
+    )
+    assert a.prefill_ms == (seconds * 1000 if kept else None)
+
+
+def test_each_reason_a_difference_is_no_account_is_said_in_full() -> None:
+    llama = parse("llamacpp:prompt_tokens_total 10\n")
+    assert llama is not None
+    changed = server_metrics.account(vllm(finished=5), llama, None)
+    assert changed.unknown == "the server changed between the two reads of /metrics"
+    gone = server_metrics.account(vllm(finished=5), vllm(finished=0), None)
+    assert gone.unknown == (
+        "the server's count of finished requests went back from 5 to 0: it restarted, "
+        "and this request has no account"
+    )
+    # a figure that is no counter, its lines summing to no number, is named by itself
+    broken = parse("vllm:num_requests_running 1e308\nvllm:num_requests_running 1e308\n")
+    assert broken is not None
+    crowd = server_metrics.account(vllm(finished=5), broken, None)
+    assert crowd.unknown == "the server's running figures are no number (its lines sum to inf)"
+
+
+async def test_a_scrape_and_a_watch_read_slash_metrics_with_a_get_unless_told_otherwise() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.method != "GET":
+            return httpx.Response(405)
+        found = request.url.path == "/metrics"
+        return httpx.Response(200 if found else 404, text=VLLM_LINE if found else "")
+
+    s = await read_page(handle)
+    assert s is not None and s.values == {"prompt": 7.0}
+    watch = MetricsWatch()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        await watch.start(client, "http://h", {})
+    assert watch.enabled and watch.last is not None and watch.last.values == {"prompt": 7.0}
+
+
+async def test_a_page_has_its_own_deadline_not_the_client_s_shorter_timeouts() -> None:
+    # a real server on 127.0.0.1 that answers after 0.3 s, asked by a client whose
+    # own timeouts are 0.1 s (a profile's short connect and read timeouts)
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.3)
+        body = VLLM_LINE.encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(timeout=0.1) as client:
+            s = await server_metrics.scrape(client, f"http://127.0.0.1:{port}", {})
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert s is not None and s.values == {"prompt": 7.0}

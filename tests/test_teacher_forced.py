@@ -177,12 +177,9 @@ def test_a_batch_at_a_time_reports_each_and_reads_the_same_answer(model_path: Pa
     assert reported == [2]
 
 
-def test_llama_cpp_is_asked_for_the_sides_own_setting(
-    model_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each setting reaches llama.cpp: the KV type of K and V, flash attention (on for
-    a quantized cache when not said, off for f16), the threads, the batch, the GPU
-    layers, every position's logits."""
+def llama_loads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of each `llama_cpp.Llama` made from now on (each still
+    made, by the real one)."""
     import llama_cpp
 
     asked: list[dict[str, Any]] = []
@@ -193,7 +190,17 @@ def test_llama_cpp_is_asked_for_the_sides_own_setting(
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(llama_cpp.Llama, "__init__", spy)
-    tokens, start = sequence()
+    return asked
+
+
+def test_llama_cpp_is_asked_for_the_sides_own_setting(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each setting reaches llama.cpp: the KV type of K and V, flash attention (on for
+    a quantized cache when not said, off for f16), the threads, the batch, the GPU
+    layers, every position's logits."""
+    tokens, start = sequence()  # the vocabulary it reads is loaded before the spy
+    asked = llama_loads(monkeypatch)
     settings = (
         EngineSetting(threads=THREADS),
         EngineSetting(kv="q8_0", threads=1, batch=3),
@@ -505,3 +512,18 @@ def test_a_reason_found_while_measuring_is_the_turns_own() -> None:
     )
     assert [(t.number, t.divergence, t.why) for t in turns] == [(1, None, why), (2, None, why)]
     assert all(t.taught is not None and not t.taught.retokenized for t in turns)
+
+
+def test_a_vocabulary_here_is_read_without_the_model_s_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spelling A's ids and splitting the probe on the model here loads its vocabulary
+    alone (a fraction of a second), never its weights (the whole model, again, for
+    each check), and quietly."""
+    ids = tuple(ids_of(" Paris", False))
+    t = Teaching((1,), ids, tuple(piece(i) for i in ids), retokenized=True)
+    loads = llama_loads(monkeypatch)
+    assert asyncio.run(vocabulary_check(server_reader(served_here()), here_reader(), t)) is None
+    assert [(k["model_path"], k["vocab_only"], k["verbose"]) for k in loads] == [
+        (str(default_model_path()), True, verbose())
+    ] * 2  # A's ids spelled, then the probe split
