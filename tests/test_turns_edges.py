@@ -787,7 +787,6 @@ async def test_a_stopped_turn_cancels_its_rendering_and_forgets_what_the_engine_
     await turns.send("q1")
     assert turns.held("desk") is not None  # a complete answer: what the engine holds
     turns.switch_backend(backend)
-    backend._name = "desk"
     turn = turns.send("go")
     async for _ in turn:
         break
