@@ -359,20 +359,6 @@ class Trimmer:
             return SendPlan(note="summary not ready: sent full history")
         return SendPlan(wait=True, serial=serial)
 
-    async def refit(
-        self, backend: Backend, conversation: Conversation, max_tokens: int
-    ) -> SendPlan | None:
-        """After the server refused the prompt as too long (its window now known in
-        `windows`): summarize down to the budget now and wait for it. None when there is
-        nothing to summarize or the summary failed (the refusal then stands)."""
-        if not self.enabled:
-            return None
-        self._collect()
-        if self._task is None and not self.start(backend, conversation, max_tokens):
-            return None
-        plan = await self.wait(SendPlan(wait=True, serial=self._serial(backend)))
-        return plan if plan.trimmed else None
-
     def _serial(self, backend: Backend) -> bool:
         """The summary in flight holds the chat's own local model: a send queues behind it."""
         return self._task_backend is backend and backend.serial
