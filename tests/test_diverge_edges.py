@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from phasechat.backends.events import (
     StreamError,
 )
 from phasechat.backends.local.backend import LocalConfig
-from phasechat.backends.local.teacher import EngineSetting, forced_logits
+from phasechat.backends.local.gguf import KV_TYPE_NAMES
+from phasechat.backends.local.teacher import BATCH, EngineSetting, forced_logits
 from phasechat.backends.remote.servers.forcing import Forcing, Listed, Server, TeacherError
 from phasechat.backends.remote.servers.llama_server.teacher import LLAMA_SERVER_FORCING
 from phasechat.backends.remote.servers.vllm.teacher import vllm_top
@@ -170,6 +172,24 @@ def test_an_all_gpu_setting_is_labelled_with_its_layers() -> None:
     assert EngineSetting(gpu_layers=-1).label == "kv=f16 gpu_layers=-1"
     assert EngineSetting(gpu_layers=3).label == "kv=f16 gpu_layers=3"
     assert EngineSetting().label == "kv=f16"  # the CPU
+
+
+def refused_as(words: str) -> pytest.RaisesExc[ValueError]:
+    """A ValueError whose message is exactly `words`."""
+    return pytest.raises(ValueError, match=f"^{re.escape(words)}$")
+
+
+def test_a_bad_setting_is_refused_in_words_that_name_it_and_what_is_allowed() -> None:
+    # the words a user reads (compare's --kv and --batch are checked here); each bound
+    # and one past it
+    with refused_as(f"kv='q5': one of {', '.join(KV_TYPE_NAMES)}"):
+        EngineSetting("q5")
+    with refused_as("kv=q8_0 needs flash attention (llama.cpp's quantized V cache)"):
+        EngineSetting("q8_0", False)
+    for batch in (0, BATCH + 1):
+        with refused_as(f"batch={batch}: 1 to {BATCH} tokens a step"):
+            EngineSetting(batch=batch)
+    assert EngineSetting(batch=1).batch == 1 and EngineSetting(batch=BATCH).label == "kv=f16"
 
 
 class Here(ScriptedBackend):
