@@ -186,6 +186,9 @@ def test_a_bad_setting_is_refused_in_words_that_name_it_and_what_is_allowed() ->
         EngineSetting("q5")
     with refused_as("kv=q8_0 needs flash attention (llama.cpp's quantized V cache)"):
         EngineSetting("q8_0", False)
+    # f16 needs none; a quantized cache takes flash attention on or left to llama.cpp
+    for kv, flash in (("f16", False), ("q8_0", True), ("q4_0", None)):
+        assert EngineSetting(kv, flash).kv == kv
     for batch in (0, BATCH + 1):
         with refused_as(f"batch={batch}: 1 to {BATCH} tokens a step"):
             EngineSetting(batch=batch)
