@@ -8,9 +8,7 @@ each a pass over a whole line). `bench/key_storm.py` times the same storm."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,9 +18,8 @@ from textual.document import _wrapped_document
 from textual.document._wrapped_document import WrappedDocument
 from textual.pilot import Pilot
 
-from phasechat.backends.events import Event, Finished, GenerationRequest, TextDelta
 from phasechat.tui.app import PhasechatApp
-from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
+from phasechat.tui.widgets.chat_widgets import PromptInput
 from tests.helpers import wait_for
 from tests.scripted import ScriptedBackend
 
@@ -149,75 +146,3 @@ async def test_undo_after_a_storm_restores_the_text_before_it() -> None:
         assert prompt.text == "kept"
         prompt.action_redo()
         assert prompt.text.startswith("kept" + text[:1])
-
-
-class Flood(ScriptedBackend):
-    """One paragraph of `words` words in chunks of `chunk` words, `gap_s` apart: a
-    stream faster than the screen draws it (a server on this machine at full speed)."""
-
-    def __init__(self, words: list[str], chunk: int, gap_s: float) -> None:
-        super().__init__(text=" ".join(words), gap_s=gap_s)
-        self.words, self.chunk = words, chunk
-
-    async def stream(
-        self, request: GenerationRequest, *, every_s: float | None = None
-    ) -> AsyncIterator[Event]:
-        for i in range(0, len(self.words), self.chunk):
-            if i:
-                await asyncio.sleep(self.gap_s)
-            yield TextDelta(" ".join(self.words[i : i + self.chunk]) + " ")
-        yield Finished("stop")
-
-
-@pytest.mark.parametrize("gap_s", [0.0, 0.02], ids=["stream-ended", "streaming"])
-async def test_a_key_typed_in_a_flood_is_drawn_before_the_answers_next_lines(
-    monkeypatch: pytest.MonkeyPatch, gap_s: float
-) -> None:
-    # One paragraph of 220,000 characters, faster than the screen draws it (FRAME_CHARS a
-    # frame). A key typed meanwhile is shown by the next frame, and from when the app
-    # reads it until then none of the answer's new text is moved in (its layout was what
-    # the key waited for), whether the backlog is drawn by the refresh timer (still
-    # streaming) or by the finishing worker (the stream has ended).
-    words = [f"tok{i}" for i in range(25_000)]
-    app = PhasechatApp(backend=Flood(words, 1_500, gap_s))
-    appended: list[int] = []  # the answer's characters drawn, at each draw
-    at_key: list[int] = []
-    at_echo: list[int] = []
-    streaming: list[bool] = []  # at the key: whether the stream was still coming
-    append, key_coming, echo_drawn = (
-        MessageView.append,
-        PromptInput.key_coming,
-        PromptInput._echo_drawn,
-    )
-
-    async def drawn(self: MessageView, text: str, step: int) -> None:
-        appended.append(self.shown)
-        if len(appended) == 2:  # the answer is being drawn: a key is typed
-            app.post_message(key("Z"))
-        await append(self, text, step)
-
-    def keyed(self: PromptInput) -> None:  # the app has read a key
-        if appended:  # "Z", not the question's keys
-            at_key.append(len(appended))
-            streaming.append(app.turns.busy)
-        key_coming(self)
-
-    def echoed(self: PromptInput, keys: int) -> None:
-        if at_key and not at_echo:
-            at_echo.append(len(appended))
-        echo_drawn(self, keys)
-
-    monkeypatch.setattr(MessageView, "append", drawn)
-    monkeypatch.setattr(PromptInput, "key_coming", keyed)
-    monkeypatch.setattr(PromptInput, "_echo_drawn", echoed)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await typed(pilot, app, [key(c) for c in "go"], "go")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: bool(at_echo) and not app.chat.generating, limit_s=30)
-        answer = app.turns.exchanges[-1]
-        assert answer.text.rstrip().endswith(words[-1])
-        assert "Z" in app.query_one(PromptInput).text
-    # the key came while the answer was drawn; no draw came between it and its frame
-    assert 2 <= at_key[0] < len(appended), (at_key, len(appended))
-    assert at_echo == at_key, (at_key, at_echo, len(appended))
-    assert streaming == [gap_s > 0]

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from textual import events
 from textual.actions import parse
 from textual.binding import BindingType
 from textual.theme import Theme
@@ -29,7 +28,6 @@ from phasechat.tui import commands, dialogs
 from phasechat.tui.chat_screen import ChatScreen
 from phasechat.tui.palette import ChatCommands
 from phasechat.tui.plain import PlainTextApp
-from phasechat.tui.widgets.chat_widgets import PromptInput
 from phasechat.tui.widgets.markdown_view import RICH_THEME
 
 #: how often the app looks whether the OpenTelemetry collector refused a batch (s)
@@ -63,16 +61,6 @@ class PhasechatApp(PlainTextApp):
         )
         #: the chat: the first screen, under every other
         self.chat = ChatScreen(self.workspace)
-
-    async def on_event(self, event: events.Event) -> None:
-        # A key typed into the prompt counts from when the app reads it, before it is
-        # forwarded (a hop through the prompt's queue): a streaming answer's next draw
-        # waits from then on until the key is on screen (PromptInput.echo_waiting).
-        if isinstance(event, events.Key) and not event.is_forwarded and event.is_printable:
-            focused = self.focused
-            if isinstance(focused, PromptInput):
-                focused.key_coming()
-        await super().on_event(event)
 
     @property
     def turns(self) -> TurnController:

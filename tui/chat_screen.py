@@ -279,7 +279,7 @@ class ChatScreen(Screen[None]):
             return
         exchange, view = self._streaming
         try:
-            await chat_log.draw_rest(self.app, exchange, view, self._pace)
+            await chat_log.draw_rest(self.app, exchange, view, self._pace.step)
             await self.refresh_live(force=True)
             if exchange.metrics is not None:
                 predicted = self._predicted.get(exchange.answer.id)
@@ -321,10 +321,7 @@ class ChatScreen(Screen[None]):
             if not self._pace.due(force):
                 return
             exchange, view = self._streaming
-            if self._pace.held():  # a key typed meanwhile is drawn first: then the answer
-                if force:
-                    self.call_after_refresh(self.refresh_live, True)
-            elif await draw_answer(exchange, view, self._pace.step):
+            if await draw_answer(exchange, view, self._pace.step):
                 self.call_after_refresh(self.refresh_live, True)
         elif self.turns.exchanges:
             exchange = self.turns.exchanges[-1]

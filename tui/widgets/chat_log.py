@@ -14,11 +14,12 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message_pump import MessagePump
 from textual.timer import Timer
+from textual.widgets import TextArea
 
 from phasechat.chat.conversation import ChatMessage, Conversation
 from phasechat.chat.text import visible_controls
 from phasechat.chat.turns import Exchange
-from phasechat.tui.widgets.chat_widgets import MessageView, PromptInput
+from phasechat.tui.widgets.chat_widgets import MessageView
 from phasechat.tui.widgets.markdown_view import SHARED_STEP, STREAM_STEP
 from phasechat.tui.widgets.telemetry_view import answer_footer, thinking_title
 
@@ -47,18 +48,13 @@ class Pace:
         self._draws, self._panel = _Every(SHARED_HZ), _Every(SHARED_PANEL_HZ)
         self.shared = False
         self._timers: tuple[Timer, Timer] | None = None  # (REFRESH_HZ, SHARED_HZ)
-        self._cursor: PromptInput | None = None
+        self._cursor: TextArea | None = None
 
     def drive(
-        self,
-        owner: MessagePump,
-        refresh: Callable[[], Awaitable[None]],
-        hz: int,
-        cursor: PromptInput,
+        self, owner: MessagePump, refresh: Callable[[], Awaitable[None]], hz: int, cursor: TextArea
     ) -> None:
         """Call `refresh` `hz` times a second, or SHARED_HZ while `shared`, on `owner`'s
-        timers (the chat screen's); `cursor` blinks unless `shared`, and its keys are
-        drawn before the answer's next lines (`held`)."""
+        timers (the chat screen's); `cursor` blinks unless `shared`."""
         self._timers = (
             owner.set_interval(1 / hz, refresh),
             owner.set_interval(1 / SHARED_HZ, refresh, pause=True),
@@ -85,14 +81,6 @@ class Pace:
     @property
     def batch_s(self) -> float | None:
         return 1 / SHARED_HZ if self.shared else None
-
-    def held(self) -> bool:
-        """Whether the answer's next draw waits: a key typed into the prompt is not on
-        screen yet (`PromptInput.echo_waiting`). Its frame then repaints the prompt box
-        alone, not a layout of the answer's new lines: in a flood of one long paragraph
-        that frame took 10-38 ms, and a key waited for it (bench.tmux_ui
-        --one-paragraph)."""
-        return self._cursor is not None and self._cursor.echo_waiting
 
     def due(self, force: bool = False) -> bool:
         """Whether to draw now (at most SHARED_HZ a second while shared; if so,
@@ -145,10 +133,10 @@ async def draw_answer(exchange: Exchange, view: MessageView, step: int) -> bool:
     return len(text) > view.shown
 
 
-async def draw_rest(app: App[Any], exchange: Exchange, view: MessageView, pace: Pace) -> None:
+async def draw_rest(app: App[Any], exchange: Exchange, view: MessageView, step: int) -> None:
     """Draw a finished stream's backlog a frame's worth at a time (keys typed meanwhile
-    get their frames between, and first: `Pace.held`)."""
-    while pace.held() or await draw_answer(exchange, view, pace.step):
+    get their frames between)."""
+    while await draw_answer(exchange, view, step):
         await next_frame(app)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -239,11 +238,6 @@ class MessageView(Vertical):
         self.query_one(".footer", Static).update(footer)
 
 
-#: How long a streaming answer's next draw waits for a key typed meanwhile to reach the
-#: screen (`PromptInput.echo_waiting`): longer only if that key's frame never comes.
-ECHO_FIRST_S = 0.1
-
-
 class PromptInput(TextArea):
     """Multi-line prompt: Enter sends, Ctrl+J (or Shift+Enter) adds a newline.
 
@@ -268,27 +262,6 @@ class PromptInput(TextArea):
     def __init__(self, *, id: str | None = None, show_line_numbers: bool = False) -> None:
         super().__init__(id=id, show_line_numbers=show_line_numbers)
         self._typed: list[str] = []  # characters typed and not yet in the document
-        #: keys typed, and of those the ones drawn on screen (`echo_waiting`)
-        self._keys = self._echoed = 0
-        self._key_at = 0.0  # time.monotonic() of the last key typed
-
-    @property
-    def echo_waiting(self) -> bool:
-        """A key typed less than ECHO_FIRST_S ago is not on screen yet: a streaming
-        answer holds its next draw until it is (the frame that shows the key then costs
-        a repaint of this box, not a layout of the answer's new lines)."""
-        return self._echoed < self._keys and time.monotonic() - self._key_at < ECHO_FIRST_S
-
-    def key_coming(self) -> None:
-        """A printable key for this box has reached the app (`PhasechatApp.on_event`):
-        waiting for its echo from now on (a read-only box draws none)."""
-        if self.read_only:
-            return
-        self._keys += 1
-        self._key_at = time.monotonic()
-
-    def _echo_drawn(self, keys: int) -> None:
-        self._echoed = max(self._echoed, keys)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.is_printable and not self.read_only:
@@ -329,7 +302,6 @@ class PromptInput(TextArea):
         if not self.read_only:
             start, end = self.selection
             self.replace(text, start, end, maintain_selection_offset=False)
-        self.call_after_refresh(self._echo_drawn, self._keys)
 
 
 class LivePanel(Widget):
