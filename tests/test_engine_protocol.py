@@ -45,6 +45,7 @@ from phasechat.backends.local.backend import LocalConfig
 from phasechat.backends.local.engine_process import (
     HANG_S,
     START_S,
+    EngineGone,
     EngineProcess,
     EngineState,
     ended,
@@ -836,7 +837,10 @@ async def test_a_cancelled_answer_frees_the_engine_for_the_next(engines: Engines
         got += isinstance(event, TextDelta)
         if got == 3:
             break
+    began = time.monotonic()
     events = await answer(engine, "next one")
+    # the send looked for the child's end every 20 ms, not once a second
+    assert time.monotonic() - began < 0.9
     assert events == [TextDelta(" next", 1, ANY_NS), TextDelta(" one", 1, ANY_NS), Finished("stop")]
     assert engine.state == "ready" and engine.pid == pid
 
@@ -1048,3 +1052,48 @@ async def test_closing_a_silent_child_kills_it_without_waiting(engines: Engines)
     assert time.monotonic() - began < engine_process.CLOSE_TIMEOUT_S
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_a_call_says_what_went_unanswered_within_its_own_timeout_and_keeps_no_slot(
+    engines: Engines,
+) -> None:
+    """A call the child does not answer in time (its loop held by `block`) ends soon after
+    its own timeout, in words that name the call and the seconds, and leaves no slot
+    for the answer that comes later."""
+    engine, _ = await engines.started()
+    began = time.monotonic()
+    with pytest.raises(EngineGone) as gone:
+        await asyncio.to_thread(
+            engine._call, "count_tokens", (Message("user", "block"),), timeout=0.3
+        )
+    assert time.monotonic() - began < 0.9  # polled every 0.05 s, not once a second
+    assert str(gone.value) == "the engine did not answer count_tokens in 0 s"
+    assert engine._slots == {}
+
+
+async def test_a_call_to_a_silent_child_is_not_sent_and_says_for_how_long(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, _ = await engines.started()
+    silent_s = engine_process.SILENT_S + 7.4
+    monkeypatch.setattr(engine, "_silent", lambda: silent_s)
+    with pytest.raises(EngineGone) as gone:
+        engine._call("count_tokens", (Message("user", "one two"),))
+    assert str(gone.value) == f"the engine has not answered for {silent_s:.0f} s"
+    assert engine._slots == {}  # nothing was sent to wait for
+
+
+async def test_calls_in_flight_together_each_get_their_own_answer(engines: Engines) -> None:
+    """A second call sent while the child's loop is held by the first: each caller gets the
+    answer to its own call, not the other's."""
+    engine, _ = await engines.started()
+    limit = BLOCK_S + 2
+
+    def count(text: str) -> int:
+        counted: TokenCount = engine._call("count_tokens", (Message("user", text),), timeout=limit)
+        return counted.tokens
+
+    first = asyncio.create_task(asyncio.to_thread(count, "block"))
+    await asyncio.sleep(0.3)  # the child holds its loop on the first
+    second = await asyncio.to_thread(count, "one two three")
+    assert (await first, second) == (1, 3)
