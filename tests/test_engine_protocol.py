@@ -697,6 +697,8 @@ def test_an_engine_driven_from_a_new_loop_each_time_answers_and_finds_its_childs
         assert isinstance(events[0], ModelLoading) and isinstance(events[1], ModelLoaded)
         assert events[2:] == [TextDelta(" again", 1, ANY_NS), Finished("stop")]
         assert engines.pid(engine) != pid
+        asyncio.run(engine.aclose())  # the child's end is told to a closed loop ...
+        assert engine._conn is None  # ... so the close itself lets go of the socket
         assert died == []
     finally:
         for pid in engines.pids:
@@ -1019,9 +1021,15 @@ def test_the_waits_are_those_the_docs_promise() -> None:
 
 
 async def test_closing_ends_the_child(engines: Engines) -> None:
+    """A healthy child is asked to close and ends by itself (its engine closed, status 0),
+    not killed after `CLOSE_TIMEOUT_S`."""
     engine, pid = await engines.started()
+    proc = engine._proc
+    assert proc is not None
     await engine.aclose()
+    assert proc.returncode == 0  # its own end: a kill is -9
     assert (engine.state, engine.state_detail, engine.pid) == ("idle", "closed", None)
+    assert engine._conn is None and engine._errors is None  # nothing of it held
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped: gone, not a zombie
     events = await answer(engine, "reopened")  # a closed engine loads again on a send
@@ -1097,3 +1105,31 @@ async def test_calls_in_flight_together_each_get_their_own_answer(engines: Engin
     await asyncio.sleep(0.3)  # the child holds its loop on the first
     second = await asyncio.to_thread(count, "one two three")
     assert (await first, second) == (1, 3)
+
+
+async def test_the_child_reads_no_terminal_and_writes_only_to_its_stderr_pipe(
+    engines: Engines,
+) -> None:
+    """The UI owns the terminal: the child's stdin and stdout are /dev/null (a key is
+    never read by it, a print never lands on the screen), its stderr a pipe (its tail
+    names a crash). The test's own stdin is a pipe meanwhile, as a terminal would be: a
+    child that inherited it would show it."""
+    ours, theirs = os.pipe()
+    stdin = os.dup(0)
+    os.dup2(ours, 0)
+    try:
+        _, pid = await engines.started()
+    finally:
+        os.dup2(stdin, 0)
+        for fd in (stdin, ours, theirs):
+            os.close(fd)
+    fds = {fd: os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)}
+    assert fds[0] == fds[1] == os.devnull
+    assert fds[2].startswith("pipe:")
+
+
+def test_a_send_with_no_child_says_the_engine_process_is_not_running() -> None:
+    engine = EngineProcess(LocalConfig(model_path=Path("never-started.gguf")))
+    with pytest.raises(EngineGone) as gone:
+        engine._send(("stream", 1, None, None))
+    assert str(gone.value) == "the engine process is not running"
