@@ -133,3 +133,19 @@ def test_a_schema_3_index_is_made_again_without_streaming_rows(tmp_path: Path) -
         answer.status = "complete"
         store.update_message(chat, row, answer, final=True)
         assert indexed(db, "more") == [row]
+
+
+def test_a_schema_3_file_read_only_finds_a_streaming_answer_once(tmp_path: Path) -> None:
+    """Read-only (`phasechat chats`, a read-only folder), a schema-3 file is not upgraded:
+    its index holds the streaming row, which search also reads directly."""
+    path = tmp_path / "chats.db"
+    with ChatStore(path) as store:
+        _, row, _ = streaming(store, "cut off mid hover")
+    with closing(sqlite3.connect(path)) as db:
+        as_schema_3(db)
+        db.execute("PRAGMA user_version = 3")
+        db.commit()
+    with ChatStore(path, readonly=True) as store:
+        assert [h.message_id for h in store.search("hover")] == [row]
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3  # left as it was

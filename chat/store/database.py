@@ -280,6 +280,7 @@ class ChatStore:
                 each = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in words)
                 rows = self._db.execute(
                     f"{select} JOIN messages_fts f ON f.rowid = m.id WHERE messages_fts MATCH ?"
+                    f" AND m.status != 'streaming'"  # a schema-3 index, read-only, has them
                     f" UNION ALL {select} WHERE m.status = 'streaming' AND {each}{order}",
                     (query, *(f"%{_like(w)}%" for w in words), limit),
                 ).fetchall()
