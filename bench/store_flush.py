@@ -3,11 +3,13 @@ FLUSH_S while it streams, chat/turns.py) into the chat database, as the answer g
 with schema 3's full-text index (every row re-indexed whole at each update) and with
 schema 4's (an answer indexed once, when it stops streaming), side by side in one run.
 
-    .venv/bin/python -m bench.store_flush [--tokens 20000] [--every 2000] [--reps 3]
+    .venv/bin/python -m bench.store_flush [--tokens 20000] [--every 2000] [--reps 3] [--rate 50]
 
 The answer is `tok0 tok1 ...`: every word new, as in bench.tmux_ui's one-paragraph
 flood (the index's worst case: each word a term of its own). Each figure is the median
-of `--reps` flushes of the same text, the two stores alternated at each size.
+of `--reps` flushes of the same text, the two stores alternated at each size. The last
+line adds them up for an answer streamed at `--rate` tokens a second: a flush every
+FLUSH_S, each costing what the measured size at the end of its step cost (an upper bound).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from phasechat.chat.conversation import ChatMessage
 from phasechat.chat.store.database import ChatStore
+from phasechat.chat.turns import FLUSH_S
 
 #: Schema 4's index taken out and schema 3's put back (phasechat before schema 4): the
 #: index over the table itself, every update of a row's text re-indexing it whole.
@@ -73,6 +76,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20_000)
     parser.add_argument("--every", type=int, default=2_000, help="a flush every N tokens")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=50.0, help="tokens a second (the total)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         three = ChatStore(Path(folder) / "three.db")
@@ -82,6 +86,8 @@ def main() -> None:
         print(f"load {os.getloadavg()[0]:.2f}; ms per flush of the streaming answer's text")
         print(f"{'tokens':>7} {'chars':>8} {'schema 3':>9} {'schema 4':>9} {'3 / 4':>7}")
         text = ""
+        total = dict.fromkeys(answers, 0.0)  # ms of flushes over the whole answer
+        per_step = args.every / (args.rate * FLUSH_S)  # flushes while it grows a step
         for n in range(args.every, args.tokens + 1, args.every):
             text += "".join(f"tok{i} " for i in range(n - args.every, n))
             ms: dict[str, list[float]] = {name: [] for name in answers}
@@ -89,7 +95,14 @@ def main() -> None:
                 for name, answer in answers.items():
                     ms[name].append(answer.flush_ms(text + f"r{len(ms[name])}"))
             a, b = (statistics.median(ms[name]) for name in answers)
+            for name, value in zip(answers, (a, b), strict=True):
+                total[name] += value * per_step
             print(f"{n:>7,} {len(text):>8,} {a:>9.2f} {b:>9.2f} {a / b:>7.1f}")
+        print(
+            f"{args.tokens:,} tokens at {args.rate:g} tok/s, a flush every {FLUSH_S:g} s: "
+            + ", ".join(f"{name} {value / 1000:.2f} s" for name, value in total.items())
+            + " of the UI's loop in all"
+        )
         final = {name: answer.flush_ms(text, final=True) for name, answer in answers.items()}
         print(
             "the last write (status complete, the answer indexed): "

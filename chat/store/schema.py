@@ -59,11 +59,12 @@ CREATE INDEX IF NOT EXISTS messages_streaming ON messages(id) WHERE status = 'st
 """
 # An external-content FTS5 index of the messages that are said (a finished, cancelled or
 # failed one: not an answer still streaming), kept in step by triggers. A streamed
-# answer's row is rewritten at each flush (chat/turns.py FLUSH_S); re-indexing its
-# whole text each time cost the UI's loop 7 ms at 10,000 tokens and 26 ms at 19,000,
-# twice a second, growing with the answer (schema 3). Its row is indexed once, when its
-# status leaves "streaming"; until then `ChatStore.search` reads it directly (a few rows,
-# found by the partial index `messages_streaming`).
+# answer's row is rewritten at each flush (chat/turns.py FLUSH_S); schema 3 re-indexed
+# its whole text each time, on the UI's loop: 4-5 ms at 10,000 tokens, 23-25 ms at
+# 20,000, about 5.6 s in all for a 20,000-token answer at 50 tok/s (bench.store_flush).
+# Its row is indexed once, when its status leaves "streaming"; until then
+# `ChatStore.search` reads it directly (a few rows, found by the partial index
+# `messages_streaming`).
 FTS = """
 CREATE VIEW IF NOT EXISTS messages_said AS
     SELECT id, content FROM messages WHERE status != 'streaming';
