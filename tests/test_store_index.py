@@ -11,12 +11,14 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from bench.store_flush import as_schema_3
 from phasechat.chat.conversation import ChatMessage, Status
 from phasechat.chat.store.database import ChatStore
+from phasechat.chat.store.opening import _upgrade
 from phasechat.chat.store.schema import SCHEMA_VERSION
 
 
@@ -117,6 +119,7 @@ def test_a_schema_3_index_is_made_again_without_streaming_rows(tmp_path: Path) -
         said, said_row, done = streaming(store, "a whole answer")
         done.status = "complete"
         store.update_message(said, said_row, done, final=True)
+        empty = store.create_chat()
     with closing(sqlite3.connect(path)) as db:
         as_schema_3(db)  # as phasechat before schema 4 left it: the streaming row indexed
         db.execute("PRAGMA user_version = 3")
@@ -125,6 +128,15 @@ def test_a_schema_3_index_is_made_again_without_streaming_rows(tmp_path: Path) -
     with ChatStore(path) as store:  # opened for writing: upgraded
         db = store._db
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        # schema 2's lists became trees at 3: a chat of schema 3 is not made one again
+        # (an empty chat would get a root of its own)
+        assert tuple(
+            db.execute(
+                "SELECT COUNT(*), (SELECT leaf_id FROM chats WHERE id = ?) FROM messages"
+                " WHERE chat_id = ?",
+                (empty, empty),
+            ).fetchone()
+        ) == (0, None)
         assert indexed(db, "hover") == [] and indexed(db, "whole") == [said_row]
         assert [h.message_id for h in store.search("hover")] == [row]  # found directly
         answer.content = "cut off mid hover, then more"  # the new triggers hold
@@ -149,3 +161,79 @@ def test_a_schema_3_file_read_only_finds_a_streaming_answer_once(tmp_path: Path)
         assert [h.message_id for h in store.search("hover")] == [row]
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 3  # left as it was
+
+
+def test_a_schema_4_index_is_kept_as_it_is_when_the_store_opens_again(tmp_path: Path) -> None:
+    """Only schema 3's index is made again: a rebuild reads every message (seconds on a
+    big store), which at every start would be paid again. Seen here by an entry taken
+    out of the index by hand: a rebuild would bring it back."""
+    path = tmp_path / "chats.db"
+    with ChatStore(path) as store:
+        chat = store.create_chat()
+        row = store.add_message(chat, ChatMessage("user", "ospreys dive"), None)
+        kept = store.add_message(chat, ChatMessage("user", "eagles soar"), row)
+        store._db.execute(
+            "INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', ?, ?)",
+            (row, "ospreys dive"),
+        )
+        store._db.commit()
+    with ChatStore(path) as store:
+        match = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+        assert store._db.execute(match, ("osprey*",)).fetchall() == []  # not rebuilt
+        assert [r[0] for r in store._db.execute(match, ("eagles",))] == [kept]  # not dropped
+
+
+class NoFts5:
+    """A connection to an SQLite built without FTS5: what names the module fails."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if "fts5" in sql:
+            raise sqlite3.OperationalError("no such module: fts5")
+        return self.db.execute(sql, *args)
+
+
+def test_without_fts5_the_schema_is_made_and_search_falls_back_to_like() -> None:
+    with closing(sqlite3.connect(":memory:")) as db:
+        assert _upgrade(cast(sqlite3.Connection, NoFts5(db)), 0) is False
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        assert {"chats", "messages", "messages_streaming"} <= names
+        assert "messages_fts" not in names and "messages_ai" not in names
+
+
+def test_search_without_the_index_matches_the_whole_text_as_written(store: ChatStore) -> None:
+    """The LIKE fallback (an SQLite without FTS5): the whole text as a substring,
+    case-insensitive, its `%` and `_` as themselves, newest chat first."""
+    store.fts = False
+    one = store.create_chat()
+    first = store.add_message(one, ChatMessage("user", "Kestrels hover at 100% of fields_x"), None)
+    two = store.create_chat()
+    second = store.add_message(two, ChatMessage("user", "kestrels HOVER too"), None)
+    assert [h.message_id for h in store.search("kestrels hover")] == [second, first]
+    assert [h.message_id for h in store.search("100%")] == [first]
+    assert store.search("10_%") == [] and store.search("fields%x") == []
+    assert [h.message_id for h in store.search("fields_x")] == [first]
+    assert store.search("hover kestrels") == []  # the text as written, not its words
+    path = store.add_message(two, ChatMessage("user", "saved in C:\\path"), second)
+    store.add_message(two, ChatMessage("user", "saved in C:path"), path)
+    assert [h.message_id for h in store.search("C:\\path")] == [path]  # a \ is itself
+    assert len(store.search("kestrels", limit=1)) == 1
+
+
+def test_search_gives_fifty_hits_unless_asked_for_more(store: ChatStore) -> None:
+    chat = store.create_chat()
+    for n in range(51):
+        store.add_message(chat, ChatMessage("user", f"harrier {n}"), None)
+    assert len(store.search("harrier")) == 50
+    assert len(store.search("harrier", limit=60)) == 51
+
+
+def test_a_word_in_quotes_is_searched_as_the_word(store: ChatStore) -> None:
+    """A `"` in a word is doubled inside FTS5's quotes (no query syntax reaches it): the
+    index holds words without their quotes, so `"hi"` finds hi."""
+    chat = store.create_chat()
+    row = store.add_message(chat, ChatMessage("user", 'she said "hi" and left'), None)
+    assert [h.message_id for h in store.search('"hi"')] == [row]
+    assert [h.message_id for h in store.search('sa"id')] == []  # not `sa` then `id`
