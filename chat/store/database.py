@@ -262,28 +262,32 @@ class ChatStore:
 
     def search(self, text: str, limit: int = 50) -> list[SearchHit]:
         """Messages whose content matches every word of `text` (FTS5: word prefixes;
-        without FTS5: the whole text as a substring), newest chats first."""
+        without FTS5: the whole text as a substring), newest chats first. An answer still
+        streaming (or cut off by a crash) is not in the index yet: it matches when it
+        holds every word (case-insensitive, as a substring)."""
         words = text.split()
         if not words:
             return []
         select = (
-            "SELECT m.chat_id, m.id, m.role, m.content, c.title FROM messages m"
-            " JOIN chats c ON c.id = m.chat_id"
+            "SELECT m.chat_id, m.id, m.role, m.content, c.title, c.updated, m.position"
+            " FROM messages m JOIN chats c ON c.id = m.chat_id"
         )
-        order = " ORDER BY c.updated DESC, m.position LIMIT ?"
+        order = " ORDER BY 6 DESC, 7 LIMIT ?"
         with self._lock:
             if self.fts:
                 # Each word quoted (no FTS syntax from the user) and prefix-matched.
                 query = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+                each = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in words)
                 rows = self._db.execute(
-                    f"{select} JOIN messages_fts f ON f.rowid = m.id"
-                    f" WHERE messages_fts MATCH ?{order}",
-                    (query, limit),
+                    f"{select} JOIN messages_fts f ON f.rowid = m.id WHERE messages_fts MATCH ?"
+                    f" AND m.status != 'streaming'"  # a schema-3 index, read-only, has them
+                    f" UNION ALL {select} WHERE m.status = 'streaming' AND {each}{order}",
+                    (query, *(f"%{_like(w)}%" for w in words), limit),
                 ).fetchall()
             else:
-                pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
                 rows = self._db.execute(
-                    f"{select} WHERE m.content LIKE ? ESCAPE '\\'{order}", (pattern + "%", limit)
+                    f"{select} WHERE m.content LIKE ? ESCAPE '\\'{order}",
+                    (f"%{_like(text)}%", limit),
                 ).fetchall()
         return [_hit(r, words) for r in rows]
 
@@ -394,6 +398,11 @@ def _hit(r: sqlite3.Row, words: list[str]) -> SearchHit:
     role = text_in(role) or "unknown"
     content = cells.snippet_source(r["content"], chat_id, r["id"])
     return SearchHit(chat_id, title or "(untitled)", r["id"], role, _snippet(content, words))
+
+
+def _like(text: str) -> str:
+    """`text` escaped for a LIKE pattern (ESCAPE '\\'): its `%` and `_` are themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _anatomy_json(m: ChatMessage) -> str | None:

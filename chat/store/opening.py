@@ -23,6 +23,7 @@ from phasechat.chat.store.rows import text_factory
 from phasechat.chat.store.schema import (
     ADDED_COLUMNS,
     FTS,
+    FTS_BEFORE_4,
     INDEXES,
     SCHEMA,
     SCHEMA_VERSION,
@@ -137,11 +138,16 @@ def _upgrade(db: sqlite3.Connection, version: int) -> bool:
         db.execute(statement)
     if version < 3:
         _into_trees(db)
-    for statement in _statements(FTS):
-        try:
+    try:
+        if version < 4:  # schema 3 indexed streaming rows too: the index is made again
+            for statement in _statements(FTS_BEFORE_4):
+                db.execute(statement)
+        for statement in _statements(FTS):
             db.execute(statement)
-        except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
-            return False
+        if version < 4:
+            db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    except sqlite3.OperationalError:  # an SQLite built without FTS5: LIKE instead
+        return False
     return True
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Messages form a tree (`parent_id`): an edited question or a retried answer is a new
 # sibling, and the old one stays. The root of a branch is its system prompt (a `system`
 # message, '' for none); `chats.leaf_id` is the message the chat shows last, and
@@ -53,23 +53,46 @@ ADDED_COLUMNS = {
     "chats": {"leaf_id": "INTEGER"},  # the message shown last (v3)
 }
 #: Made once the columns above exist.
-INDEXES = "CREATE INDEX IF NOT EXISTS messages_parent ON messages(parent_id);"
-# External-content FTS5 index kept in step by triggers; a streamed answer's row is
-# rewritten at each flush, and the triggers re-index it each time.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS messages_parent ON messages(parent_id);
+CREATE INDEX IF NOT EXISTS messages_streaming ON messages(id) WHERE status = 'streaming';
+"""
+# An external-content FTS5 index of the messages that are said (a finished, cancelled or
+# failed one: not an answer still streaming), kept in step by triggers. A streamed
+# answer's row is rewritten at each flush (chat/turns.py FLUSH_S); schema 3 re-indexed
+# its whole text each time, on the UI's loop: 4-5 ms at 10,000 tokens, 23-25 ms at
+# 20,000, about 5.6 s in all for a 20,000-token answer at 50 tok/s (bench.store_flush).
+# Its row is indexed once, when its status leaves "streaming"; until then
+# `ChatStore.search` reads it directly (a few rows, found by the partial index
+# `messages_streaming`).
 FTS = """
+CREATE VIEW IF NOT EXISTS messages_said AS
+    SELECT id, content FROM messages WHERE status != 'streaming';
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content, content='messages', content_rowid='id'
+    content, content='messages_said', content_rowid='id'
 );
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages
+WHEN new.status != 'streaming' BEGIN
     INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
 END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages
+WHEN old.status != 'streaming' BEGIN
     INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
 END;
-CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content ON messages BEGIN
-    INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-    INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+CREATE TRIGGER IF NOT EXISTS messages_au AFTER UPDATE OF content, status ON messages BEGIN
+    INSERT INTO messages_fts(messages_fts, rowid, content)
+        SELECT 'delete', old.id, old.content WHERE old.status != 'streaming';
+    INSERT INTO messages_fts(rowid, content)
+        SELECT new.id, new.content WHERE new.status != 'streaming';
 END;
+"""
+#: Schema 3's index (of every row, streaming ones too, over the table itself): dropped,
+#: then made again as FTS says and rebuilt from `messages_said`.
+FTS_BEFORE_4 = """
+DROP TRIGGER IF EXISTS messages_ai;
+DROP TRIGGER IF EXISTS messages_ad;
+DROP TRIGGER IF EXISTS messages_au;
+DROP TABLE IF EXISTS messages_fts;
 """
 
 
