@@ -182,8 +182,11 @@ def test_a_script_with_max_tokens_out_of_bounds_is_refused(tmp_path: Path) -> No
 
 @pytest.mark.model
 def test_ctrl_c_during_ask_is_one_line_and_keeps_the_answer_so_far(tmp_path: Path) -> None:
+    # Greedy, this prompt runs to --max-tokens (400 tokens, about 3.5 s here): the answer
+    # cannot end before the Ctrl+C. Sampled, a short story once ended first (exit 0).
+    ask = ["ask", "--max-tokens", "400", "--temperature", "0", "Tell a long story."]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "phasechat", "ask", "--max-tokens", "400", "Tell a long story."],
+        [sys.executable, "-m", "phasechat", *ask],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -196,6 +199,7 @@ def test_ctrl_c_during_ask_is_one_line_and_keeps_the_answer_so_far(tmp_path: Pat
         said += proc.stdout.read() or b""
         time.sleep(0.05)
     assert len(said) >= 8, "no answer began"
+    assert proc.poll() is None, "the answer ended before the Ctrl+C"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
